@@ -1,0 +1,79 @@
+package grpo
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestGroupAdvantages(t *testing.T) {
+	nan := math.NaN()
+	approx := cmpopts.EquateApprox(0, 1e-9)
+	tests := []struct {
+		name     string
+		rewards  []float64
+		policy   MissingPolicy
+		unbiased bool
+		wantAdv  []float64
+		wantKept []int
+		zeroStd  bool
+	}{
+		{"two values", []float64{1, 0}, FillGroupMean, false, []float64{1 / (0.5 + 1e-8) * 0.5, -1 / (0.5 + 1e-8) * 0.5}, []int{0, 1}, false},
+		{"unbiased std", []float64{1, 0}, FillGroupMean, true, []float64{0.5 / (math.Sqrt(0.5) + 1e-8), -0.5 / (math.Sqrt(0.5) + 1e-8)}, []int{0, 1}, false},
+		{"all equal is zero std", []float64{0.3, 0.3, 0.3}, FillGroupMean, false, []float64{0, 0, 0}, nil, true},
+		{"missing filled with mean gets zero advantage", []float64{1, nan, 0}, FillGroupMean, false, []float64{0.5 / (math.Sqrt(1.0/6) + 1e-8), 0, -0.5 / (math.Sqrt(1.0/6) + 1e-8)}, []int{0, 1, 2}, false},
+		{"missing dropped", []float64{1, nan, 0}, DropMissing, false, []float64{1 / (0.5 + 1e-8) * 0.5, 0, -1 / (0.5 + 1e-8) * 0.5}, []int{0, 2}, false},
+		{"all missing", []float64{nan, nan}, DropMissing, false, []float64{0, 0}, nil, true},
+		{"single present after drop", []float64{1, nan}, DropMissing, false, []float64{0, 0}, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			adv, st := GroupAdvantages(tc.rewards, tc.policy, tc.unbiased)
+			if diff := cmp.Diff(tc.wantAdv, adv, approx); diff != "" {
+				t.Errorf("advantages (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantKept, st.Kept); diff != "" {
+				t.Errorf("kept (-want +got):\n%s", diff)
+			}
+			if st.ZeroStd != tc.zeroStd {
+				t.Errorf("ZeroStd = %v, want %v", st.ZeroStd, tc.zeroStd)
+			}
+		})
+	}
+}
+
+func TestRubricPairReward(t *testing.T) {
+	tests := []struct {
+		name          string
+		kind          RubricReward
+		alpha, sp, sm float64
+		format        bool
+		want          float64
+	}{
+		{"margin with format", RewardMargin, 0.7, 0.9, 0.4, true, 0.7*0.5 + 0.3},
+		{"margin without format", RewardMargin, 0.7, 0.9, 0.4, false, 0.7 * 0.5},
+		{"negative margin", RewardMargin, 0.7, 0.2, 0.6, true, 0.7*-0.4 + 0.3},
+		{"indicator win", RewardIndicator, 0.7, 0.6, 0.5, false, 0.7},
+		{"indicator tie loses", RewardIndicator, 0.7, 0.5, 0.5, true, 0.3},
+		{"logsigmoid", RewardLogSigmoid, 1, 0.5, 0.5, false, math.Log(0.5)},
+		{"missing plus drops", RewardMargin, 0.7, math.NaN(), 0.5, true, 0},
+		{"infinite minus drops", RewardMargin, 0.7, 0.5, math.Inf(1), true, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := RubricPairReward(tc.kind, tc.alpha, tc.sp, tc.sm, tc.format)
+			wantOK := !math.IsNaN(tc.sp) && !math.IsInf(tc.sm, 0)
+			if ok != wantOK {
+				t.Fatalf("ok = %v, want %v", ok, wantOK)
+			}
+			if ok && math.Abs(got-tc.want) > 1e-12 {
+				t.Errorf("reward = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if _, err := ParseRubricReward("hinge"); err == nil {
+		t.Error("ParseRubricReward(hinge): want error")
+	}
+}
