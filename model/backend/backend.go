@@ -1,0 +1,276 @@
+// Package backend defines the small interfaces through which the stages call a
+// language model, and the request and response types they share. Two
+// implementations stand behind them (DESIGN §5): `torch`, the in-process
+// engine, and `openai` (package model/openai), a client for any
+// OpenAI-compatible server. Package model/serve exposes any implementation
+// over HTTP in the OpenAI shapes.
+//
+// Contracts shared by every interface:
+//
+//   - Batches. A call takes a slice of requests and returns a slice of
+//     responses of the same length, in the same order: response i answers
+//     request i and carries its ID. Implementations may reorder, split or
+//     parallelise the work internally.
+//   - Row identity. Each request carries an ID chosen by the caller that is
+//     stable across reruns (the output row's key, for example
+//     "<prompt_id>/<sample>"). IDs must be unique within a call; a duplicate
+//     is an error for the whole call. An implementation produces exactly one
+//     response per ID, whatever retries happen underneath.
+//   - Failures. A returned error means the whole call failed (a context was
+//     cancelled, every endpoint is down, a request was malformed) and no
+//     response should be written. A row that failed permanently on its own
+//     (for example, a server rejected that one prompt as too long) is not an
+//     error for the call: its response carries a non-nil Failure with the
+//     reason, so that the stage records it instead of dropping it.
+//   - Log-probabilities are natural logarithms. A candidate that the model
+//     gives no probability mass to, or that a server did not report, has
+//     log-prob -Inf.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Message is one turn of a chat conversation.
+type Message struct {
+	Role    string `json:"role"` // "system", "user" or "assistant"
+	Content string `json:"content"`
+}
+
+// Sampling holds the decoding parameters of a generation request.
+type Sampling struct {
+	MaxTokens   int      // most tokens to generate per completion; must be > 0
+	Temperature float64  // 0 means greedy decoding
+	TopP        float64  // nucleus mass in (0, 1]; 0 or 1 disables it
+	TopK        int      // keep the k most likely tokens; 0 disables it
+	Seed        *int64   // nil: unseeded; otherwise the run is reproducible for a given backend and model
+	Stop        []string // generation ends before the first occurrence of any of these strings
+}
+
+// GenerateRequest asks for N completions of one prompt. Exactly one of Prompt
+// and Messages is set: Prompt is text already rendered with the model's
+// template (or plain text for a base model); Messages is a conversation that
+// the backend renders with the model's chat template.
+type GenerateRequest struct {
+	ID       string    // caller's stable row key; see the package contract
+	Prompt   string    // rendered prompt text
+	Messages []Message // chat conversation, rendered by the backend
+	N        int       // completions to sample; 0 means 1
+	Sampling
+	// LogProbs asks for the log-prob of every sampled token.
+	LogProbs bool
+	// TopLogProbs asks, at every sampled position, for this many most likely
+	// alternatives with their log-probs (0 = none). It implies LogProbs.
+	TopLogProbs int
+}
+
+// Samples returns the number of completions the request asks for.
+func (r *GenerateRequest) Samples() int {
+	if r.N <= 0 {
+		return 1
+	}
+	return r.N
+}
+
+// Validate checks the request on its own.
+func (r *GenerateRequest) Validate() error {
+	switch {
+	case r.ID == "":
+		return errors.New("empty request id")
+	case r.Prompt != "" && len(r.Messages) > 0:
+		return fmt.Errorf("request %s: both prompt and messages set", r.ID)
+	case r.Prompt == "" && len(r.Messages) == 0:
+		return fmt.Errorf("request %s: neither prompt nor messages set", r.ID)
+	case r.N < 0:
+		return fmt.Errorf("request %s: n = %d < 0", r.ID, r.N)
+	case r.MaxTokens <= 0:
+		return fmt.Errorf("request %s: max_tokens = %d, want > 0", r.ID, r.MaxTokens)
+	case r.Temperature < 0 || math.IsNaN(r.Temperature):
+		return fmt.Errorf("request %s: temperature = %v, want >= 0", r.ID, r.Temperature)
+	case r.TopP < 0 || r.TopP > 1 || math.IsNaN(r.TopP):
+		return fmt.Errorf("request %s: top_p = %v, want in [0, 1]", r.ID, r.TopP)
+	case r.TopK < 0:
+		return fmt.Errorf("request %s: top_k = %d < 0", r.ID, r.TopK)
+	case r.TopLogProbs < 0:
+		return fmt.Errorf("request %s: top_logprobs = %d < 0", r.ID, r.TopLogProbs)
+	}
+	for _, s := range r.Stop {
+		if s == "" {
+			return fmt.Errorf("request %s: empty stop string", r.ID)
+		}
+	}
+	return nil
+}
+
+// FinishReason says why a completion ended.
+type FinishReason string
+
+const (
+	FinishStop   FinishReason = "stop"   // end-of-sequence token or a stop string
+	FinishLength FinishReason = "length" // MaxTokens reached
+)
+
+// TopLogProb is one alternative at a sampled position.
+type TopLogProb struct {
+	Token   string  // decoded text of the token
+	LogProb float64 // natural log-prob under the sampling model's distribution before temperature
+}
+
+// TokenLogProb is one sampled token with its log-prob.
+type TokenLogProb struct {
+	Token   string       // decoded text of the token
+	TokenID int          // vocabulary id; -1 when the backend does not know it
+	LogProb float64      // natural log-prob of the sampled token
+	Top     []TopLogProb // most likely alternatives, most likely first; nil unless asked for
+}
+
+// Completion is one sample of a prompt.
+type Completion struct {
+	Index        int          // 0 ≤ Index < N, the sample index within its request
+	Text         string       // generated text, without the stop string that ended it
+	TokenIDs     []int        // generated token ids; nil when the backend does not know them
+	FinishReason FinishReason // why generation ended
+	// Tokens is the number of generated tokens; -1 when the backend cannot
+	// tell (an OpenAI server reports only the total over all samples).
+	Tokens   int
+	LogProbs []TokenLogProb // one per generated token; nil unless asked for
+}
+
+// GenerateResponse answers one GenerateRequest.
+type GenerateResponse struct {
+	ID           string       // the request's ID
+	Model        string       // model or checkpoint id that produced the completions
+	PromptTokens int          // prompt length in tokens; -1 when unknown
+	Completions  []Completion // N of them, ordered by Index; nil when Failure is set
+	Failure      *RowFailure  // non-nil when this row failed permanently
+}
+
+// Generator samples completions.
+type Generator interface {
+	// Generate answers every request; see the package contract for the
+	// shape of the result and the meaning of an error.
+	Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error)
+}
+
+// ScoreRequest asks, for each suffix, for the log-probs of each candidate as
+// the single next token after Prefix+Suffixes[k]. It is the yes/no judge's
+// call: the prefix holds the shared (question, response) part of the prompt,
+// each suffix one criterion, and the candidates the answer tokens (" yes",
+// " no" and their variants). An in-process implementation prefills Prefix
+// once and batches the suffixes after it; a remote one sends Prefix+Suffix
+// and relies on the server's prefix cache.
+type ScoreRequest struct {
+	ID         string   // caller's stable row key
+	Prefix     string   // shared start of every prompt
+	Suffixes   []string // one prompt tail per criterion
+	Candidates []string // next-token strings to score; each should be one token
+}
+
+// Validate checks the request on its own.
+func (r *ScoreRequest) Validate() error {
+	switch {
+	case r.ID == "":
+		return errors.New("empty score request id")
+	case len(r.Suffixes) == 0:
+		return fmt.Errorf("score request %s: no suffixes", r.ID)
+	case len(r.Candidates) == 0:
+		return fmt.Errorf("score request %s: no candidates", r.ID)
+	}
+	for i, c := range r.Candidates {
+		if c == "" {
+			return fmt.Errorf("score request %s: candidate %d is empty", r.ID, i)
+		}
+	}
+	return nil
+}
+
+// ScoreResponse answers one ScoreRequest.
+type ScoreResponse struct {
+	ID    string // the request's ID
+	Model string // model id of the scorer
+	// LogProbs[k][j] is the natural log-prob of Candidates[j] as the next
+	// token after Prefix+Suffixes[k]; -Inf when the candidate has no mass or
+	// was not among the alternatives a server reported.
+	LogProbs [][]float64
+	Failure  *RowFailure // non-nil when this row failed permanently
+}
+
+// Scorer scores next-token candidates after a shared prefix.
+type Scorer interface {
+	Score(ctx context.Context, reqs []ScoreRequest) ([]ScoreResponse, error)
+}
+
+// LogProbRequest asks for the log-prob of every token of Completion given
+// Prompt. When token ids are given they are used as is and the texts are
+// ignored; otherwise the backend tokenizes the texts (Prompt and Completion
+// separately, so that the completion's tokens are the ones it would sample
+// after the prompt).
+type LogProbRequest struct {
+	ID                 string // caller's stable row key
+	Prompt             string
+	Completion         string
+	PromptTokenIDs     []int
+	CompletionTokenIDs []int
+}
+
+// LogProbResponse answers one LogProbRequest.
+type LogProbResponse struct {
+	ID       string
+	Model    string
+	LogProbs []TokenLogProb // one per completion token
+	Sum      float64        // sum of LogProbs
+	Failure  *RowFailure
+}
+
+// LogProber computes log-probs of given continuations (for example the
+// reference and old-policy log-probs of GRPO).
+type LogProber interface {
+	LogProbs(ctx context.Context, reqs []LogProbRequest) ([]LogProbResponse, error)
+}
+
+// TrainSample is one sequence of a GRPO batch: a prompt, a sampled
+// completion, its group advantage and the per-token log-probs the loss needs.
+type TrainSample struct {
+	PromptTokenIDs     []int     // (P)
+	CompletionTokenIDs []int     // (T)
+	Advantage          float64   // (r − mean)/(std + 1e-8) within the sample's group
+	OldLogProbs        []float64 // (T) log-probs under the policy that sampled; nil: the current policy (on-policy ratio 1)
+	RefLogProbs        []float64 // (T) log-probs under the frozen reference for the k3 KL; nil when β = 0
+}
+
+// TrainStats reports one optimizer step.
+type TrainStats struct {
+	Step     int     // optimizer steps taken after this one
+	Loss     float64 // mean over sequences of the per-sequence token-mean loss
+	KL       float64 // mean k3 KL against the reference
+	ClipFrac float64 // share of tokens whose ratio was clipped
+	GradNorm float64 // global gradient norm before clipping
+	Tokens   int     // completion tokens in the batch
+}
+
+// Trainer takes GRPO steps on the policy. Implementations accumulate
+// gradients over micro-batches internally; one call is one optimizer step.
+type Trainer interface {
+	TrainStep(ctx context.Context, batch []TrainSample) (TrainStats, error)
+	// Save writes an HF-format checkpoint to dir and returns its id.
+	Save(ctx context.Context, dir string) (string, error)
+}
+
+// CheckIDs returns an error naming the first empty or duplicated ID.
+func CheckIDs[T any](reqs []T, id func(*T) string) error {
+	seen := make(map[string]int, len(reqs))
+	for i := range reqs {
+		k := id(&reqs[i])
+		if k == "" {
+			return fmt.Errorf("request %d: empty id", i)
+		}
+		if j, ok := seen[k]; ok {
+			return fmt.Errorf("requests %d and %d share id %q", j, i, k)
+		}
+		seen[k] = i
+	}
+	return nil
+}

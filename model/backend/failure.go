@@ -1,0 +1,26 @@
+package backend
+
+import "fmt"
+
+// FailureReason classifies a permanent per-row failure.
+type FailureReason string
+
+const (
+	// FailureRejected: the server refused the request itself (HTTP 4xx other
+	// than 408 and 429): retrying the same request cannot succeed.
+	FailureRejected FailureReason = "rejected"
+	// FailureMalformed: the server answered, but the answer cannot be used
+	// (wrong number of choices, missing log-probs that were asked for).
+	FailureMalformed FailureReason = "malformed_response"
+	// FailureEngine: the in-process engine failed on this row alone.
+	FailureEngine FailureReason = "engine"
+)
+
+// RowFailure records why one row failed permanently. Stages write it to the
+// row's error column instead of dropping the row.
+type RowFailure struct {
+	Reason  FailureReason
+	Message string // human-readable detail: endpoint, status, server message
+}
+
+func (f *RowFailure) Error() string { return fmt.Sprintf("%s: %s", f.Reason, f.Message) }
