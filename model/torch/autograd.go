@@ -1,0 +1,92 @@
+package torch
+
+import (
+	"fmt"
+
+	lib "github.com/sugarme/gotch/libtch"
+)
+
+func copyInPlace(dst, src *Tensor) error {
+	lib.AtCopy_(lib.Ctensor(dst.Ctensor()), lib.Ctensor(src.Ctensor()))
+	return torchErr("Copy_")
+}
+
+// CopyInto copies src into dst in place (dst.copy_(src)); shapes must
+// broadcast, dtypes convert.
+func CopyInto(dst, src *Tensor) error {
+	if dst == nil || src == nil {
+		return fmt.Errorf("torch Copy_: nil tensor")
+	}
+	return copyInPlace(dst, src)
+}
+
+// SetRequiresGrad sets x.requires_grad in place (leaf tensors only).
+func SetRequiresGrad(x *Tensor, on bool) error {
+	if err := x.RequiresGrad_(on); err != nil {
+		return cleanErr("RequiresGrad_", err)
+	}
+	return nil
+}
+
+// RequiresGrad reports x.requires_grad.
+func RequiresGrad(x *Tensor) bool { return lib.AtRequiresGrad(lib.Ctensor(x.Ctensor())) }
+
+// Backward runs loss.backward() (loss must be a scalar), accumulating into the
+// .grad of every leaf that requires grad. Run it with grad mode on.
+func Backward(loss *Tensor) error {
+	if loss == nil {
+		return fmt.Errorf("torch Backward: nil loss")
+	}
+	if err := loss.Backward(); err != nil {
+		return cleanErr("Backward", err)
+	}
+	return nil
+}
+
+// Grad returns x.grad as a tensor owned by s, or nil when x has no gradient
+// yet. The result shares storage with the gradient: in-place updates of it
+// update x.grad.
+func (s *Scope) Grad(x *Tensor) *Tensor {
+	if !s.ok("Grad", x) {
+		return nil
+	}
+	g := s.op("Grad")(x.Grad(false))
+	if g == nil {
+		return nil
+	}
+	if !Defined(g) {
+		s.tensors = s.tensors[:len(s.tensors)-1]
+		drop(g)
+		return nil
+	}
+	return g
+}
+
+// ZeroGrad sets x.grad to zero in place when it exists (gotch's ZeroGrad uses
+// Must* and leaks the wrapper).
+func ZeroGrad(x *Tensor) error {
+	g, err := x.Grad(false)
+	if err != nil {
+		return cleanErr("Grad", err)
+	}
+	defer g.Drop()
+	if !Defined(g) {
+		return nil
+	}
+	if err := g.Detach_(); err != nil {
+		return cleanErr("Detach_", err)
+	}
+	if err := g.Zero_(); err != nil {
+		return cleanErr("Zero_", err)
+	}
+	return nil
+}
+
+// Defined reports whether x holds a defined tensor (not torch's None).
+func Defined(x *Tensor) bool {
+	if x == nil || x.Ctensor() == nil {
+		return false
+	}
+	ok, err := x.Defined()
+	return err == nil && ok
+}

@@ -1,0 +1,174 @@
+package torch
+
+import (
+	"fmt"
+	"unsafe"
+
+	lib "github.com/sugarme/gotch/libtch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// Shape is x's shape.
+func Shape(x *Tensor) ([]int64, error) {
+	if x == nil {
+		return nil, fmt.Errorf("torch Shape: nil tensor")
+	}
+	sh, err := x.Size()
+	if err != nil {
+		return nil, cleanErr("Shape", err)
+	}
+	return sh, nil
+}
+
+// Numel is the number of elements of a shape.
+func Numel(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// DTypeOf is x's dtype.
+func DTypeOf(x *Tensor) DType { return x.DType() }
+
+// DeviceOf is x's device.
+func DeviceOf(x *Tensor) (Device, error) {
+	d, err := x.Device()
+	if err != nil {
+		return CPU, cleanErr("Device", err)
+	}
+	return d, nil
+}
+
+// FromBytes makes a tensor of dtype and shape on the CPU from raw
+// little-endian bytes (copied once by libtorch). data may be any memory,
+// including an mmap'd file.
+func (s *Scope) FromBytes(data []byte, shape []int64, dtype DType) *Tensor {
+	if !s.ok("FromBytes") {
+		return nil
+	}
+	want := Numel(shape) * int64(ElemSize(dtype))
+	if int64(len(data)) != want {
+		s.Failf("torch FromBytes: %d bytes for shape %v %s, want %d", len(data), shape, DTypeName(dtype), want)
+		return nil
+	}
+	if want == 0 || len(shape) == 0 {
+		// at_tensor_of_data needs a non-empty shape and data pointer.
+		if want == 0 {
+			return s.Zeros(shape, dtype, CPU)
+		}
+		return s.Reshape(s.FromBytes(data, []int64{1}, dtype))
+	}
+	dims := append([]int64(nil), shape...)
+	c := lib.AtTensorOfData(unsafe.Pointer(&data[0]), dims, uint(len(dims)), uint(ElemSize(dtype)), int(dtype.CKind()))
+	if err := torchErr("FromBytes"); err != nil {
+		s.Fail(err)
+		return nil
+	}
+	return s.track("FromBytes", ts.New(c), nil)
+}
+
+// FromFloat32 makes a float32 CPU tensor of shape from data.
+func (s *Scope) FromFloat32(data []float32, shape ...int64) *Tensor {
+	return s.FromBytes(sliceBytes(data), shape, Float32)
+}
+
+// FromInt64 makes an int64 CPU tensor of shape from data.
+func (s *Scope) FromInt64(data []int64, shape ...int64) *Tensor {
+	return s.FromBytes(sliceBytes(data), shape, Int64)
+}
+
+// FromBool makes a bool CPU tensor of shape from data.
+func (s *Scope) FromBool(data []bool, shape ...int64) *Tensor {
+	return s.FromBytes(sliceBytes(data), shape, Bool)
+}
+
+func sliceBytes[T any](xs []T) []byte {
+	if len(xs) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), len(xs)*int(unsafe.Sizeof(z)))
+}
+
+// Bytes returns x's raw bytes (its dtype, little-endian, row-major) on the
+// host. It copies; x may live on any device and be non-contiguous.
+func Bytes(x *Tensor) ([]byte, error) {
+	s := NewScope()
+	defer s.Close()
+	c := s.To(x, CPU, x.DType())
+	c = s.Contiguous(c)
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	sh, err := Shape(c)
+	if err != nil {
+		return nil, err
+	}
+	n := Numel(sh) * int64(ElemSize(x.DType()))
+	if n == 0 {
+		return []byte{}, nil
+	}
+	p, err := c.DataPtr()
+	if err != nil {
+		return nil, cleanErr("DataPtr", err)
+	}
+	out := make([]byte, n)
+	copy(out, unsafe.Slice((*byte)(p), n))
+	return out, nil
+}
+
+// Float32s returns x's values converted to float32, row-major.
+func Float32s(x *Tensor) ([]float32, error) {
+	return values[float32](x, Float32)
+}
+
+// Int64s returns x's values converted to int64, row-major.
+func Int64s(x *Tensor) ([]int64, error) {
+	return values[int64](x, Int64)
+}
+
+// Float64s returns x's values converted to float64, row-major.
+func Float64s(x *Tensor) ([]float64, error) {
+	return values[float64](x, Float64)
+}
+
+// Item is the value of a one-element tensor as float64.
+func Item(x *Tensor) (float64, error) {
+	v, err := Float64s(x)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1 {
+		return 0, fmt.Errorf("torch Item: tensor has %d elements, want 1", len(v))
+	}
+	return v[0], nil
+}
+
+func values[T any](x *Tensor, dt DType) ([]T, error) {
+	if x == nil {
+		return nil, fmt.Errorf("torch values: nil tensor")
+	}
+	s := NewScope()
+	defer s.Close()
+	c := s.Contiguous(s.To(s.Detach(x), CPU, dt))
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	sh, err := Shape(c)
+	if err != nil {
+		return nil, err
+	}
+	n := Numel(sh)
+	out := make([]T, n)
+	if n == 0 {
+		return out, nil
+	}
+	p, err := c.DataPtr()
+	if err != nil {
+		return nil, cleanErr("DataPtr", err)
+	}
+	copy(out, unsafe.Slice((*T)(p), n))
+	return out, nil
+}

@@ -1,0 +1,178 @@
+package torch
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+)
+
+var live atomic.Int64
+
+// Live is the number of tensors created through this package and not yet
+// dropped through it. Tests record it before and assert it returns after.
+func Live() int64 { return live.Load() }
+
+// Scope owns the tensors created through it and drops them on Close. It holds
+// a sticky error: the first op that fails records it, later ops return nil.
+// A scope locks its goroutine to the OS thread until Close (libtorch state is
+// per thread); it must be closed on the goroutine that created it.
+//
+//	s := torch.NewScope()
+//	defer s.Close()
+//	h := s.Add(x, s.Matmul(x, w)) // (B, T, C)
+//	if err := s.Err(); err != nil { return nil, err }
+//	return s.Keep(h), nil          // caller now owns h: torch.Drop(h)
+type Scope struct {
+	parent  *Scope
+	tensors []*Tensor
+	err     error
+	closed  bool
+}
+
+// NewScope returns an empty root scope.
+func NewScope() *Scope {
+	runtime.LockOSThread()
+	return &Scope{}
+}
+
+// Child returns a scope whose errors also fail s. Use one per loop iteration
+// (a layer, a decode step) so intermediates are freed early; move results out
+// with MoveTo(parent, t).
+func (s *Scope) Child() *Scope {
+	runtime.LockOSThread()
+	return &Scope{parent: s, err: s.err}
+}
+
+// Err is the first error recorded on s (or on a child of s).
+func (s *Scope) Err() error { return s.err }
+
+// Fail records err (wrapped with nothing) as s's error, and its parents', if
+// none is recorded yet. Later ops on s do nothing.
+func (s *Scope) Fail(err error) {
+	if err == nil {
+		return
+	}
+	for p := s; p != nil; p = p.parent {
+		if p.err == nil {
+			p.err = err
+		}
+	}
+}
+
+// Failf records a formatted error like Fail.
+func (s *Scope) Failf(format string, args ...any) { s.Fail(fmt.Errorf(format, args...)) }
+
+// Track records a tensor produced by a gotch call outside this package's op
+// set, so any gotch op can be used: y := s.Track(x.Erf(false)). On error it
+// records the error and returns nil. Never pass del=true to the gotch call.
+func (s *Scope) Track(t *Tensor, err error) *Tensor { return s.track("op", t, err) }
+
+// op returns a function that tracks a gotch result under the op's name, so a
+// multi-value gotch call can be passed straight in: s.op("Add")(a.Add(b, false)).
+func (s *Scope) op(name string) func(*Tensor, error) *Tensor {
+	return func(t *Tensor, err error) *Tensor { return s.track(name, t, err) }
+}
+
+func (s *Scope) track(op string, t *Tensor, err error) *Tensor {
+	if err != nil {
+		s.Fail(cleanErr(op, err))
+		if t != nil && t.Ctensor() != nil {
+			_ = t.Drop()
+		}
+		return nil
+	}
+	if t == nil {
+		s.Fail(fmt.Errorf("torch %s: returned no tensor", op))
+		return nil
+	}
+	if s.closed {
+		s.Fail(fmt.Errorf("torch %s: scope already closed", op))
+		_ = t.Drop()
+		return nil
+	}
+	live.Add(1)
+	s.tensors = append(s.tensors, t)
+	return t
+}
+
+// ok reports whether an op may run: no error yet and every input present.
+func (s *Scope) ok(op string, xs ...*Tensor) bool {
+	if s.err != nil {
+		return false
+	}
+	for i, x := range xs {
+		if x == nil || x.Ctensor() == nil {
+			s.Fail(fmt.Errorf("torch %s: input %d is nil or dropped", op, i))
+			return false
+		}
+	}
+	return true
+}
+
+// Keep removes t from s and hands it to the caller, who must Drop it (or pass
+// it to another owner). A nil t (after an error) is returned as nil.
+func (s *Scope) Keep(t *Tensor) *Tensor {
+	if t == nil {
+		return nil
+	}
+	for i := len(s.tensors) - 1; i >= 0; i-- {
+		if s.tensors[i] == t {
+			s.tensors = append(s.tensors[:i], s.tensors[i+1:]...)
+			return t
+		}
+	}
+	s.Fail(errors.New("torch Keep: tensor is not owned by this scope"))
+	return nil
+}
+
+// MoveTo moves t from s to dst (typically s's parent) and returns it.
+func (s *Scope) MoveTo(dst *Scope, t *Tensor) *Tensor {
+	if t = s.Keep(t); t != nil {
+		dst.tensors = append(dst.tensors, t)
+	}
+	return t
+}
+
+// Adopt hands an owned tensor (one that was Kept) back to s, which will drop it
+// on Close.
+func (s *Scope) Adopt(t *Tensor) *Tensor {
+	if t != nil {
+		s.tensors = append(s.tensors, t)
+	}
+	return t
+}
+
+// Close drops every tensor s still owns and unlocks the OS thread. Closing
+// twice is a no-op. Close does not close children; close them first.
+func (s *Scope) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	for i := len(s.tensors) - 1; i >= 0; i-- {
+		drop(s.tensors[i])
+	}
+	s.tensors = nil
+	runtime.UnlockOSThread()
+}
+
+// Len is the number of tensors s owns (for tests and debugging).
+func (s *Scope) Len() int { return len(s.tensors) }
+
+// Drop frees tensors the caller owns (ones returned by Keep, or by a function
+// documented to return owned tensors). Nil tensors are skipped.
+func Drop(ts ...*Tensor) {
+	for _, t := range ts {
+		drop(t)
+	}
+}
+
+func drop(t *Tensor) {
+	if t == nil || t.Ctensor() == nil {
+		return
+	}
+	// gotch's Drop only fails on a double free, which it already skips.
+	_ = t.Drop()
+	live.Add(-1)
+}
