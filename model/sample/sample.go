@@ -1,0 +1,265 @@
+// Package sample turns next-token logits into tokens: the logit processors
+// (temperature, top-k, top-p) and a seeded sampler.
+//
+// Contract:
+//
+//   - Order. Temperature first (logits / T, as HF), then top-k, then top-p on
+//     the distribution top-k left (renormalised), as HF and vLLM do. Top-p
+//     keeps the smallest most-likely set whose mass is ≥ p: token j of the
+//     descending order is kept iff the mass before it is < p, so the most
+//     likely token is always kept. Temperature 0 is greedy: the argmax of the
+//     raw logits (the first index on ties, as torch.argmax).
+//   - Precision. All math is float32 whatever the logits' dtype.
+//   - Randomness. Each row brings its own RNG (ChaCha8 keyed by the request
+//     seed, see NewRNG). A sampled token costs exactly one uniform u from it,
+//     and the token is found by inverse CDF: the first token in the row's
+//     order whose cumulative (filtered) mass reaches u·total. A row's order
+//     depends only on its own params — descending probability when top-k or
+//     top-p is on, vocabulary order otherwise — so a row's tokens depend on
+//     its seed, params and logits only, never on the rest of the batch. (Its
+//     logits themselves may differ in the last float bits between batch
+//     shapes; that flips a sample only when u lands within that much of a
+//     boundary.) Tokens of exactly equal probability are ordered as
+//     torch.sort/topk order them.
+//   - Log-probs. Result.LogProbs are the log-softmax of the raw model logits
+//     (before temperature and filters), as vLLM and TRL report by default.
+//     Probs gives the processed distribution when it is wanted.
+package sample
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/evolm/evolm/model/torch"
+)
+
+// Row is one row of a batch: its params and, unless it is greedy, its RNG.
+type Row struct {
+	Params
+	RNG *RNG
+}
+
+// Result holds one sampled token per row.
+type Result struct {
+	Tokens   []int64   // (B) chosen token ids
+	LogProbs []float32 // (B) raw-model log-prob of each chosen token
+}
+
+type kind int
+
+const (
+	kindGreedy kind = iota
+	kindPlain       // temperature only: vocabulary order
+	kindSorted      // top-p without top-k: full descending sort
+	kindTopK        // top-k (maybe with top-p): sorted top-k prefix
+)
+
+func rowKind(p Params, vocab int64) kind {
+	switch {
+	case p.Greedy():
+		return kindGreedy
+	case p.topK(vocab):
+		return kindTopK
+	case p.topP():
+		return kindSorted
+	}
+	return kindPlain
+}
+
+// groups splits row indices by kind, keeping batch order within a kind.
+func groups(rows []Row, vocab int64) map[kind][]int64 {
+	g := map[kind][]int64{}
+	for i, r := range rows {
+		k := rowKind(r.Params, vocab)
+		g[k] = append(g[k], int64(i))
+	}
+	return g
+}
+
+func check(logits *torch.Tensor, rows []Row) (b, v int64, err error) {
+	sh, err := torch.Shape(logits)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sample: %w", err)
+	}
+	if len(sh) != 2 || sh[1] < 1 {
+		return 0, 0, fmt.Errorf("sample: logits shape %v, want (B, V)", sh)
+	}
+	if int64(len(rows)) != sh[0] {
+		return 0, 0, fmt.Errorf("sample: %d rows for logits of batch %d", len(rows), sh[0])
+	}
+	for i, r := range rows {
+		if err := r.Validate(); err != nil {
+			return 0, 0, fmt.Errorf("row %d: %w", i, err)
+		}
+		if !r.Greedy() && r.RNG == nil {
+			return 0, 0, fmt.Errorf("sample: row %d samples (temperature %v) but has no RNG", i, r.Temperature)
+		}
+	}
+	return sh[0], sh[1], nil
+}
+
+// dist returns the filtered, unnormalised distribution of the rows x (G, V)
+// (float32 logits) with params ps, all of kind k ≠ kindGreedy: probs (G, K)
+// with removed tokens at 0, and order (G, K), the token id of each column, or
+// nil when the columns are the vocabulary itself (K = V).
+func dist(s *torch.Scope, x *torch.Tensor, ps []Params, k kind, vocab int64) (probs, order *torch.Tensor) {
+	g := int64(len(ps))
+	dev, err := torch.DeviceOf(x)
+	if err != nil {
+		s.Fail(err)
+		return nil, nil
+	}
+	temps := make([]float32, g)
+	for i, p := range ps {
+		temps[i] = float32(p.Temperature)
+	}
+	z := s.Div(x, s.To(s.FromFloat32(temps, g, 1), dev, torch.Float32)) // (G, V)
+	switch k {
+	case kindPlain:
+		return s.Softmax(z, -1, torch.NoDType), nil
+	case kindSorted:
+		z, order = s.Sort(z, -1, true) // (G, V) descending
+	case kindTopK:
+		kmax := 0
+		for _, p := range ps {
+			kmax = max(kmax, min(p.TopK, int(vocab)))
+		}
+		z, order = s.Topk(z, int64(kmax), -1, true) // (G, kmax) descending
+		drop := make([]bool, int(g)*kmax)
+		for i, p := range ps {
+			for j := p.TopK; j < kmax; j++ {
+				drop[i*kmax+j] = true
+			}
+		}
+		z = s.MaskedFill(z, s.To(s.FromBool(drop, g, int64(kmax)), dev, torch.Bool), math.Inf(-1))
+	}
+	probs = s.Softmax(z, -1, torch.NoDType) // (G, K)
+	anyP := false
+	tops := make([]float32, g)
+	for i, p := range ps {
+		tops[i] = 2 // keeps everything: the mass before any token is ≤ 1
+		if p.topP() {
+			tops[i], anyP = float32(p.TopP), true
+		}
+	}
+	if anyP {
+		before := s.Sub(s.Cumsum(probs, -1), probs) // (G, K) mass strictly before each token
+		keep := s.Track(before.LtTensor(s.To(s.FromFloat32(tops, g, 1), dev, torch.Float32), false))
+		probs = s.MaskedFill(probs, s.LogicalNot(keep), 0)
+	}
+	return probs, order
+}
+
+// Sample draws one token per row of logits (B, V) (any float dtype, any
+// device). rows has B entries; each non-greedy row's RNG advances by one
+// uniform. The returned Result lives in Go memory; s only hosts temporaries
+// (they are freed before Sample returns).
+func Sample(s *torch.Scope, logits *torch.Tensor, rows []Row) (Result, error) {
+	b, vocab, err := check(logits, rows)
+	if err != nil {
+		return Result{}, err
+	}
+	c := s.Child()
+	defer c.Close()
+	x := c.Float32(logits)                    // (B, V)
+	lsm := c.LogSoftmax(x, -1, torch.NoDType) // (B, V) raw log-probs
+	tokens := c.Argmax(x, -1, false)          // (B) greedy choice; sampled rows overwritten below
+	dev, err := torch.DeviceOf(logits)
+	if err != nil {
+		return Result{}, fmt.Errorf("sample: %w", err)
+	}
+	for _, k := range []kind{kindPlain, kindSorted, kindTopK} {
+		idx := groups(rows, vocab)[k]
+		if len(idx) == 0 {
+			continue
+		}
+		g := int64(len(idx))
+		ps := make([]Params, g)
+		us := make([]float32, g)
+		for i, r := range idx {
+			ps[i] = rows[r].Params
+			// (0, 1]: the threshold u·total is then > 0 and ≤ total, so the
+			// chosen token always has positive mass.
+			us[i] = float32(1 - rows[r].RNG.Float64())
+		}
+		ix := c.To(c.FromInt64(idx, g), dev, torch.Int64)
+		probs, order := dist(c, c.IndexSelect(x, 0, ix), ps, k, vocab) // (G, K)
+		cum := c.Cumsum(probs, -1)                                     // (G, K)
+		kk, err := torch.Shape(probs)
+		if err != nil {
+			return Result{}, fmt.Errorf("sample: %w", err)
+		}
+		total := c.Narrow(cum, 1, kk[1]-1, 1)                                  // (G, 1)
+		thr := c.Mul(total, c.To(c.FromFloat32(us, g, 1), dev, torch.Float32)) // (G, 1)
+		below := c.Track(cum.LtTensor(thr, false))                             // (G, K)
+		pos := c.ClampMax(c.SumDim(c.ToDType(below, torch.Int64), []int64{1}, true), float64(kk[1]-1))
+		pos = c.ToDType(pos, torch.Int64) // (G, 1)
+		tok := pos
+		if order != nil {
+			tok = c.Gather(order, 1, pos) // (G, 1)
+		}
+		tokens = c.Track(tokens.IndexCopy(0, ix, c.Reshape(tok, g), false))
+	}
+	lp := c.Gather(lsm, 1, c.Unsqueeze(tokens, 1)) // (B, 1)
+	if err := c.Err(); err != nil {
+		return Result{}, fmt.Errorf("sample: %w", err)
+	}
+	res := Result{}
+	if res.Tokens, err = torch.Int64s(tokens); err != nil {
+		return Result{}, fmt.Errorf("sample: %w", err)
+	}
+	if res.LogProbs, err = torch.Float32s(lp); err != nil {
+		return Result{}, fmt.Errorf("sample: %w", err)
+	}
+	if int64(len(res.Tokens)) != b {
+		return Result{}, fmt.Errorf("sample: got %d tokens for %d rows", len(res.Tokens), b)
+	}
+	return res, nil
+}
+
+// Probs returns the processed distribution that Sample draws from, in
+// vocabulary order: (B, V) float32 on the logits' device, rows summing to 1,
+// removed tokens exactly 0, greedy rows one-hot at the argmax. The tensor is
+// owned by s.
+func Probs(s *torch.Scope, logits *torch.Tensor, rows []Params) (*torch.Tensor, error) {
+	rs := make([]Row, len(rows))
+	for i, p := range rows {
+		rs[i] = Row{Params: p, RNG: NewRNG(0)}
+	}
+	b, vocab, err := check(logits, rs)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := torch.DeviceOf(logits)
+	if err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
+	}
+	c := s.Child()
+	defer c.Close()
+	x := c.Float32(logits) // (B, V)
+	zeros := c.Zeros([]int64{b, vocab}, torch.Float32, dev)
+	ones := c.Ones([]int64{b, 1}, torch.Float32, dev)
+	out := c.Track(zeros.Scatter(1, c.Argmax(x, -1, true), ones, false)) // (B, V) one-hot
+	for k, idx := range groups(rs, vocab) {
+		if k == kindGreedy {
+			continue
+		}
+		g := int64(len(idx))
+		ps := make([]Params, g)
+		for i, r := range idx {
+			ps[i] = rows[r]
+		}
+		ix := c.To(c.FromInt64(idx, g), dev, torch.Int64)
+		probs, order := dist(c, c.IndexSelect(x, 0, ix), ps, k, vocab)
+		probs = c.Div(probs, c.SumDim(probs, []int64{1}, true))
+		if order != nil {
+			z := c.Zeros([]int64{g, vocab}, torch.Float32, dev)
+			probs = c.Track(z.Scatter(1, order, probs, false)) // (G, V)
+		}
+		out = c.Track(out.IndexCopy(0, ix, probs, false))
+	}
+	if err := c.Err(); err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
+	}
+	return c.MoveTo(s, out), nil
+}
