@@ -1,0 +1,490 @@
+package pipeline
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cast"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+)
+
+//go:embed defaults.yaml
+var defaultsYAML []byte
+
+// EnvPrefix starts every config env var.
+const EnvPrefix = "EVOLM_"
+
+// LoadOptions are the sources LoadConfig merges over the embedded defaults and
+// the registered stage specs' defaults, in this order of precedence (last wins):
+// File, Env, Flags.
+type LoadOptions struct {
+	File string // YAML file (--config); "" for none
+	// Env is the environment as os.Environ returns it. Only EVOLM_<KEY> vars
+	// of known keys are read; an EVOLM_STAGES_* var naming no key is an error.
+	Env []string
+	// Flags maps config keys to flags; only flags the user set (Changed) apply.
+	Flags map[string]*pflag.Flag
+}
+
+// Config is the merged, type-checked configuration, or a section of it
+// (see Section). Keys are dotted and lower-case: "stages.dedup.threshold".
+type Config struct {
+	prefix string         // "" or "stages.dedup."
+	values map[string]any // full key → typed value
+	source map[string]string
+}
+
+// keyInfo is what LoadConfig knows about a key.
+type keyInfo struct {
+	typ   FieldType
+	field *Field // nil for keys from defaults.yaml
+}
+
+// knownKeys returns every config key: defaults.yaml's and the specs' fields.
+func knownKeys() (map[string]keyInfo, map[string]any, error) {
+	var tree map[string]any
+	if err := yaml.Unmarshal(defaultsYAML, &tree); err != nil {
+		return nil, nil, fmt.Errorf("embedded defaults.yaml: %w", err)
+	}
+	defaults := flatten("", tree)
+	known := map[string]keyInfo{}
+	for k, v := range defaults {
+		known[k] = keyInfo{typ: typeOf(v)}
+	}
+	for _, s := range Specs() {
+		for i := range s.Fields {
+			f := &s.Fields[i]
+			k := "stages." + s.Name + "." + f.Key
+			known[k] = keyInfo{typ: f.Type, field: f}
+			defaults[k] = f.Default
+		}
+	}
+	return known, defaults, nil
+}
+
+func typeOf(v any) FieldType {
+	switch v.(type) {
+	case bool:
+		return TypeBool
+	case int, int64:
+		return TypeInt
+	case float64:
+		return TypeFloat
+	case []any:
+		return TypeStrings
+	}
+	return TypeString
+}
+
+// flatten turns nested maps into dotted keys; empty maps vanish.
+func flatten(prefix string, m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		key := strings.ToLower(prefix + k)
+		if sub, ok := v.(map[string]any); ok {
+			for kk, vv := range flatten(key+".", sub) {
+				out[kk] = vv
+			}
+			continue
+		}
+		out[key] = v
+	}
+	return out
+}
+
+// EnvName is the env var that sets a config key.
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
+}
+
+// LoadConfig merges the configuration: embedded defaults.yaml and stage spec
+// defaults, then opts.File, then EVOLM_* env vars, then flags. Unknown keys
+// in the file are errors naming the key and the file; a value that does not
+// fit its key's type or enum is an error naming the key and where the value
+// came from.
+func LoadConfig(opts LoadOptions) (*Config, error) {
+	known, defaults, err := knownKeys()
+	if err != nil {
+		return nil, err
+	}
+	v := viper.New()
+	source := map[string]string{}
+	for k, d := range defaults {
+		v.SetDefault(k, d)
+		source[k] = "default"
+	}
+	if opts.File != "" {
+		b, err := os.ReadFile(opts.File)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", opts.File, err)
+		}
+		var tree map[string]any
+		if err := yaml.Unmarshal(b, &tree); err != nil {
+			return nil, fmt.Errorf("config %s: %w", opts.File, err)
+		}
+		flat := flatten("", tree)
+		var unknown []string
+		for k := range flat {
+			if _, ok := known[k]; !ok {
+				unknown = append(unknown, k)
+			}
+		}
+		if len(unknown) > 0 {
+			sort.Strings(unknown)
+			return nil, fmt.Errorf("config %s: unknown key %s%s", opts.File, strings.Join(unknown, ", "), suggest(unknown[0], known))
+		}
+		v.SetConfigType("yaml")
+		if err := v.MergeConfig(bytes.NewReader(b)); err != nil {
+			return nil, fmt.Errorf("config %s: %w", opts.File, err)
+		}
+		for k := range flat {
+			source[k] = "config file " + opts.File
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range opts.Env {
+		if name, val, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(name, EnvPrefix) {
+			env[name] = val
+		}
+	}
+	byEnv := map[string]string{}
+	for k := range known {
+		byEnv[EnvName(k)] = k
+	}
+	var envKeys []string
+	for name := range env {
+		envKeys = append(envKeys, name)
+	}
+	sort.Strings(envKeys)
+	for _, name := range envKeys {
+		k, ok := byEnv[name]
+		if !ok {
+			// Other EVOLM_* vars (EVOLM_ROOT, EVOLM_PYTHON) belong to the
+			// build; only the stages namespace is reserved for config.
+			if strings.HasPrefix(name, EnvPrefix+"STAGES_") {
+				return nil, fmt.Errorf("env %s: no such config key", name)
+			}
+			continue
+		}
+		val := any(env[name])
+		if known[k].typ == TypeStrings {
+			val = splitList(env[name])
+		}
+		v.Set(k, val)
+		source[k] = "env " + name
+	}
+	var flagKeys []string
+	for k := range opts.Flags {
+		flagKeys = append(flagKeys, k)
+	}
+	sort.Strings(flagKeys)
+	for _, k := range flagKeys {
+		f := opts.Flags[k]
+		if f == nil || !f.Changed {
+			continue
+		}
+		if _, ok := known[k]; !ok {
+			return nil, fmt.Errorf("flag --%s: no such config key %s", f.Name, k)
+		}
+		var val any = f.Value.String()
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			val = sv.GetSlice()
+		} else if known[k].typ == TypeStrings {
+			val = splitList(f.Value.String())
+		}
+		v.Set(k, val)
+		source[k] = "flag --" + f.Name
+	}
+
+	c := &Config{values: map[string]any{}, source: source}
+	var errs []error
+	keys := make([]string, 0, len(known))
+	for k := range known {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		info := known[k]
+		val, err := coerce(info.typ, v.Get(k))
+		if err == nil && info.field != nil {
+			err = info.field.checkEnum(val)
+			if err == nil && info.field.Required && isZero(val) {
+				err = errors.New("required, not set")
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config key %s (from %s): %w", k, source[k], err))
+			continue
+		}
+		c.values[k] = val
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// StageConfig returns the config section of a registered stage with its spec
+// defaults overridden by values (keys relative to the section, e.g.
+// "threshold"), type-checked like LoadConfig. Tests use it to call a stage's
+// constructor directly.
+func StageConfig(stage string, values map[string]any) (*Config, error) {
+	spec, ok := Lookup(stage)
+	if !ok {
+		return nil, fmt.Errorf("no stage %q registered", stage)
+	}
+	c := &Config{prefix: "stages." + stage + ".", values: map[string]any{}, source: map[string]string{}}
+	for k := range values {
+		if _, ok := spec.Field(k); !ok {
+			return nil, fmt.Errorf("config key stages.%s.%s: unknown key", stage, k)
+		}
+	}
+	for _, f := range spec.Fields {
+		raw, src := f.Default, "default"
+		if v, ok := values[f.Key]; ok {
+			raw, src = v, "test value"
+		}
+		val, err := coerce(f.Type, raw)
+		if err == nil {
+			err = f.checkEnum(val)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("config key %s%s (from %s): %w", c.prefix, f.Key, src, err)
+		}
+		c.values[c.prefix+f.Key] = val
+		c.source[c.prefix+f.Key] = src
+	}
+	return c, nil
+}
+
+func suggest(key string, known map[string]keyInfo) string {
+	best, bestD := "", 4
+	for k := range known {
+		if d := levenshtein(key, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
+}
+
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+func splitList(s string) []string {
+	s = strings.TrimSpace(strings.Trim(strings.TrimSpace(s), "[]"))
+	if s == "" {
+		return []string{}
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}
+
+// coerce converts a raw value to the Go type of t.
+func coerce(t FieldType, raw any) (any, error) {
+	switch t {
+	case TypeString:
+		switch raw.(type) {
+		case map[string]any, []any, []string:
+			return nil, fmt.Errorf("want string, got %v", raw)
+		}
+		return cast.ToStringE(raw)
+	case TypeInt:
+		if f, ok := raw.(float64); ok && f != float64(int(f)) {
+			return nil, fmt.Errorf("want int, got %v", raw)
+		}
+		n, err := cast.ToIntE(raw)
+		if err != nil {
+			return nil, fmt.Errorf("want int, got %q", fmt.Sprint(raw))
+		}
+		return n, nil
+	case TypeFloat:
+		f, err := cast.ToFloat64E(raw)
+		if err != nil {
+			return nil, fmt.Errorf("want float, got %q", fmt.Sprint(raw))
+		}
+		return f, nil
+	case TypeBool:
+		b, err := cast.ToBoolE(raw)
+		if err != nil {
+			return nil, fmt.Errorf("want bool, got %q", fmt.Sprint(raw))
+		}
+		return b, nil
+	case TypeDuration:
+		if s, ok := raw.(string); ok {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return nil, fmt.Errorf("want duration (e.g. 90s), got %q", s)
+			}
+			return d, nil
+		}
+		if d, ok := raw.(time.Duration); ok {
+			return d, nil
+		}
+		return nil, fmt.Errorf("want duration (e.g. 90s), got %v", raw)
+	case TypeStrings:
+		switch x := raw.(type) {
+		case nil:
+			return []string{}, nil
+		case string:
+			return splitList(x), nil
+		}
+		s, err := cast.ToStringSliceE(raw)
+		if err != nil {
+			return nil, fmt.Errorf("want list of strings, got %v", raw)
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("unknown field type %q", t)
+}
+
+func (f Field) checkEnum(v any) error {
+	if len(f.Enum) == 0 {
+		return nil
+	}
+	s, _ := v.(string)
+	for _, e := range f.Enum {
+		if s == e {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not one of %s", s, strings.Join(f.Enum, ", "))
+}
+
+func isZero(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return x == ""
+	case []string:
+		return len(x) == 0
+	}
+	return false
+}
+
+// Section returns the part of c under prefix (e.g. "stages.dedup"); its
+// accessors take keys relative to it.
+func (c *Config) Section(prefix string) *Config {
+	return &Config{prefix: c.prefix + strings.TrimSuffix(prefix, ".") + ".", values: c.values, source: c.source}
+}
+
+// Get returns the typed value of key (relative to the section), or nil.
+func (c *Config) Get(key string) any { return c.values[c.prefix+key] }
+
+// Has reports whether key exists.
+func (c *Config) Has(key string) bool { _, ok := c.values[c.prefix+key]; return ok }
+
+// Source says where key's value came from: "default", "config file X",
+// "env EVOLM_X" or "flag --x".
+func (c *Config) Source(key string) string { return c.source[c.prefix+key] }
+
+// String returns a string key's value ("" if absent or of another type).
+func (c *Config) String(key string) string { s, _ := c.Get(key).(string); return s }
+
+// Int returns an int key's value.
+func (c *Config) Int(key string) int { n, _ := c.Get(key).(int); return n }
+
+// Float returns a float key's value.
+func (c *Config) Float(key string) float64 { f, _ := c.Get(key).(float64); return f }
+
+// Bool returns a bool key's value.
+func (c *Config) Bool(key string) bool { b, _ := c.Get(key).(bool); return b }
+
+// Duration returns a duration key's value.
+func (c *Config) Duration(key string) time.Duration { d, _ := c.Get(key).(time.Duration); return d }
+
+// Strings returns a list key's value.
+func (c *Config) Strings(key string) []string { s, _ := c.Get(key).([]string); return s }
+
+// Errorf returns an error about key that names it in full, for constructors'
+// cross-field checks: cfg.Errorf("bands", "must divide num_perm").
+func (c *Config) Errorf(key, format string, args ...any) error {
+	return fmt.Errorf("config key %s%s (from %s): %s", c.prefix, key, c.Source(key), fmt.Sprintf(format, args...))
+}
+
+// Keys returns the section's keys (relative), sorted.
+func (c *Config) Keys() []string {
+	var out []string
+	for k := range c.values {
+		if strings.HasPrefix(k, c.prefix) {
+			out = append(out, strings.TrimPrefix(k, c.prefix))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Map returns the section as a nested map of typed values (durations as
+// strings), as YAML and JSON print it.
+func (c *Config) Map() map[string]any {
+	root := map[string]any{}
+	for _, k := range c.Keys() {
+		val := c.Get(k)
+		if d, ok := val.(time.Duration); ok {
+			val = d.String()
+		}
+		parts := strings.Split(k, ".")
+		m := root
+		for _, p := range parts[:len(parts)-1] {
+			sub, ok := m[p].(map[string]any)
+			if !ok {
+				sub = map[string]any{}
+				m[p] = sub
+			}
+			m = sub
+		}
+		m[parts[len(parts)-1]] = val
+	}
+	return root
+}
+
+// YAML renders the section (keys sorted).
+func (c *Config) YAML() ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(c.Map()); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), enc.Close()
+}
+
+// Hash identifies the section's values: "sha256:" and 16 hex digits of its
+// canonical JSON. Shards record their stage's config hash.
+func (c *Config) Hash() string {
+	b, _ := json.Marshal(c.Map()) // map keys are sorted by encoding/json
+	h := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(h[:8])
+}

@@ -1,0 +1,598 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"iter"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// Key-value metadata keys that every shard carries, in both the Parquet footer
+// and the stored Arrow schema.
+const (
+	MetaTable         = "evolm.table"          // table name, e.g. "rollouts"
+	MetaSchemaVersion = "evolm.schema_version" // the table schema's version
+	MetaStage         = "evolm.stage"          // stage that wrote the shard
+	MetaConfigHash    = "evolm.config_hash"    // Config.Hash of the writing stage's section
+	MetaCodeVersion   = "evolm.code_version"   // CodeVersion() of the writer
+	MetaInputs        = "evolm.inputs"         // JSON list of input fingerprints
+)
+
+// TempSuffix ends the name of every shard (and manifest) being written. Temp
+// files also start with ".", so pyarrow, Spark and `*.parquet` globs skip them.
+const TempSuffix = ".tmp"
+
+// Provenance says where a shard came from. It is written into the shard's
+// key-value metadata.
+type Provenance struct {
+	Stage       string   `json:"stage"`
+	ConfigHash  string   `json:"config_hash"`
+	CodeVersion string   `json:"code_version"`
+	Inputs      []string `json:"inputs,omitempty"` // fingerprints, see Fingerprint
+}
+
+// WriteOptions configure a ShardWriter. The zero value is usable.
+type WriteOptions struct {
+	Mem          memory.Allocator // nil: memory.DefaultAllocator
+	Provenance   Provenance
+	RowGroupRows int64 // rows per row group; 0: 128Ki
+	// CompressionLevel for zstd; 0: the codec's default.
+	CompressionLevel int
+}
+
+// ShardInfo describes a committed shard.
+type ShardInfo struct {
+	Path   string `json:"path"` // slash-separated, relative to the run directory when committed through a Run
+	Rows   int64  `json:"rows"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	// Inputs is the fingerprint of the task's inputs; resume compares it.
+	Inputs string `json:"inputs,omitempty"`
+}
+
+// ShardWriter streams record batches into one Parquet shard. It writes to a
+// hidden temp file in the destination directory; Commit makes the shard
+// visible atomically, Abort removes it. Exactly one of them must be called;
+// calling either again is a no-op. A ShardWriter is not safe for concurrent use.
+type ShardWriter struct {
+	path, tmp string
+	schema    *arrow.Schema
+	f         *os.File
+	sink      *hashingWriter
+	fw        *pqarrow.FileWriter
+	rows      int64
+	done      bool
+	progress  *Progress // counts written rows; nil: none
+}
+
+// hashingWriter hashes and counts what goes to the file. It has no Close on
+// purpose: pqarrow closes a sink that is an io.Closer, and we fsync first.
+type hashingWriter struct {
+	w io.Writer
+	h hash.Hash
+	n int64
+}
+
+func (h *hashingWriter) Write(p []byte) (int, error) {
+	n, err := h.w.Write(p)
+	h.h.Write(p[:n])
+	h.n += int64(n)
+	return n, err
+}
+
+// CreateShard starts a shard that will appear at path on Commit. The schema
+// (with its metadata: table name, schema version) is stored in the file; the
+// provenance in opts goes to the footer's key-value metadata. Parent
+// directories are created.
+func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWriter, error) {
+	mem := opts.Mem
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	rg := opts.RowGroupRows
+	if rg <= 0 {
+		rg = 128 * 1024
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, "."+filepath.Base(path)+"."+hex.EncodeToString(rnd[:])+TempSuffix)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	level := opts.CompressionLevel
+	if level == 0 {
+		level = compress.DefaultCompressionLevel
+	}
+	props := parquet.NewWriterProperties(
+		parquet.WithAllocator(mem),
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompressionLevel(level),
+		parquet.WithDictionaryDefault(true),
+		parquet.WithStats(true),
+		parquet.WithMaxRowGroupLength(rg),
+		parquet.WithCreatedBy("evolm "+CodeVersion()),
+	)
+	arrProps := pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem))
+	sink := &hashingWriter{w: f, h: sha256.New()}
+	fw, err := pqarrow.NewFileWriter(schema, sink, props, arrProps)
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	inputs, _ := json.Marshal(opts.Provenance.Inputs)
+	kv := [][2]string{
+		{MetaStage, opts.Provenance.Stage},
+		{MetaConfigHash, opts.Provenance.ConfigHash},
+		{MetaCodeVersion, orDefault(opts.Provenance.CodeVersion, CodeVersion())},
+		{MetaInputs, string(inputs)},
+	}
+	for _, p := range kv {
+		if err := fw.AppendKeyValueMetadata(p[0], p[1]); err != nil {
+			f.Close()
+			os.Remove(tmp)
+			return nil, fmt.Errorf("shard %s: metadata %s: %w", path, p[0], err)
+		}
+	}
+	return &ShardWriter{path: path, tmp: tmp, schema: schema, f: f, sink: sink, fw: fw}, nil
+}
+
+// Path is where the shard appears on Commit.
+func (w *ShardWriter) Path() string { return w.path }
+
+// Schema is the shard's schema; every batch written must match it.
+func (w *ShardWriter) Schema() *arrow.Schema { return w.schema }
+
+// Rows is the number of rows written so far.
+func (w *ShardWriter) Rows() int64 { return w.rows }
+
+// Write appends a batch. Its schema must equal the shard's (field names and
+// types; metadata is ignored). The caller keeps its reference to rec.
+func (w *ShardWriter) Write(rec arrow.RecordBatch) error {
+	if w.done {
+		return fmt.Errorf("shard %s: write after commit or abort", w.path)
+	}
+	if err := CheckSchema(w.schema, rec.Schema()); err != nil {
+		return fmt.Errorf("shard %s: batch schema: %w", w.path, err)
+	}
+	if err := w.fw.WriteBuffered(rec); err != nil {
+		return fmt.Errorf("shard %s: write at row %d: %w", w.path, w.rows, err)
+	}
+	w.rows += rec.NumRows()
+	if w.progress != nil {
+		w.progress.Add(rec.NumRows())
+	}
+	return nil
+}
+
+// Commit finishes the file, fsyncs it, renames it to its final path and
+// fsyncs the directory. After a crash at any point the final path holds
+// either nothing (or the previous complete shard) or the complete new one.
+func (w *ShardWriter) Commit() (ShardInfo, error) {
+	if w.done {
+		return ShardInfo{}, fmt.Errorf("shard %s: already committed or aborted", w.path)
+	}
+	w.done = true
+	fail := func(err error) (ShardInfo, error) {
+		w.f.Close()
+		os.Remove(w.tmp)
+		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
+	}
+	if err := w.fw.Close(); err != nil {
+		return fail(err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := w.f.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(w.tmp, w.path); err != nil {
+		os.Remove(w.tmp)
+		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
+	}
+	if err := syncDir(filepath.Dir(w.path)); err != nil {
+		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
+	}
+	return ShardInfo{Path: w.path, Rows: w.rows, Bytes: w.sink.n, SHA256: hex.EncodeToString(w.sink.h.Sum(nil))}, nil
+}
+
+// Abort discards the shard: nothing appears at Path. It is safe to call after
+// Commit (it then does nothing), so `defer w.Abort()` is the usual pattern.
+func (w *ShardWriter) Abort() error {
+	if w.done {
+		return nil
+	}
+	w.done = true
+	w.fw.Close() // releases buffers; the data goes nowhere
+	w.f.Close()
+	if err := os.Remove(w.tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("shard %s: abort: %w", w.path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// ReadOptions configure a ShardReader. The zero value reads every column in
+// batches of 64Ki rows with the default allocator.
+type ReadOptions struct {
+	Mem       memory.Allocator // nil: memory.DefaultAllocator
+	BatchSize int64            // rows per batch; 0: 64Ki
+	Parallel  bool             // decode columns in parallel
+	// Schema, if set, is the schema the caller expects. The reader checks that
+	// every field exists in the file with a compatible type (see CheckSchema)
+	// and reads only those columns, in Schema's order. Extra file columns are
+	// ignored.
+	Schema *arrow.Schema
+}
+
+// ShardReader streams the record batches of one Parquet file.
+type ShardReader struct {
+	path   string
+	f      *os.File
+	pf     *file.Reader
+	fr     *pqarrow.FileReader
+	schema *arrow.Schema // of the batches returned
+	cols   []int         // leaf column indices to read; nil: all
+	closed bool
+}
+
+// OpenShard opens a Parquet file for streaming. Errors name the file; a schema
+// mismatch with opts.Schema shows both schemas.
+func OpenShard(path string, opts ReadOptions) (*ShardReader, error) {
+	mem := opts.Mem
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	bs := opts.BatchSize
+	if bs <= 0 {
+		bs = 64 * 1024
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	if st.Size() == 0 {
+		f.Close()
+		return nil, fmt.Errorf("shard %s: empty file (0 bytes), not a Parquet file", path)
+	}
+	pf, err := openParquet(f, mem)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("shard %s: not a readable Parquet file: %w", path, err)
+	}
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: bs, Parallel: opts.Parallel}, mem)
+	if err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
+	full, err := fr.Schema()
+	if err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("shard %s: arrow schema: %w", path, err)
+	}
+	r := &ShardReader{path: path, f: f, pf: pf, fr: fr, schema: full}
+	if opts.Schema != nil {
+		if err := r.project(opts.Schema); err != nil {
+			pf.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// openParquet turns the panics some corrupt footers cause into errors.
+func openParquet(f *os.File, mem memory.Allocator) (pf *file.Reader, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("corrupt file: %v", p)
+		}
+	}()
+	return file.NewParquetReader(f, file.WithReadProps(parquet.NewReaderProperties(mem)))
+}
+
+// project restricts the reader to want's fields, checking their types.
+func (r *ShardReader) project(want *arrow.Schema) error {
+	var problems []string
+	var fields []arrow.Field
+	var cols []int
+	for _, wf := range want.Fields() {
+		idx := r.schema.FieldIndices(wf.Name)
+		if len(idx) == 0 {
+			problems = append(problems, fmt.Sprintf("missing column %q (want %s)", wf.Name, wf.Type))
+			continue
+		}
+		gf := r.schema.Field(idx[0])
+		if !TypesCompatible(wf.Type, gf.Type) {
+			problems = append(problems, fmt.Sprintf("column %q has type %s, want %s", wf.Name, gf.Type, wf.Type))
+			continue
+		}
+		fields = append(fields, gf)
+		leaves, err := r.leafColumns(idx[0])
+		if err != nil {
+			return fmt.Errorf("shard %s: column %q: %w", r.path, wf.Name, err)
+		}
+		cols = append(cols, leaves...)
+	}
+	if len(problems) > 0 {
+		return &SchemaError{Where: "shard " + r.path, Problems: problems, Want: want, Got: r.schema}
+	}
+	// GetRecordReader returns fields in the order of their first leaf in cols,
+	// so batches come out in want's order.
+	md := want.Metadata()
+	r.schema = arrow.NewSchema(fields, &md)
+	r.cols = cols
+	return nil
+}
+
+// leafColumns returns the Parquet leaf column indices under top-level field i.
+func (r *ShardReader) leafColumns(i int) ([]int, error) {
+	m := r.fr.Manifest
+	if i >= len(m.Fields) {
+		return nil, fmt.Errorf("field %d not in the Parquet schema", i)
+	}
+	var out []int
+	var walk func(sf *pqarrow.SchemaField)
+	walk = func(sf *pqarrow.SchemaField) {
+		if sf.IsLeaf() {
+			out = append(out, sf.ColIndex)
+			return
+		}
+		for k := range sf.Children {
+			walk(&sf.Children[k])
+		}
+	}
+	walk(&m.Fields[i])
+	return out, nil
+}
+
+// Path is the file being read.
+func (r *ShardReader) Path() string { return r.path }
+
+// Schema is the schema of the batches the reader returns.
+func (r *ShardReader) Schema() *arrow.Schema { return r.schema }
+
+// NumRows is the file's row count, from its footer.
+func (r *ShardReader) NumRows() int64 { return r.pf.NumRows() }
+
+// NumRowGroups is the file's row group count.
+func (r *ShardReader) NumRowGroups() int { return r.pf.NumRowGroups() }
+
+// Metadata returns the footer's key-value metadata (which includes the
+// evolm.* provenance keys and ARROW:schema).
+func (r *ShardReader) Metadata() map[string]string {
+	kv := r.pf.MetaData().KeyValueMetadata()
+	out := make(map[string]string, kv.Len())
+	for i, k := range kv.Keys() {
+		out[k] = kv.Values()[i]
+	}
+	return out
+}
+
+// ParquetReader exposes the underlying file reader (row group metadata,
+// statistics) for inspection tools.
+func (r *ShardReader) ParquetReader() *file.Reader { return r.pf }
+
+// RecordReader returns a reader over the file's batches. The caller releases
+// it; batches obtained from it are valid until the next call to Next.
+func (r *ShardReader) RecordReader(ctx context.Context) (array.RecordReader, error) {
+	rr, err := r.fr.GetRecordReader(ctx, r.cols, nil)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", r.path, err)
+	}
+	return &namedReader{RecordReader: rr, path: r.path}, nil
+}
+
+// Batches iterates over the file's batches. A yielded batch is valid only
+// during the loop body; Retain it to keep it. The sequence ends after the
+// first error, which names the file.
+func (r *ShardReader) Batches(ctx context.Context) iter.Seq2[arrow.RecordBatch, error] {
+	return func(yield func(arrow.RecordBatch, error) bool) {
+		rr, err := r.RecordReader(ctx)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer rr.Release()
+		for rr.Next() {
+			if err := ctx.Err(); err != nil {
+				yield(nil, fmt.Errorf("shard %s: %w", r.path, err))
+				return
+			}
+			if !yield(rr.RecordBatch(), nil) {
+				return
+			}
+		}
+		if err := rr.Err(); err != nil {
+			yield(nil, err)
+		}
+	}
+}
+
+// Close releases the file. It is safe to call twice.
+func (r *ShardReader) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	return r.pf.Close()
+}
+
+// ReadShard opens path, yields its batches and closes it: the one-liner for a
+// stage that streams a shard.
+func ReadShard(ctx context.Context, path string, opts ReadOptions) iter.Seq2[arrow.RecordBatch, error] {
+	return func(yield func(arrow.RecordBatch, error) bool) {
+		r, err := OpenShard(path, opts)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer r.Close()
+		for rec, err := range r.Batches(ctx) {
+			if !yield(rec, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// namedReader adds the file name to errors, hides io.EOF and turns decoder
+// panics on corrupt pages into errors.
+type namedReader struct {
+	pqarrow.RecordReader
+	path string
+	err  error
+}
+
+func (n *namedReader) Next() (ok bool) {
+	if n.err != nil {
+		return false
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			n.err = fmt.Errorf("shard %s: corrupt data: %v", n.path, p)
+			ok = false
+		}
+	}()
+	return n.RecordReader.Next()
+}
+
+func (n *namedReader) Err() error {
+	if n.err != nil {
+		return n.err
+	}
+	err := n.RecordReader.Err()
+	if err == nil || errors.Is(err, io.EOF) {
+		return nil
+	}
+	return fmt.Errorf("shard %s: %w", n.path, err)
+}
+
+// SchemaError reports a schema mismatch and shows both schemas.
+type SchemaError struct {
+	Where    string // e.g. "shard runs/x/prompts/part-00000.parquet"
+	Problems []string
+	Want     *arrow.Schema
+	Got      *arrow.Schema
+}
+
+func (e *SchemaError) Error() string {
+	var b strings.Builder
+	if e.Where != "" {
+		b.WriteString(e.Where + ": ")
+	}
+	b.WriteString("schema mismatch: " + strings.Join(e.Problems, "; "))
+	b.WriteString("\nwant schema:\n" + indent(e.Want.String()))
+	b.WriteString("\ngot schema:\n" + indent(e.Got.String()))
+	return b.String()
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
+}
+
+// CheckSchema checks that got has every field of want, in the same order,
+// with compatible types. It returns a *SchemaError naming each bad column.
+func CheckSchema(want, got *arrow.Schema) error {
+	var problems []string
+	if want.NumFields() != got.NumFields() {
+		problems = append(problems, fmt.Sprintf("%d columns, want %d", got.NumFields(), want.NumFields()))
+	}
+	for i, wf := range want.Fields() {
+		if i >= got.NumFields() {
+			problems = append(problems, fmt.Sprintf("missing column %q (want %s)", wf.Name, wf.Type))
+			continue
+		}
+		gf := got.Field(i)
+		if gf.Name != wf.Name {
+			problems = append(problems, fmt.Sprintf("column %d is %q, want %q", i, gf.Name, wf.Name))
+			continue
+		}
+		if !TypesCompatible(wf.Type, gf.Type) {
+			problems = append(problems, fmt.Sprintf("column %q has type %s, want %s", wf.Name, gf.Type, wf.Type))
+		}
+	}
+	if len(problems) > 0 {
+		return &SchemaError{Problems: problems, Want: want, Got: got}
+	}
+	return nil
+}
+
+// TypesCompatible reports whether data of type got can be used where want is
+// expected: equal types, ignoring list element names, nullability and
+// metadata (Parquet writers disagree on "item" vs "element").
+func TypesCompatible(want, got arrow.DataType) bool {
+	if want.ID() != got.ID() {
+		return false
+	}
+	switch w := want.(type) {
+	case *arrow.ListType:
+		return TypesCompatible(w.Elem(), got.(*arrow.ListType).Elem())
+	case *arrow.LargeListType:
+		return TypesCompatible(w.Elem(), got.(*arrow.LargeListType).Elem())
+	case *arrow.FixedSizeListType:
+		g := got.(*arrow.FixedSizeListType)
+		return w.Len() == g.Len() && TypesCompatible(w.Elem(), g.Elem())
+	case *arrow.StructType:
+		// Same field names and types in any order: pyarrow writes chat
+		// messages as struct<content, role>, we as struct<role, content>.
+		// Readers look struct children up by name.
+		g := got.(*arrow.StructType)
+		if w.NumFields() != g.NumFields() {
+			return false
+		}
+		for _, wf := range w.Fields() {
+			gf, ok := g.FieldByName(wf.Name)
+			if !ok || !TypesCompatible(wf.Type, gf.Type) {
+				return false
+			}
+		}
+		return true
+	case *arrow.MapType:
+		g := got.(*arrow.MapType)
+		return TypesCompatible(w.KeyType(), g.KeyType()) && TypesCompatible(w.ItemType(), g.ItemType())
+	}
+	return arrow.TypeEqual(want, got)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
