@@ -114,6 +114,9 @@ func EnvName(key string) string {
 // fit its key's type or enum is an error naming the key and where the value
 // came from.
 func LoadConfig(opts LoadOptions) (*Config, error) {
+	if err := RegistryErr(); err != nil {
+		return nil, err
+	}
 	known, defaults, err := knownKeys()
 	if err != nil {
 		return nil, err

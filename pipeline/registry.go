@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -72,23 +73,34 @@ type Spec struct {
 var (
 	regMu    sync.RWMutex
 	registry = map[string]Spec{}
+	regErrs  []error
 	nameRE   = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 	keyRE    = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 )
 
 // Register adds a stage to the registry. Stage packages call it from init().
-// Like database/sql.Register it panics on a duplicate name or an invalid
-// spec, because both are programming errors found at startup.
+// A duplicate name or an invalid spec is not registered; the error is kept
+// and reported by RegistryErr, which the CLI and LoadConfig check first, so
+// the mistake surfaces on any command rather than as a missing stage.
 func Register(spec Spec) {
-	if err := spec.validate(); err != nil {
-		panic(fmt.Sprintf("pipeline.Register: %v", err))
-	}
 	regMu.Lock()
 	defer regMu.Unlock()
+	if err := spec.validate(); err != nil {
+		regErrs = append(regErrs, fmt.Errorf("register stage: %w", err))
+		return
+	}
 	if _, dup := registry[spec.Name]; dup {
-		panic(fmt.Sprintf("pipeline.Register: stage %q registered twice", spec.Name))
+		regErrs = append(regErrs, fmt.Errorf("register stage: %q registered twice", spec.Name))
+		return
 	}
 	registry[spec.Name] = spec
+}
+
+// RegistryErr returns the errors of every rejected Register call, or nil.
+func RegistryErr() error {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	return errors.Join(regErrs...)
 }
 
 // Lookup returns the registered spec of a stage.

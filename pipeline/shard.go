@@ -24,15 +24,14 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
-// Key-value metadata keys that every shard carries, in both the Parquet footer
-// and the stored Arrow schema.
+// Provenance keys in every shard's Parquet footer key-value metadata. The
+// table name and schema version travel in the stored Arrow schema's metadata
+// (see package schemas).
 const (
-	MetaTable         = "evolm.table"          // table name, e.g. "rollouts"
-	MetaSchemaVersion = "evolm.schema_version" // the table schema's version
-	MetaStage         = "evolm.stage"          // stage that wrote the shard
-	MetaConfigHash    = "evolm.config_hash"    // Config.Hash of the writing stage's section
-	MetaCodeVersion   = "evolm.code_version"   // CodeVersion() of the writer
-	MetaInputs        = "evolm.inputs"         // JSON list of input fingerprints
+	MetaStage       = "evolm.stage"        // stage that wrote the shard
+	MetaConfigHash  = "evolm.config_hash"  // Config.Hash of the writing stage's section
+	MetaCodeVersion = "evolm.code_version" // CodeVersion() of the writer
+	MetaInputs      = "evolm.inputs"       // JSON list of input fingerprints
 )
 
 // TempSuffix ends the name of every shard (and manifest) being written. Temp

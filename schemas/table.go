@@ -1,0 +1,416 @@
+package schemas
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/evolm/evolm/pipeline"
+)
+
+// Schema metadata keys carried by every table schema (and so by every shard).
+const (
+	MetaTable   = "evolm.table"
+	MetaVersion = "evolm.schema_version"
+)
+
+// Table is one table's schema plus its typed codec: rows of T to record
+// batches and back. Each column is declared once, with an accessor that
+// returns a pointer to the row's field, so the schema, the builder and the
+// reader cannot drift apart.
+type Table[T any] struct {
+	Name    string // directory name in a run: runs/<run>/<Name>/...
+	Version int    // bumped on any incompatible change
+	cols    []column[T]
+	schema  *arrow.Schema
+}
+
+// column is one column of a table of rows T.
+type column[T any] struct {
+	field arrow.Field
+	put   func(b array.Builder, r *T)
+	// get sets r's field from row i of a; it returns an error for a value the
+	// Go type cannot hold (null where not nullable, invalid UTF-8).
+	get func(a arrow.Array, i int, r *T) error
+}
+
+func newTable[T any](name string, version int, cols ...column[T]) *Table[T] {
+	fields := make([]arrow.Field, len(cols))
+	for i, c := range cols {
+		fields[i] = c.field
+	}
+	md := arrow.NewMetadata([]string{MetaTable, MetaVersion}, []string{name, strconv.Itoa(version)})
+	return &Table[T]{Name: name, Version: version, cols: cols, schema: arrow.NewSchema(fields, &md)}
+}
+
+// Schema is the table's Arrow schema; its metadata holds the table name and
+// schema version.
+func (t *Table[T]) Schema() *arrow.Schema { return t.schema }
+
+// Builder accumulates rows into a record batch.
+type Builder[T any] struct {
+	t *Table[T]
+	b *array.RecordBuilder
+}
+
+// NewBuilder returns a builder allocating from mem. Release it when done.
+func (t *Table[T]) NewBuilder(mem memory.Allocator) *Builder[T] {
+	return &Builder[T]{t: t, b: array.NewRecordBuilder(mem, t.schema)}
+}
+
+// Append adds one row.
+func (b *Builder[T]) Append(r *T) {
+	for i, c := range b.t.cols {
+		c.put(b.b.Field(i), r)
+	}
+}
+
+// Len is the number of rows appended since the last NewRecordBatch.
+func (b *Builder[T]) Len() int { return b.b.Field(0).Len() }
+
+// NewRecordBatch returns the rows appended so far as a batch (the caller
+// releases it) and resets the builder.
+func (b *Builder[T]) NewRecordBatch() arrow.RecordBatch { return b.b.NewRecordBatch() }
+
+// Release frees the builder's buffers.
+func (b *Builder[T]) Release() { b.b.Release() }
+
+// Build turns rows into one record batch; the caller releases it.
+func (t *Table[T]) Build(mem memory.Allocator, rows []T) arrow.RecordBatch {
+	b := t.NewBuilder(mem)
+	defer b.Release()
+	for i := range rows {
+		b.Append(&rows[i])
+	}
+	return b.NewRecordBatch()
+}
+
+// Check verifies that sc has every column of the table with a compatible type
+// (extra columns and column order do not matter). The error names each bad
+// column with its expected type and shows both schemas.
+func (t *Table[T]) Check(sc *arrow.Schema) error {
+	_, err := t.index(sc)
+	return err
+}
+
+func (t *Table[T]) index(sc *arrow.Schema) ([]int, error) {
+	idx := make([]int, len(t.cols))
+	var problems []string
+	for i, c := range t.cols {
+		fi := sc.FieldIndices(c.field.Name)
+		switch {
+		case len(fi) == 0:
+			problems = append(problems, fmt.Sprintf("missing column %q (want %s)", c.field.Name, c.field.Type))
+		case !pipeline.TypesCompatible(c.field.Type, sc.Field(fi[0]).Type):
+			problems = append(problems, fmt.Sprintf("column %q has type %s, want %s", c.field.Name, sc.Field(fi[0]).Type, c.field.Type))
+		default:
+			idx[i] = fi[0]
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &pipeline.SchemaError{Where: "table " + t.Name, Problems: problems, Want: t.schema, Got: sc}
+	}
+	return idx, nil
+}
+
+// Read decodes a record batch into rows, after checking its schema with
+// Check. Errors name the column and row.
+func (t *Table[T]) Read(rec arrow.RecordBatch) ([]T, error) {
+	rows := make([]T, rec.NumRows())
+	return rows, t.ReadInto(rec, rows)
+}
+
+// ReadInto is Read into a caller-provided slice of len rec.NumRows().
+func (t *Table[T]) ReadInto(rec arrow.RecordBatch, rows []T) error {
+	idx, err := t.index(rec.Schema())
+	if err != nil {
+		return err
+	}
+	if len(rows) != int(rec.NumRows()) {
+		return fmt.Errorf("table %s: %d rows for a batch of %d", t.Name, len(rows), rec.NumRows())
+	}
+	for ci, c := range t.cols {
+		a := rec.Column(idx[ci])
+		for i := range rows {
+			if err := c.get(a, i, &rows[i]); err != nil {
+				return fmt.Errorf("table %s: column %q row %d: %w", t.Name, c.field.Name, i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// --- column kinds ---------------------------------------------------------
+
+var errNull = fmt.Errorf("null in a non-nullable column")
+
+func strCol[T any](name string, f func(*T) *string) column[T] {
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.BinaryTypes.String},
+		put:   func(b array.Builder, r *T) { b.(*array.StringBuilder).Append(*f(r)) },
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				return errNull
+			}
+			s := a.(*array.String).Value(i)
+			if !utf8.ValidString(s) {
+				return fmt.Errorf("invalid UTF-8")
+			}
+			*f(r) = s
+			return nil
+		},
+	}
+}
+
+func optStrCol[T any](name string, f func(*T) **string) column[T] {
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.BinaryTypes.String, Nullable: true},
+		put: func(b array.Builder, r *T) {
+			if p := *f(r); p != nil {
+				b.(*array.StringBuilder).Append(*p)
+			} else {
+				b.AppendNull()
+			}
+		},
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				*f(r) = nil
+				return nil
+			}
+			s := a.(*array.String).Value(i)
+			if !utf8.ValidString(s) {
+				return fmt.Errorf("invalid UTF-8")
+			}
+			*f(r) = &s
+			return nil
+		},
+	}
+}
+
+// numCol is a non-nullable numeric column of Go type V stored as arrow type dt.
+func numCol[T any, V int32 | int64 | float32 | float64](name string, f func(*T) *V) column[T] {
+	var zero V
+	var dt arrow.DataType
+	switch any(zero).(type) {
+	case int32:
+		dt = arrow.PrimitiveTypes.Int32
+	case int64:
+		dt = arrow.PrimitiveTypes.Int64
+	case float32:
+		dt = arrow.PrimitiveTypes.Float32
+	case float64:
+		dt = arrow.PrimitiveTypes.Float64
+	}
+	return column[T]{
+		field: arrow.Field{Name: name, Type: dt},
+		put:   func(b array.Builder, r *T) { appendNum(b, *f(r)) },
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				return errNull
+			}
+			*f(r) = numAt[V](a, i)
+			return nil
+		},
+	}
+}
+
+func optF64Col[T any](name string, f func(*T) **float64) column[T] {
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		put: func(b array.Builder, r *T) {
+			if p := *f(r); p != nil {
+				b.(*array.Float64Builder).Append(*p)
+			} else {
+				b.AppendNull()
+			}
+		},
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				*f(r) = nil
+				return nil
+			}
+			v := a.(*array.Float64).Value(i)
+			*f(r) = &v
+			return nil
+		},
+	}
+}
+
+func boolCol[T any](name string, f func(*T) *bool) column[T] {
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.FixedWidthTypes.Boolean},
+		put:   func(b array.Builder, r *T) { b.(*array.BooleanBuilder).Append(*f(r)) },
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				return errNull
+			}
+			*f(r) = a.(*array.Boolean).Value(i)
+			return nil
+		},
+	}
+}
+
+func appendNum[V int32 | int64 | float32 | float64](b array.Builder, v V) {
+	switch b := b.(type) {
+	case *array.Int32Builder:
+		b.Append(int32(v))
+	case *array.Int64Builder:
+		b.Append(int64(v))
+	case *array.Float32Builder:
+		b.Append(float32(v))
+	case *array.Float64Builder:
+		b.Append(float64(v))
+	}
+}
+
+func numAt[V int32 | int64 | float32 | float64](a arrow.Array, i int) V {
+	switch a := a.(type) {
+	case *array.Int32:
+		return V(a.Value(i))
+	case *array.Int64:
+		return V(a.Value(i))
+	case *array.Float32:
+		return V(a.Value(i))
+	case *array.Float64:
+		return V(a.Value(i))
+	}
+	return 0
+}
+
+// numListCol is a non-nullable list<V> column (nil slices are written as
+// empty lists).
+func numListCol[T any, V int64 | float32 | float64](name string, f func(*T) *[]V) column[T] {
+	var zero V
+	var dt arrow.DataType
+	switch any(zero).(type) {
+	case int64:
+		dt = arrow.PrimitiveTypes.Int64
+	case float32:
+		dt = arrow.PrimitiveTypes.Float32
+	case float64:
+		dt = arrow.PrimitiveTypes.Float64
+	}
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.ListOf(dt)},
+		put: func(b array.Builder, r *T) {
+			lb := b.(*array.ListBuilder)
+			lb.Append(true)
+			vb := lb.ValueBuilder()
+			for _, v := range *f(r) {
+				appendNum(vb, v)
+			}
+		},
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				return errNull
+			}
+			l := a.(*array.List)
+			start, end := l.ValueOffsets(i)
+			vals := l.ListValues()
+			out := make([]V, 0, end-start)
+			for j := start; j < end; j++ {
+				if vals.IsNull(int(j)) {
+					return fmt.Errorf("element %d: %w", j-start, errNull)
+				}
+				out = append(out, numAt[V](vals, int(j)))
+			}
+			*f(r) = out
+			return nil
+		},
+	}
+}
+
+func strListCol[T any](name string, f func(*T) *[]string) column[T] {
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.ListOf(arrow.BinaryTypes.String)},
+		put: func(b array.Builder, r *T) {
+			lb := b.(*array.ListBuilder)
+			lb.Append(true)
+			vb := lb.ValueBuilder().(*array.StringBuilder)
+			for _, v := range *f(r) {
+				vb.Append(v)
+			}
+		},
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				return errNull
+			}
+			l := a.(*array.List)
+			start, end := l.ValueOffsets(i)
+			vals := l.ListValues().(*array.String)
+			out := make([]string, 0, end-start)
+			for j := start; j < end; j++ {
+				if vals.IsNull(int(j)) {
+					return fmt.Errorf("element %d: %w", j-start, errNull)
+				}
+				s := vals.Value(int(j))
+				if !utf8.ValidString(s) {
+					return fmt.Errorf("element %d: invalid UTF-8", j-start)
+				}
+				out = append(out, s)
+			}
+			*f(r) = out
+			return nil
+		},
+	}
+}
+
+// structListCol is a non-nullable list<struct<...>> column whose struct
+// fields are (name, type) pairs; put and get move one element. Struct
+// children are looked up by name, so files with another field order read.
+func structListCol[T any, E any](name string, fields []arrow.Field, list func(*T) *[]E,
+	put func(sb *array.StructBuilder, e *E), get func(children []arrow.Array, j int, e *E) error) column[T] {
+	st := arrow.StructOf(fields...)
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.ListOf(st)},
+		put: func(b array.Builder, r *T) {
+			lb := b.(*array.ListBuilder)
+			lb.Append(true)
+			sb := lb.ValueBuilder().(*array.StructBuilder)
+			for k := range *list(r) {
+				sb.Append(true)
+				put(sb, &(*list(r))[k])
+			}
+		},
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				return errNull
+			}
+			l := a.(*array.List)
+			start, end := l.ValueOffsets(i)
+			sa := l.ListValues().(*array.Struct)
+			stt := sa.DataType().(*arrow.StructType)
+			children := make([]arrow.Array, len(fields))
+			for k, f := range fields {
+				fi, _ := stt.FieldIdx(f.Name)
+				children[k] = sa.Field(fi)
+			}
+			out := make([]E, end-start)
+			for j := start; j < end; j++ {
+				if sa.IsNull(int(j)) {
+					return fmt.Errorf("element %d: %w", j-start, errNull)
+				}
+				if err := get(children, int(j), &out[j-start]); err != nil {
+					return fmt.Errorf("element %d: %w", j-start, err)
+				}
+			}
+			*list(r) = out
+			return nil
+		},
+	}
+}
+
+func childString(a arrow.Array, j int, name string) (string, error) {
+	if a.IsNull(j) {
+		return "", fmt.Errorf("%s: %w", name, errNull)
+	}
+	s := a.(*array.String).Value(j)
+	if !utf8.ValidString(s) {
+		return "", fmt.Errorf("%s: invalid UTF-8", name)
+	}
+	return s, nil
+}
