@@ -1,0 +1,469 @@
+// Package serve is `evolm serve`: an OpenAI-compatible HTTP server over the
+// backend interfaces, so that one frozen judge (or policy) can serve many
+// workers and the `openai` backend can be tested end to end.
+//
+// Routes:
+//
+//	GET  /v1/models            the one served model
+//	POST /v1/completions       prompt (string or array), n, seed, stop, logprobs (0..MaxTopLogprobs)
+//	POST /v1/chat/completions  messages, n, seed, stop, logprobs + top_logprobs
+//	GET  /health               200 when serving
+//
+// The handler is generic over backend.Generator. Chat messages are rendered
+// to a prompt by Config.RenderChat (the model's chat template); without one
+// they are passed to the generator as Messages. A bad request gets HTTP 400
+// (404 for an unknown model) with the OpenAI error JSON
+// {"error": {"message", "type", "param", "code"}}; a row the generator
+// rejects gets 400, and a failure of the generator itself 500. Log-probs that
+// are -Inf go on the wire as openai.MinLogprob, as vLLM does. Streaming and
+// echo are not supported and answer 400.
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/openai"
+)
+
+// Config configures the handler.
+type Config struct {
+	Generator backend.Generator // required
+	Model     string            // model id served at /v1/models; required
+	// RenderChat renders a conversation to prompt text, ending with the
+	// assistant turn's opening (the Qwen3 ChatML template of model/chat).
+	// nil passes messages to the Generator unrendered.
+	RenderChat func([]backend.Message) (string, error)
+	// DefaultMaxTokens applies when a request gives no max_tokens; default 16
+	// for completions (as OpenAI's legacy API) and ChatMaxTokens for chat.
+	DefaultMaxTokens int
+	ChatMaxTokens    int // default 1024
+	MaxTopLogprobs   int // most alternatives per position; default 20
+	MaxN             int // most samples per request; default 128
+	MaxBodyBytes     int64
+	Logger           *slog.Logger
+}
+
+type server struct {
+	cfg     Config
+	log     *slog.Logger
+	created int64
+}
+
+// NewHandler checks cfg and returns the OpenAI-compatible handler.
+func NewHandler(cfg Config) (http.Handler, error) {
+	if cfg.Generator == nil {
+		return nil, errors.New("serve: no generator")
+	}
+	if cfg.Model == "" {
+		return nil, errors.New("serve: no model id")
+	}
+	if cfg.DefaultMaxTokens <= 0 {
+		cfg.DefaultMaxTokens = 16
+	}
+	if cfg.ChatMaxTokens <= 0 {
+		cfg.ChatMaxTokens = 1024
+	}
+	if cfg.MaxTopLogprobs <= 0 {
+		cfg.MaxTopLogprobs = 20
+	}
+	if cfg.MaxN <= 0 {
+		cfg.MaxN = 128
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 64 << 20
+	}
+	s := &server{cfg: cfg, log: cfg.Logger, created: time.Now().Unix()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
+	return mux, nil
+}
+
+// Serve serves h on ln until ctx is done, then shuts down gracefully: it
+// stops accepting, lets requests in flight finish for up to grace, and then
+// closes the remaining connections. It returns nil after a clean shutdown.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		cerr := srv.Close()
+		return errors.Join(fmt.Errorf("serve %s: graceful shutdown: %w", ln.Addr(), err), cerr)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// apiError is a request error with its HTTP status and OpenAI type.
+type apiError struct {
+	status int
+	typ    string
+	param  string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, msg: fmt.Sprintf(format, args...)}
+}
+
+func writeError(w http.ResponseWriter, status int, typ, param, msg string) {
+	body := openai.ErrorBody{Error: openai.ErrorDetail{Message: msg, Type: typ}}
+	if param != "" {
+		body.Error.Param = &param
+	}
+	if status == http.StatusNotFound && param == "model" {
+		code := "model_not_found"
+		body.Error.Code = &code
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{status: http.StatusInternalServerError, typ: "server_error", msg: err.Error()}
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "serve: request failed", slog.String("path", r.URL.Path),
+		slog.Int("status", ae.status), slog.String("error", ae.msg))
+	writeError(w, ae.status, ae.typ, ae.param, ae.msg)
+}
+
+func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err := dec.Decode(v); err != nil {
+		return badRequest("", "invalid JSON body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("", "invalid JSON body: trailing data")
+	}
+	return nil
+}
+
+func (s *server) models(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, openai.ModelList{Object: "list", Data: []openai.Model{
+		{ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "evolm"},
+	}})
+}
+
+func (s *server) checkModel(m string) error {
+	if m != "" && m != s.cfg.Model {
+		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model",
+			msg: fmt.Sprintf("the model %q does not exist; this server serves %q", m, s.cfg.Model)}
+	}
+	return nil
+}
+
+// sampling checks the parameters common to both endpoints.
+func (s *server) sampling(maxTok *int, defMax int, temp, topP *float64, topK, n *int, seed *int64, stop []string) (backend.Sampling, int, error) {
+	sp := backend.Sampling{MaxTokens: defMax, Temperature: 1, TopP: 1, Seed: seed, Stop: stop}
+	if maxTok != nil {
+		if *maxTok <= 0 {
+			return sp, 0, badRequest("max_tokens", "max_tokens = %d, want > 0", *maxTok)
+		}
+		sp.MaxTokens = *maxTok
+	}
+	if temp != nil {
+		if *temp < 0 || *temp > 2 || math.IsNaN(*temp) {
+			return sp, 0, badRequest("temperature", "temperature = %v, want in [0, 2]", *temp)
+		}
+		sp.Temperature = *temp
+	}
+	if topP != nil {
+		if *topP <= 0 || *topP > 1 || math.IsNaN(*topP) {
+			return sp, 0, badRequest("top_p", "top_p = %v, want in (0, 1]", *topP)
+		}
+		sp.TopP = *topP
+	}
+	if topK != nil {
+		// vLLM uses -1 for "disabled".
+		if *topK < -1 {
+			return sp, 0, badRequest("top_k", "top_k = %d, want >= -1", *topK)
+		}
+		sp.TopK = max(*topK, 0)
+	}
+	samples := 1
+	if n != nil {
+		if *n < 1 || *n > s.cfg.MaxN {
+			return sp, 0, badRequest("n", "n = %d, want in [1, %d]", *n, s.cfg.MaxN)
+		}
+		samples = *n
+	}
+	for i, st := range stop {
+		if st == "" {
+			return sp, 0, badRequest("stop", "stop[%d] is empty", i)
+		}
+	}
+	return sp, samples, nil
+}
+
+// generate runs the backend and maps its failures to API errors.
+func (s *server) generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+	for i := range reqs {
+		if err := reqs[i].Validate(); err != nil {
+			return nil, badRequest("", "%v", err)
+		}
+	}
+	resps, err := s.cfg.Generator.Generate(ctx, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	if len(resps) != len(reqs) {
+		return nil, fmt.Errorf("generate: %d responses for %d requests", len(resps), len(reqs))
+	}
+	for i, r := range resps {
+		if r.Failure != nil {
+			if r.Failure.Reason == backend.FailureRejected {
+				return nil, badRequest("", "%s", r.Failure.Message)
+			}
+			return nil, fmt.Errorf("generate: %w", r.Failure)
+		}
+		if len(r.Completions) != reqs[i].Samples() {
+			return nil, fmt.Errorf("generate: %d completions, want %d", len(r.Completions), reqs[i].Samples())
+		}
+	}
+	return resps, nil
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func (s *server) completions(w http.ResponseWriter, r *http.Request) {
+	if err := s.doCompletions(w, r); err != nil {
+		s.fail(w, r, err)
+	}
+}
+
+func (s *server) doCompletions(w http.ResponseWriter, r *http.Request) error {
+	var req openai.CompletionRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	switch {
+	case req.Stream:
+		return badRequest("stream", "streaming is not supported")
+	case req.Echo:
+		return badRequest("echo", "echo is not supported")
+	case len(req.Prompt) == 0:
+		return badRequest("prompt", "prompt is required")
+	}
+	for i, p := range req.Prompt {
+		if p == "" {
+			return badRequest("prompt", "prompt[%d] is empty", i)
+		}
+	}
+	sp, n, err := s.sampling(req.MaxTokens, s.cfg.DefaultMaxTokens, req.Temperature, req.TopP, req.TopK, req.N, req.Seed, req.Stop)
+	if err != nil {
+		return err
+	}
+	top := 0
+	if req.Logprobs != nil {
+		if *req.Logprobs < 0 || *req.Logprobs > s.cfg.MaxTopLogprobs {
+			return badRequest("logprobs", "logprobs = %d, want in [0, %d]", *req.Logprobs, s.cfg.MaxTopLogprobs)
+		}
+		top = *req.Logprobs
+	}
+	id := newID("cmpl-")
+	reqs := make([]backend.GenerateRequest, len(req.Prompt))
+	for i, p := range req.Prompt {
+		reqs[i] = backend.GenerateRequest{ID: fmt.Sprintf("%s-%d", id, i), Prompt: p, N: n, Sampling: sp,
+			LogProbs: req.Logprobs != nil, TopLogProbs: top}
+	}
+	resps, err := s.generate(r.Context(), reqs)
+	if err != nil {
+		return err
+	}
+	out := openai.CompletionResponse{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.Model, Usage: &openai.Usage{}}
+	for i, res := range resps {
+		out.Usage.PromptTokens += max(res.PromptTokens, 0)
+		for _, c := range res.Completions {
+			ch := openai.CompletionChoice{Index: i*n + c.Index, Text: c.Text, FinishReason: string(c.FinishReason)}
+			if req.Logprobs != nil {
+				ch.Logprobs = completionLogprobs(c.LogProbs, utf8.RuneCountInString(req.Prompt[i]), top)
+			}
+			out.Choices = append(out.Choices, ch)
+			out.Usage.CompletionTokens += tokenCount(c)
+		}
+	}
+	out.Usage.TotalTokens = out.Usage.PromptTokens + out.Usage.CompletionTokens
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func tokenCount(c backend.Completion) int {
+	switch {
+	case c.Tokens >= 0:
+		return c.Tokens
+	case c.TokenIDs != nil:
+		return len(c.TokenIDs)
+	default:
+		return len(c.LogProbs)
+	}
+}
+
+// completionLogprobs builds the legacy log-prob block; text offsets count
+// characters from the start of the prompt, as OpenAI's API does.
+func completionLogprobs(lps []backend.TokenLogProb, offset, top int) *openai.CompletionLogprobs {
+	out := &openai.CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TextOffset: []int{}}
+	if top > 0 {
+		out.TopLogprobs = []map[string]float64{}
+	}
+	for _, t := range lps {
+		v := openai.WireLogprob(t.LogProb)
+		out.Tokens = append(out.Tokens, t.Token)
+		out.TokenLogprobs = append(out.TokenLogprobs, &v)
+		out.TextOffset = append(out.TextOffset, offset)
+		offset += utf8.RuneCountInString(t.Token)
+		if top > 0 {
+			m := make(map[string]float64, len(t.Top))
+			for _, a := range t.Top[:min(top, len(t.Top))] {
+				// Two ids may decode to the same text; keep the likelier.
+				if old, ok := m[a.Token]; !ok || a.LogProb > old {
+					m[a.Token] = openai.WireLogprob(a.LogProb)
+				}
+			}
+			out.TopLogprobs = append(out.TopLogprobs, m)
+		}
+	}
+	return out
+}
+
+func (s *server) chat(w http.ResponseWriter, r *http.Request) {
+	if err := s.doChat(w, r); err != nil {
+		s.fail(w, r, err)
+	}
+}
+
+func (s *server) doChat(w http.ResponseWriter, r *http.Request) error {
+	var req openai.ChatRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	if req.Stream {
+		return badRequest("stream", "streaming is not supported")
+	}
+	if len(req.Messages) == 0 {
+		return badRequest("messages", "messages is required")
+	}
+	msgs := make([]backend.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		switch m.Role {
+		case "system", "user", "assistant":
+		default:
+			return badRequest(fmt.Sprintf("messages[%d].role", i), "role %q, want system, user or assistant", m.Role)
+		}
+		msgs[i] = backend.Message(m)
+	}
+	maxTok := req.MaxCompletionTokens
+	if maxTok == nil {
+		maxTok = req.MaxTokens
+	}
+	sp, n, err := s.sampling(maxTok, s.cfg.ChatMaxTokens, req.Temperature, req.TopP, req.TopK, req.N, req.Seed, req.Stop)
+	if err != nil {
+		return err
+	}
+	top := 0
+	if req.TopLogprobs != nil {
+		if !req.Logprobs {
+			return badRequest("top_logprobs", "top_logprobs needs logprobs: true")
+		}
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > s.cfg.MaxTopLogprobs {
+			return badRequest("top_logprobs", "top_logprobs = %d, want in [0, %d]", *req.TopLogprobs, s.cfg.MaxTopLogprobs)
+		}
+		top = *req.TopLogprobs
+	}
+	id := newID("chatcmpl-")
+	greq := backend.GenerateRequest{ID: id, N: n, Sampling: sp, LogProbs: req.Logprobs, TopLogProbs: top}
+	if s.cfg.RenderChat != nil {
+		p, err := s.cfg.RenderChat(msgs)
+		if err != nil {
+			return badRequest("messages", "chat template: %v", err)
+		}
+		greq.Prompt = p
+	} else {
+		greq.Messages = msgs
+	}
+	resps, err := s.generate(r.Context(), []backend.GenerateRequest{greq})
+	if err != nil {
+		return err
+	}
+	res := resps[0]
+	out := openai.ChatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.Model,
+		Usage: &openai.Usage{PromptTokens: max(res.PromptTokens, 0)}}
+	for _, c := range res.Completions {
+		ch := openai.ChatChoice{Index: c.Index, Message: openai.ChatMessage{Role: "assistant", Content: c.Text}, FinishReason: string(c.FinishReason)}
+		if req.Logprobs {
+			ch.Logprobs = chatLogprobs(c.LogProbs, top)
+		}
+		out.Choices = append(out.Choices, ch)
+		out.Usage.CompletionTokens += tokenCount(c)
+	}
+	out.Usage.TotalTokens = out.Usage.PromptTokens + out.Usage.CompletionTokens
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func tokenBytes(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
+}
+
+func chatLogprobs(lps []backend.TokenLogProb, top int) *openai.ChatLogprobs {
+	out := &openai.ChatLogprobs{Content: []openai.TokenLogprob{}}
+	for _, t := range lps {
+		tl := openai.TokenLogprob{Token: t.Token, Logprob: openai.WireLogprob(t.LogProb), Bytes: tokenBytes(t.Token), TopLogprobs: []openai.TopLogprob{}}
+		for _, a := range t.Top[:min(top, len(t.Top))] {
+			tl.TopLogprobs = append(tl.TopLogprobs, openai.TopLogprob{Token: a.Token, Logprob: openai.WireLogprob(a.LogProb), Bytes: tokenBytes(a.Token)})
+		}
+		out.Content = append(out.Content, tl)
+	}
+	return out
+}
