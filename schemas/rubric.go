@@ -1,0 +1,179 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Rubric format (DESIGN §1). A rubric generator's output is JSON of the form
+//
+//	{"criteria": [{"criterion": "…", "weight": 0.4, "scoring_levels": {…}}, …]}
+//
+// possibly preceded by <think>…</think> reasoning and surrounded by prose or a
+// ```json fence. ValidateRubric decides R_format.
+
+// RubricDoc is the rubric JSON document.
+type RubricDoc struct {
+	Criteria []RubricItem `json:"criteria"`
+}
+
+// RubricItem is one criterion of a RubricDoc. ScoringLevels is free-form.
+type RubricItem struct {
+	Criterion     string         `json:"criterion"`
+	Weight        float64        `json:"weight"`
+	ScoringLevels map[string]any `json:"scoring_levels,omitempty"`
+}
+
+// Rubric format rules.
+const (
+	MinCriteria     = 2
+	WeightSumTol    = 0.15
+	weightSumEpsilo = 1e-9 // float slack so that a sum of exactly 1.15 passes
+)
+
+// ErrNoJSON is returned when no JSON object can be extracted.
+var ErrNoJSON = errors.New("no JSON object found")
+
+// ValidateRubric applies the R_format rules to a generator's raw output:
+//
+//  1. a JSON object can be extracted once every <think>…</think> is stripped;
+//  2. it has "criteria" with at least 2 entries;
+//  3. every entry has a non-empty string "criterion" and a numeric "weight" > 0;
+//  4. the weights sum to 1 ± 0.15.
+//
+// It returns the parsed criteria when rules 1–3 hold (even if rule 4 fails),
+// and a nil error exactly when R_format = 1. The error text says which rule
+// failed and is what the rubrics table stores as parse_error.
+func ValidateRubric(raw string) ([]Criterion, error) {
+	obj, err := ExtractJSONObject(StripThink(raw))
+	if err != nil {
+		return nil, err
+	}
+	critRaw, ok := obj["criteria"]
+	if !ok {
+		return nil, errors.New(`no "criteria" key`)
+	}
+	var entries []json.RawMessage
+	if err := json.Unmarshal(critRaw, &entries); err != nil {
+		return nil, fmt.Errorf(`"criteria" is not a list`)
+	}
+	if len(entries) < MinCriteria {
+		return nil, fmt.Errorf(`"criteria" has %d entries, want at least %d`, len(entries), MinCriteria)
+	}
+	out := make([]Criterion, len(entries))
+	sum := 0.0
+	for i, e := range entries {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(e, &fields); err != nil {
+			return nil, fmt.Errorf("criteria[%d] is not an object", i)
+		}
+		c, ok := fields["criterion"]
+		if !ok {
+			return nil, fmt.Errorf(`criteria[%d] has no "criterion"`, i)
+		}
+		if err := json.Unmarshal(c, &out[i].Criterion); err != nil {
+			return nil, fmt.Errorf(`criteria[%d].criterion is not a string`, i)
+		}
+		if strings.TrimSpace(out[i].Criterion) == "" {
+			return nil, fmt.Errorf(`criteria[%d].criterion is empty`, i)
+		}
+		w, ok := fields["weight"]
+		if !ok {
+			return nil, fmt.Errorf(`criteria[%d] has no "weight"`, i)
+		}
+		if err := json.Unmarshal(w, &out[i].Weight); err != nil {
+			return nil, fmt.Errorf(`criteria[%d].weight is not a number: %s`, i, w)
+		}
+		if !(out[i].Weight > 0) || math.IsInf(out[i].Weight, 0) {
+			return nil, fmt.Errorf(`criteria[%d].weight is %g, want > 0`, i, out[i].Weight)
+		}
+		sum += out[i].Weight
+	}
+	if math.Abs(sum-1) > WeightSumTol+weightSumEpsilo {
+		return out, fmt.Errorf("weights sum to %g, want 1 ± %g", sum, WeightSumTol)
+	}
+	return out, nil
+}
+
+// RFormat is 1 when raw passes ValidateRubric and 0 otherwise.
+func RFormat(raw string) float64 {
+	if _, err := ValidateRubric(raw); err != nil {
+		return 0
+	}
+	return 1
+}
+
+// StripThink removes every <think>…</think> block. An unclosed <think> drops
+// the rest of the text; a stray </think> (the template opened the block)
+// drops everything before it.
+func StripThink(s string) string {
+	for {
+		i := strings.Index(s, "<think>")
+		j := strings.Index(s, "</think>")
+		switch {
+		case i < 0 && j < 0:
+			return s
+		case j >= 0 && (i < 0 || j < i):
+			s = s[j+len("</think>"):]
+		case j < 0:
+			return s[:i]
+		default:
+			s = s[:i] + s[j+len("</think>"):]
+		}
+	}
+}
+
+// ExtractJSONObject finds the first complete JSON object in s: the whole
+// text, else a balanced {…} span starting at some '{' (strings and escapes
+// respected) that parses as an object.
+func ExtractJSONObject(s string) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	t := strings.TrimSpace(s)
+	if json.Unmarshal([]byte(t), &obj) == nil && obj != nil {
+		return obj, nil
+	}
+	for start := strings.IndexByte(s, '{'); start >= 0; {
+		if end := matchBrace(s, start); end > start {
+			obj = nil
+			dec := json.NewDecoder(bytes.NewReader([]byte(s[start : end+1])))
+			if dec.Decode(&obj) == nil && obj != nil {
+				return obj, nil
+			}
+		}
+		next := strings.IndexByte(s[start+1:], '{')
+		if next < 0 {
+			break
+		}
+		start += 1 + next
+	}
+	return nil, ErrNoJSON
+}
+
+// matchBrace returns the index of the '}' closing the '{' at start, or -1.
+func matchBrace(s string, start int) int {
+	depth, inStr, esc := 0, false, false
+	for i := start; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case esc:
+			esc = false
+		case inStr && c == '\\':
+			esc = true
+		case c == '"':
+			inStr = !inStr
+		case inStr:
+		case c == '{':
+			depth++
+		case c == '}':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}

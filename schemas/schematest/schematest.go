@@ -1,0 +1,164 @@
+// Package schematest holds deterministic sample rows of every table, for
+// tests and benchmarks of code that reads or writes them. The rows exercise
+// nulls, empty and nested lists, non-ASCII text and extreme numbers.
+package schematest
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/evolm/evolm/schemas"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// Prompts returns n sample prompts.
+func Prompts(n int) []schemas.Prompt {
+	out := make([]schemas.Prompt, n)
+	cats := []string{"chat", "math", "code", "instruction_following", "science", "roleplay"}
+	for i := range out {
+		text := fmt.Sprintf("Question %d: what is %d × %d? Réponds en français, 日本語も可 🙂", i, i, i+1)
+		out[i] = schemas.Prompt{
+			PromptID: fmt.Sprintf("sha256:%016x", uint64(i)*0x9e3779b97f4a7c15),
+			Dataset:  "sample",
+			Source:   "src-" + cats[i%len(cats)],
+			SourceID: fmt.Sprintf("row-%d", i),
+			Category: cats[i%len(cats)],
+			Prompt:   text,
+			Messages: []schemas.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: text}},
+		}
+		if i%3 == 1 {
+			out[i].Messages = out[i].Messages[1:]
+		}
+	}
+	return out
+}
+
+// Rollouts returns n sample rollouts (8 samples per prompt).
+func Rollouts(n int) []schemas.Rollout {
+	out := make([]schemas.Rollout, n)
+	for i := range out {
+		lp := make([]float32, i%5)
+		for j := range lp {
+			lp[j] = -float32(j+1) * 0.25
+		}
+		out[i] = schemas.Rollout{
+			RolloutID:        fmt.Sprintf("r-%06d", i),
+			PromptID:         fmt.Sprintf("p-%d", i/8),
+			SampleIdx:        int32(i % 8),
+			Role:             schemas.RolePolicy,
+			Phase:            schemas.PhasePolicy,
+			Step:             int64(i / 64),
+			Text:             fmt.Sprintf("<think>t%d</think>The answer is %d.", i, i*7),
+			PromptTokens:     int32(20 + i%13),
+			CompletionTokens: int32(len(lp)),
+			FinishReason:     []string{"stop", "length"}[i%2],
+			TokenLogprobs:    lp,
+			Model:            "Qwen/Qwen3-8B",
+			Checkpoint:       fmt.Sprintf("step-%06d", (i/64)/25*25),
+			Seed:             int64(i) * 1_000_003,
+			Temperature:      1.0,
+			TopP:             0.95,
+			TopK:             int32(i % 3 * 20),
+		}
+	}
+	if n > 0 {
+		out[0].Seed = math.MaxInt64
+		out[0].Role = schemas.RoleRubricGenerator
+		out[0].Phase = schemas.PhaseRubric
+	}
+	return out
+}
+
+// Pairs returns n sample pairs cycling through the strategies.
+func Pairs(n int) []schemas.Pair {
+	out := make([]schemas.Pair, n)
+	for i := range out {
+		s := schemas.Strategies[i%3]
+		out[i] = schemas.Pair{
+			PairID: fmt.Sprintf("pair-%d", i), PromptID: fmt.Sprintf("p-%d", i), Step: int64(50 + i),
+			Question: fmt.Sprintf("q%d?", i), Chosen: "good answer", Rejected: "bad answer", Strategy: s,
+			ChosenRolloutID: fmt.Sprintf("r-%d", 2*i), RejectedRolloutID: fmt.Sprintf("r-%d", 2*i+1),
+			ChosenStep: int64(50 + i), RejectedStep: int64(50 + i - 20 - i%80),
+		}
+		if s == schemas.StrategyBacktranslate {
+			out[i].InferredQuestion = ptr(fmt.Sprintf("inferred q%d?", i))
+		}
+	}
+	return out
+}
+
+// Rubrics returns n sample rubrics; every third fails R_format.
+func Rubrics(n int) []schemas.Rubric {
+	out := make([]schemas.Rubric, n)
+	for i := range out {
+		raw := fmt.Sprintf(`<think>hmm</think>{"criteria":[{"criterion":"Gives %d","weight":0.7},{"criterion":"Explains","weight":0.3}]}`, i)
+		if i%3 == 2 {
+			raw = "The answer should be correct."
+		}
+		crit, err := schemas.ValidateRubric(raw)
+		out[i] = schemas.Rubric{
+			RubricID: fmt.Sprintf("rub-%d", i), ItemID: fmt.Sprintf("pair-%d", i/4), Phase: schemas.PhaseRubric,
+			Step: int64(i / 16), SampleIdx: int32(i % 4), RolloutID: fmt.Sprintf("r-%d", i), RawText: raw,
+			Criteria: crit, FormatOK: err == nil,
+		}
+		if err != nil {
+			out[i].ParseError = ptr(err.Error())
+		}
+	}
+	return out
+}
+
+// Judgments returns n sample judgments; every fourth has no score.
+func Judgments(n int) []schemas.Judgment {
+	out := make([]schemas.Judgment, n)
+	for i := range out {
+		out[i] = schemas.Judgment{
+			JudgmentID: fmt.Sprintf("j-%d", i), ResponseID: fmt.Sprintf("r-%d", i), RubricID: fmt.Sprintf("rub-%d", i/2),
+			Phase: schemas.PhasePolicy, Step: int64(i / 8), JudgeModel: "Qwen/Qwen3-1.7B",
+			JudgeMode: []string{schemas.JudgeGenerative, schemas.JudgeYesNo}[i%2], PromptVersion: "v1",
+			CriterionScores: []float64{0.5, float64(i%10) / 10}, Score: ptr(0.7*0.5 + 0.3*float64(i%10)/10),
+			RawText: `{"reasoning": "ok", "score": 0.5}`,
+		}
+		if i%4 == 3 {
+			out[i].CriterionScores = []float64{}
+			out[i].Score = nil
+			out[i].ScoreMissingReason = ptr("unparseable: no JSON object")
+		}
+	}
+	return out
+}
+
+// Steps returns n sample step rows alternating phases.
+func Steps(n int) []schemas.StepMetrics {
+	out := make([]schemas.StepMetrics, n)
+	for i := range out {
+		s := schemas.StepMetrics{
+			Step: int64(i), Phase: schemas.PhasePolicy, Loss: 0.01 * float64(i), KL: 1e-4, ClipFrac: 0.02,
+			GradNorm: 1.5, LR: 1e-6, RewardMean: 0.5 + 0.001*float64(i), RewardStd: 0.2, RespLenMean: 312.5,
+			Entropy: 0.9, ZeroStdFrac: 0.125, JudgeMissingRate: 0.01, ElapsedS: 12.25,
+		}
+		if (i/50)%2 == 1 {
+			s.Phase = schemas.PhaseRubric
+			s.RewardTemporal, s.RewardBacktranslate, s.RewardRubricGuided = ptr(0.1), ptr(0.2), ptr(0.3)
+			s.CountTemporal, s.CountBacktranslate, s.CountRubricGuided = 21, 22, 21
+			s.FormatRate = ptr(0.875)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// DedupReport returns n sample clusters.
+func DedupReport(n int) []schemas.DedupCluster {
+	out := make([]schemas.DedupCluster, n)
+	for i := range out {
+		rm := make([]string, 1+i%3)
+		for j := range rm {
+			rm[j] = fmt.Sprintf("sha256:%d-%d", i, j)
+		}
+		out[i] = schemas.DedupCluster{ClusterID: int64(i), KeptID: fmt.Sprintf("sha256:%d", i), RemovedIDs: rm,
+			Method: []string{"exact", "minhash"}[i%2], Similarity: 1 - 0.05*float64(i%2)}
+	}
+	return out
+}
