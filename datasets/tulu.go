@@ -94,6 +94,7 @@ type Reader struct {
 // fileReader streams one file.
 type fileReader interface {
 	read(dst []TuluRow) (int, error) // io.EOF at the end of the file
+	seek(row int64) error            // next read starts at data row row
 	close() error
 }
 
@@ -217,6 +218,53 @@ func (r *Reader) Close() error {
 	r.cur = nil
 	return err
 }
+
+// RangeReader streams rows [start, start+count) of one file.
+type RangeReader struct {
+	path string
+	fr   fileReader
+	left int64
+}
+
+// OpenRange opens one Parquet or JSONL file and positions it at data row
+// start (0-based); Read then returns at most count rows. Parquet seeks
+// through the page index; JSONL skips lines. Rows skipped are not validated.
+func OpenRange(path string, opts Options, start, count int64) (*RangeReader, error) {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 1024
+	}
+	fr, err := openFile(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if start > 0 {
+		if err := fr.seek(start); err != nil {
+			fr.close()
+			return nil, err
+		}
+	}
+	return &RangeReader{path: path, fr: fr, left: count}, nil
+}
+
+// Read fills dst with the next rows of the range; 0, io.EOF at its end (or
+// at the end of the file, whichever comes first).
+func (r *RangeReader) Read(dst []TuluRow) (int, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(dst)) > r.left {
+		dst = dst[:r.left]
+	}
+	n, err := r.fr.read(dst)
+	r.left -= int64(n)
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+// Close closes the file.
+func (r *RangeReader) Close() error { return r.fr.close() }
 
 // ReadAll reads every row of paths into memory. Only for small inputs (the
 // sample set, tests).
@@ -444,6 +492,20 @@ func (p *parquetFile) read(dst []TuluRow) (int, error) {
 	return n, p.wrapErr(err)
 }
 
+func (p *parquetFile) seek(row int64) error {
+	var err error
+	if p.slim != nil {
+		err = p.slim.SeekToRow(row)
+	} else {
+		err = p.full.SeekToRow(row)
+	}
+	if err != nil {
+		return fmt.Errorf("input %s: seek to row %d: %w", p.path, row, err)
+	}
+	p.row = row
+	return nil
+}
+
 func (p *parquetFile) wrapErr(err error) error {
 	if err == nil || err == io.EOF {
 		return err
@@ -539,6 +601,28 @@ func (j *jsonlFile) read(dst []TuluRow) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+func (j *jsonlFile) seek(row int64) error {
+	for j.row < row {
+		line, err := j.br.ReadSlice('\n')
+		for err == bufio.ErrBufferFull {
+			_, err = j.br.ReadSlice('\n')
+		}
+		if len(line) > 0 || err == nil {
+			j.line++
+			if len(bytes.TrimSpace(line)) > 0 {
+				j.row++
+			}
+		}
+		if err == io.EOF {
+			return fmt.Errorf("input %s: seek to row %d: file has %d rows", j.path, row, j.row)
+		}
+		if err != nil {
+			return fmt.Errorf("input %s line %d: %w", j.path, j.line+1, err)
+		}
+	}
+	return nil
 }
 
 func (j *jsonlFile) parse(line []byte, dst *TuluRow) error {
