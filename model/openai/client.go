@@ -22,7 +22,9 @@
 //   - Exactly once: results are keyed by request ID. A request stops at its
 //     first usable answer, and a ledger refuses a second result for an ID, so
 //     a retried request whose earlier attempt succeeded on the server never
-//     yields two rows. The ID travels in the Idempotency-Key header.
+//     yields two rows. The ID travels in the X-Request-Id header (not
+//     Idempotency-Key, which would let net/http replay a request on its own,
+//     outside the retry policy, the in-flight cap and the log).
 package openai
 
 import (
@@ -153,6 +155,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	return c, nil
 }
+
+// Close releases the client's idle connections. The client stays usable.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
 
 // Model returns the model name the client sends.
 func (c *Client) Model() string { return c.cfg.Model }
@@ -316,7 +321,7 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, id, path string, pay
 		return fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", id)
+	req.Header.Set("X-Request-Id", id)
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
@@ -517,7 +522,7 @@ func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int
 			if wantLP {
 				comp.LogProbs = lps
 			}
-		} else if wantLP || n > 1 {
+		} else if wantLP {
 			return 0, comp, errors.New("log-probs asked for but missing")
 		}
 		return ch.Index, comp, nil
@@ -567,7 +572,7 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 			if wantLP {
 				comp.LogProbs = lps
 			}
-		} else if wantLP || n > 1 {
+		} else if wantLP {
 			return 0, comp, errors.New("log-probs asked for but missing")
 		}
 		return ch.Index, comp, nil
