@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/evolm/evolm/pipeline"
+)
+
+func newStagesCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stages [NAME...]",
+		Short: "List the registered stages with their specs",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			specs := pipeline.Specs()
+			if len(args) > 0 {
+				specs = specs[:0]
+				for _, name := range args {
+					s, ok := pipeline.Lookup(name)
+					if !ok {
+						return fmt.Errorf("no stage %q", name)
+					}
+					specs = append(specs, s)
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(specs)
+			}
+			if len(specs) == 0 {
+				fmt.Fprintln(out, "no stages registered")
+			}
+			for i, s := range specs {
+				if i > 0 {
+					fmt.Fprintln(out, strings.Repeat("-", 72))
+				}
+				if err := pipeline.WriteSpecDoc(out, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the specs as JSON")
+	return cmd
+}
+
+func newConfigCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Show the configuration"}
+	var section string
+	printCmd := &cobra.Command{
+		Use:   "print",
+		Short: "Print the effective merged config as YAML",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := a.cfg
+			if section != "" {
+				c = c.Section(section)
+				if len(c.Keys()) == 0 {
+					return fmt.Errorf("config has no section %q", section)
+				}
+			}
+			b, err := c.YAML()
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		},
+	}
+	printCmd.Flags().StringVar(&section, "section", "", "print only this section, e.g. stages.dedup")
+	cmd.AddCommand(printCmd)
+	return cmd
+}
+
+func newInspectCmd() *cobra.Command {
+	var rows int
+	cmd := &cobra.Command{
+		Use:   "inspect PATH",
+		Short: "Describe a Parquet file (schema, rows, row groups, metadata, first rows) or a run directory",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return pipeline.Inspect(cmd.Context(), cmd.OutOrStdout(), args[0], rows)
+		},
+	}
+	cmd.Flags().IntVarP(&rows, "rows", "n", 5, "rows to show for a file")
+	return cmd
+}
+
+// newStageCmd generates `evolm <stage>`: flags and help come from the spec.
+func newStageCmd(a *app, spec pipeline.Spec) *cobra.Command {
+	var doc strings.Builder
+	_ = pipeline.WriteSpecDoc(&doc, spec)
+	cmd := &cobra.Command{
+		Use:   spec.Name,
+		Short: spec.Summary,
+		Long:  doc.String(),
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return pipeline.RunStage(cmd.Context(), spec.Name, a.cfg, pipeline.RunOptions{Log: a.log})
+		},
+	}
+	if err := pipeline.AddStageFlags(cmd.Flags(), spec); err != nil {
+		panic(err) // Register validated the spec; this is a programming error
+	}
+	return cmd
+}

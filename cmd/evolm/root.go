@@ -1,0 +1,81 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/evolm/evolm/pipeline"
+)
+
+// app is what the root command's pre-run resolves for subcommands.
+type app struct {
+	configFile string
+	cfg        *pipeline.Config
+	log        *slog.Logger
+}
+
+// globalFlags are the root's persistent flags; each sets a config key of
+// pipeline/defaults.yaml, whose type and default it takes.
+var globalFlags = []struct{ name, key, usage string }{
+	{"run", "run.name", "run name: the run directory is <runs-root>/<run>"},
+	{"runs-root", "run.root", "directory holding runs"},
+	{"run-dir", "run.dir", "run directory (overrides --run and --runs-root)"},
+	{"log-level", "log.level", "debug, info, warn or error"},
+	{"log-format", "log.format", "text or json"},
+	{"parallelism", "pipeline.parallelism", "output shards written at once"},
+	{"progress", "pipeline.progress", "auto (a bar on a terminal, log lines otherwise), tty, log or off"},
+	{"fresh", "pipeline.fresh", "forget the stage's committed shards and redo them"},
+}
+
+func newRootCmd() *cobra.Command {
+	a := &app{}
+	root := &cobra.Command{
+		Use:   "evolm",
+		Short: "EVOLM co-evolving rubric/policy post-training as a Parquet pipeline",
+		Long: `evolm runs the EVOLM method as discrete stages that pass Arrow record batches
+over Parquet shards in a run directory (runs/<run>/<table>/<partitions>/part-NNNNN.parquet).
+
+Configuration merges, later winning: built-in defaults, --config FILE (YAML),
+EVOLM_* env vars (stages.dedup.threshold → EVOLM_STAGES_DEDUP_THRESHOLD) and flags.
+'evolm config print' shows the result; 'evolm stages' lists the stages.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.load(cmd)
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.configFile, "config", "", "YAML config file")
+	for _, g := range globalFlags {
+		if err := pipeline.AddKeyFlag(pf, g.name, g.key, g.usage); err != nil {
+			panic(err) // a bad built-in flag table: a programming error
+		}
+	}
+	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd())
+	for _, spec := range pipeline.Specs() {
+		root.AddCommand(newStageCmd(a, spec))
+	}
+	return root
+}
+
+// load merges the config with the flags of the command being run and sets
+// up the logger.
+func (a *app) load(cmd *cobra.Command) error {
+	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{
+		File:  a.configFile,
+		Env:   os.Environ(),
+		Flags: pipeline.FlagKeys(cmd.Flags()),
+	})
+	if err != nil {
+		return err
+	}
+	log, err := pipeline.NewLogger(os.Stderr, cfg.String("log.level"), cfg.String("log.format"))
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	a.cfg, a.log = cfg, log
+	return nil
+}

@@ -1,0 +1,144 @@
+package pipeline
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// FlagKeyAnnotation marks a flag with the config key it sets.
+const FlagKeyAnnotation = "evolm/config-key"
+
+// AddFlag defines a flag on fs that sets config key when the user passes it.
+// Its default is shown in help; it applies only if Changed, so it does not
+// mask the config file or env vars.
+func AddFlag(fs *pflag.FlagSet, name string, key string, typ FieldType, def any, usage string) error {
+	v, err := coerce(typ, def)
+	if err != nil {
+		return fmt.Errorf("flag --%s: default: %w", name, err)
+	}
+	switch typ {
+	case TypeString:
+		fs.String(name, v.(string), usage)
+	case TypeInt:
+		fs.Int(name, v.(int), usage)
+	case TypeFloat:
+		fs.Float64(name, v.(float64), usage)
+	case TypeBool:
+		fs.Bool(name, v.(bool), usage)
+	case TypeDuration:
+		fs.Duration(name, v.(time.Duration), usage)
+	case TypeStrings:
+		fs.StringSlice(name, v.([]string), usage)
+	default:
+		return fmt.Errorf("flag --%s: unknown type %q", name, typ)
+	}
+	return fs.SetAnnotation(name, FlagKeyAnnotation, []string{key})
+}
+
+// AddKeyFlag defines a flag for a config key of defaults.yaml, taking its
+// type and default from there.
+func AddKeyFlag(fs *pflag.FlagSet, name, key, usage string) error {
+	known, defaults, err := knownKeys()
+	if err != nil {
+		return err
+	}
+	info, ok := known[key]
+	if !ok {
+		return fmt.Errorf("flag --%s: no config key %s", name, key)
+	}
+	return AddFlag(fs, name, key, info.typ, defaults[key], usage)
+}
+
+// AddStageFlags defines one flag per field of spec on fs, named after the
+// key with "_" as "-" (prefixed with "<stage>-" if fs already has that name).
+func AddStageFlags(fs *pflag.FlagSet, spec Spec) error {
+	for _, f := range spec.Fields {
+		name := strings.ReplaceAll(f.Key, "_", "-")
+		if fs.Lookup(name) != nil {
+			name = spec.Name + "-" + name
+		}
+		usage := f.Description
+		if len(f.Enum) > 0 {
+			usage += " (one of " + strings.Join(f.Enum, ", ") + ")"
+		}
+		if err := AddFlag(fs, name, "stages."+spec.Name+"."+f.Key, f.Type, f.Default, usage); err != nil {
+			return fmt.Errorf("stage %s: %w", spec.Name, err)
+		}
+	}
+	return nil
+}
+
+// FlagKeys maps config keys to the flags of fs defined by AddFlag or
+// AddStageFlags, for LoadOptions.Flags.
+func FlagKeys(fs *pflag.FlagSet) map[string]*pflag.Flag {
+	out := map[string]*pflag.Flag{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if k := f.Annotations[FlagKeyAnnotation]; len(k) == 1 {
+			out[k[0]] = f
+		}
+	})
+	return out
+}
+
+// WriteSpecDoc renders a stage's documentation: summary, description, tables
+// and a table of config fields with their key, env var, type, default, enum
+// and example. `evolm stages` and `evolm <stage> --help` print it.
+func WriteSpecDoc(w io.Writer, s Spec) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s\n", s.Name, s.Summary)
+	if s.Description != "" {
+		fmt.Fprintf(&b, "\n%s\n", strings.TrimSpace(s.Description))
+	}
+	fmt.Fprintf(&b, "\nInputs:  %s\nOutputs: %s\n", orNone(s.Inputs), orNone(s.Outputs))
+	if len(s.Fields) > 0 {
+		b.WriteString("\nConfig (key under stages." + s.Name + ", env var, flag):\n")
+		tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+		fields := append([]Field(nil), s.Fields...)
+		sort.SliceStable(fields, func(i, j int) bool { return fields[i].Key < fields[j].Key })
+		for _, f := range fields {
+			key := "stages." + s.Name + "." + f.Key
+			fmt.Fprintf(tw, "  %s\t%s\t%s\tdefault %s\n", f.Key, f.Type, EnvName(key), fmtValue(f.Default))
+			desc := f.Description
+			if len(f.Enum) > 0 {
+				desc += " One of: " + strings.Join(f.Enum, ", ") + "."
+			}
+			if f.Example != nil {
+				desc += " Example: " + fmtValue(f.Example) + "."
+			}
+			if f.Required {
+				desc += " Required."
+			}
+			fmt.Fprintf(tw, "    %s\t\t\t\n", desc)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, ", ")
+}
+
+func fmtValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("%q", x)
+	case []string:
+		return "[" + strings.Join(x, ", ") + "]"
+	case nil:
+		return "(none)"
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,206 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+)
+
+// Inspect writes a human-readable description of path to w. For a Parquet
+// file: size, rows, row groups, Arrow schema, key-value metadata and its
+// first rows as JSON lines. For a directory (a run, a table or any tree of
+// shards): its manifests, and per table and partition the shard and row
+// counts, plus shards no manifest lists and stale temp files.
+func Inspect(ctx context.Context, w io.Writer, path string, rows int) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	if st.IsDir() {
+		return inspectDir(w, path)
+	}
+	return inspectFile(ctx, w, path, st.Size(), rows)
+}
+
+func inspectFile(ctx context.Context, w io.Writer, path string, size int64, n int) error {
+	r, err := OpenShard(path, ReadOptions{BatchSize: int64(max(n, 1))})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	pf := r.ParquetReader()
+	md := pf.MetaData()
+	fmt.Fprintf(w, "file:       %s\n", path)
+	fmt.Fprintf(w, "size:       %d bytes\n", size)
+	fmt.Fprintf(w, "rows:       %d\n", r.NumRows())
+	fmt.Fprintf(w, "created by: %s\n", md.GetCreatedBy())
+	fmt.Fprintf(w, "row groups: %d\n", r.NumRowGroups())
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for i := 0; i < r.NumRowGroups(); i++ {
+		rg := md.RowGroup(i)
+		fmt.Fprintf(tw, "  #%d\t%d rows\t%d bytes compressed\t%d uncompressed\n", i, rg.NumRows(), rg.TotalCompressedSize(), rg.TotalByteSize())
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "schema:\n%s\n", indent(r.Schema().String()))
+	kv := r.Metadata()
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintln(w, "metadata:")
+	for _, k := range keys {
+		v := kv[k]
+		if k == "ARROW:schema" {
+			v = fmt.Sprintf("(%d bytes, base64 Arrow IPC schema)", len(v))
+		}
+		fmt.Fprintf(w, "  %s: %s\n", k, v)
+	}
+	if n <= 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "first %d rows:\n", min(int64(n), r.NumRows()))
+	left := int64(n)
+	for rec, err := range r.Batches(ctx) {
+		if err != nil {
+			return err
+		}
+		take := min(left, rec.NumRows())
+		s := rec.NewSlice(0, take)
+		err := array.RecordToJSON(s, w)
+		s.Release()
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", path, err)
+		}
+		if left -= take; left <= 0 {
+			break
+		}
+	}
+	return nil
+}
+
+type partStats struct {
+	files int
+	rows  int64
+	bytes int64
+}
+
+func inspectDir(w io.Writer, dir string) error {
+	committed := map[string]bool{} // absolute path → listed in a manifest
+	mdir := filepath.Join(dir, "_manifests")
+	if ents, err := os.ReadDir(mdir); err == nil {
+		fmt.Fprintf(w, "run: %s\nmanifests:\n", dir)
+		run := &Run{Dir: dir}
+		for _, e := range ents {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+				continue
+			}
+			m, err := run.Manifest(strings.TrimSuffix(e.Name(), ".json"))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "  %s: %d shards, %d rows, config %s, code %s, updated %s\n",
+				m.Stage, len(m.Shards), m.Rows(""), m.ConfigHash, m.CodeVersion, m.Updated.Format("2006-01-02 15:04:05Z"))
+			for _, s := range m.Shards {
+				committed[filepath.Clean(run.Path(s.Path))] = true
+			}
+		}
+	}
+	parts := map[string]*partStats{} // "table/k=v/..." → stats
+	var uncommitted, temps []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != dir && (strings.HasPrefix(d.Name(), "_") || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if IsTemp(d.Name()) {
+			temps = append(temps, rel)
+			return nil
+		}
+		if !strings.HasSuffix(d.Name(), ".parquet") {
+			return nil
+		}
+		r, err := OpenShard(p, ReadOptions{})
+		if err != nil {
+			return err
+		}
+		n := r.NumRows()
+		r.Close()
+		info, _ := d.Info()
+		key := filepath.ToSlash(filepath.Dir(rel))
+		ps := parts[key]
+		if ps == nil {
+			ps = &partStats{}
+			parts[key] = ps
+		}
+		ps.files++
+		ps.rows += n
+		if info != nil {
+			ps.bytes += info.Size()
+		}
+		if len(committed) > 0 && !committed[filepath.Clean(p)] {
+			uncommitted = append(uncommitted, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	keys := make([]string, 0, len(parts))
+	for k := range parts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	tables := map[string]*partStats{}
+	var order []string
+	for _, k := range keys {
+		t := strings.SplitN(k, "/", 2)[0]
+		if tables[t] == nil {
+			tables[t] = &partStats{}
+			order = append(order, t)
+		}
+		tables[t].files += parts[k].files
+		tables[t].rows += parts[k].rows
+		tables[t].bytes += parts[k].bytes
+	}
+	if len(keys) == 0 {
+		fmt.Fprintf(w, "no Parquet shards under %s\n", dir)
+	} else {
+		fmt.Fprintln(w, "tables:")
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	for _, t := range order {
+		ts := tables[t]
+		fmt.Fprintf(tw, "  %s\t%d shards\t%d rows\t%d bytes\t\n", t, ts.files, ts.rows, ts.bytes)
+		for _, k := range keys {
+			if k == t || !strings.HasPrefix(k, t+"/") {
+				continue
+			}
+			ps := parts[k]
+			fmt.Fprintf(tw, "    %s\t%d shards\t%d rows\t%d bytes\t\n", strings.TrimPrefix(k, t+"/"), ps.files, ps.rows, ps.bytes)
+		}
+	}
+	tw.Flush()
+	if len(uncommitted) > 0 {
+		fmt.Fprintf(w, "shards in no manifest (written but not recorded; a rerun redoes them):\n  %s\n", strings.Join(uncommitted, "\n  "))
+	}
+	if len(temps) > 0 {
+		fmt.Fprintf(w, "stale temp files (removed when their stage reruns):\n  %s\n", strings.Join(temps, "\n  "))
+	}
+	return nil
+}
+
