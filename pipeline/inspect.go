@@ -203,4 +203,3 @@ func inspectDir(w io.Writer, dir string) error {
 	}
 	return nil
 }
-
