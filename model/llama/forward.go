@@ -1,0 +1,205 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// rope holds cos and sin (B, 1, T, hs) in float32 for one forward pass.
+type rope struct{ cos, sin *torch.Tensor }
+
+// newRope computes HF's rotary embedding for positions (B, T).
+func (m *ForCausalLM) newRope(s *torch.Scope, pos *torch.Tensor) rope {
+	freqs := s.Mul(s.Unsqueeze(s.Float32(pos), -1), m.invFreq)                    // (B, T, hs/2)
+	emb := s.Cat([]*torch.Tensor{freqs, freqs}, -1)                               // (B, T, hs)
+	return rope{cos: s.Unsqueeze(s.Cos(emb), 1), sin: s.Unsqueeze(s.Sin(emb), 1)} // (B, 1, T, hs)
+}
+
+// apply rotates x (B, h, T, hs) in float32: x*cos + rotate_half(x)*sin.
+func (r rope) apply(s *torch.Scope, x *torch.Tensor, hs int64) *torch.Tensor {
+	x32 := s.Float32(x)
+	x1 := s.Narrow(x32, -1, 0, hs/2)                 // (B, h, T, hs/2)
+	x2 := s.Narrow(x32, -1, hs/2, hs/2)              // (B, h, T, hs/2)
+	rot := s.Cat([]*torch.Tensor{s.Neg(x2), x1}, -1) // (B, h, T, hs)
+	y := s.Add(s.Mul(x32, r.cos), s.Mul(rot, r.sin)) // (B, h, T, hs)
+	return s.ToDType(y, x.DType())
+}
+
+// repeatKV expands (B, nkv, Tk, hs) to (B, nkv*groups, Tk, hs) for GQA.
+func repeatKV(s *torch.Scope, x *torch.Tensor, groups int64) *torch.Tensor {
+	if groups == 1 {
+		return x
+	}
+	sh, err := torch.Shape(x)
+	if err != nil {
+		s.Fail(err)
+		return nil
+	}
+	B, nkv, Tk, hs := sh[0], sh[1], sh[2], sh[3]
+	x = s.Expand(s.Unsqueeze(x, 2), B, nkv, groups, Tk, hs) // (B, nkv, groups, Tk, hs)
+	return s.Reshape(x, B, nkv*groups, Tk, hs)              // (B, nh, Tk, hs)
+}
+
+// Forward maps x (B, T, C) to (B, T, C). blocked (B or 1, 1, T, Tk) is true
+// where a query may not attend a key.
+func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *torch.Tensor, cache *model.Cache) *torch.Tensor {
+	sh, err := torch.Shape(x)
+	if err != nil {
+		s.Fail(err)
+		return nil
+	}
+	B, T := sh[0], sh[1]
+	nh, nkv, hs := int64(a.cfg.NumAttentionHeads), int64(a.cfg.NumKeyValueHeads), int64(a.cfg.HeadDim)
+
+	q := s.View(a.QProj.Forward(s, x), B, T, nh, hs)  // (B, T, nh, hs)
+	k := s.View(a.KProj.Forward(s, x), B, T, nkv, hs) // (B, T, nkv, hs)
+	v := s.View(a.VProj.Forward(s, x), B, T, nkv, hs) // (B, T, nkv, hs)
+	if a.QNorm != nil {
+		q, k = a.QNorm.Forward(s, q), a.KNorm.Forward(s, k)
+	}
+	q = r.apply(s, s.Transpose(q, 1, 2), hs) // (B, nh, T, hs)
+	k = r.apply(s, s.Transpose(k, 1, 2), hs) // (B, nkv, T, hs)
+	v = s.Transpose(v, 1, 2)                 // (B, nkv, T, hs)
+	if cache != nil {
+		k, v = cache.Update(s, a.layer, k, v) // (B, nkv, Tk, hs)
+	}
+	k = repeatKV(s, k, int64(a.cfg.KVGroups)) // (B, nh, Tk, hs)
+	v = repeatKV(s, v, int64(a.cfg.KVGroups)) // (B, nh, Tk, hs)
+
+	att := s.MulScalar(s.Matmul(q, s.Transpose(k, 2, 3)), a.cfg.AttnScale) // (B, nh, T, Tk)
+	att = s.MaskedFill(s.Float32(att), blocked, -math.MaxFloat32)          // (B, nh, T, Tk)
+	att = s.ToDType(s.Softmax(att, -1, torch.Float32), v.DType())          // (B, nh, T, Tk)
+	y := s.Matmul(att, v)                                                  // (B, nh, T, hs)
+	y = s.Reshape(s.Transpose(y, 1, 2), B, T, nh*hs)                       // (B, T, nh*hs)
+	return a.OProj.Forward(s, y)                                           // (B, T, C)
+}
+
+// Forward is one pre-norm block on x (B, T, C).
+func (l *DecoderLayer) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *torch.Tensor, cache *model.Cache) *torch.Tensor {
+	h := s.Add(x, l.SelfAttn.Forward(s, l.InputLayernorm.Forward(s, x), r, blocked, cache))
+	return s.Add(h, l.MLP.Forward(s, l.PostAttentionLayernorm.Forward(s, h)))
+}
+
+// Hidden implements model.CausalLM: final-norm hidden states (B, T, C).
+func (m *ForCausalLM) Hidden(s *torch.Scope, b model.Batch) (*torch.Tensor, error) {
+	if s.Err() != nil {
+		return nil, s.Err()
+	}
+	h, err := m.hidden(s, b)
+	if err != nil {
+		err = fmt.Errorf("%s forward: %w", m.cfg.Architectures[0], err)
+		s.Fail(err)
+		return nil, err
+	}
+	return h, nil
+}
+
+func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor, error) {
+	sh, err := torch.Shape(b.IDs)
+	if err != nil {
+		return nil, fmt.Errorf("ids: %w", err)
+	}
+	if len(sh) != 2 || b.IDs.DType() != torch.Int64 {
+		return nil, fmt.Errorf("ids: shape %v %s, want (B, T) int64", sh, torch.DTypeName(b.IDs.DType()))
+	}
+	B, T := sh[0], sh[1]
+	past := int64(0)
+	if b.Cache != nil {
+		past = int64(b.Cache.Len())
+		if int64(b.Cache.Batch()) != B {
+			return nil, fmt.Errorf("cache has %d rows, ids %d", b.Cache.Batch(), B)
+		}
+	}
+	Tk := past + T
+	if err := checkShape("positions", b.Positions, B, T); err != nil {
+		return nil, err
+	}
+	if err := checkShape("mask", b.Mask, B, Tk); err != nil {
+		return nil, err
+	}
+
+	s := parent.Child()
+	defer s.Close()
+	ids := m.onDevice(s, b.IDs, torch.Int64)
+	pos := b.Positions
+	if pos == nil {
+		pos = s.Expand(s.Unsqueeze(s.Arange(past, Tk, torch.Int64, m.dev), 0), B, T) // (B, T)
+	} else {
+		pos = m.onDevice(s, pos, torch.Int64)
+	}
+	r := m.newRope(s, pos)
+
+	// blocked[b, 0, i, j]: key j is in query i's future, or is padding. A
+	// padding key is moved to the far future so one comparison does both.
+	qpos := s.View(s.Arange(past, Tk, torch.Int64, m.dev), 1, 1, T, 1) // (1, 1, T, 1)
+	kpos := s.View(s.Arange(0, Tk, torch.Int64, m.dev), 1, 1, 1, Tk)   // (1, 1, 1, Tk)
+	if b.Mask != nil {
+		pad := s.EqScalar(m.onDevice(s, b.Mask, torch.Int64), 0)         // (B, Tk)
+		kpos = s.Add(kpos, s.View(s.MulScalar(pad, 1<<40), B, 1, 1, Tk)) // (B, 1, 1, Tk)
+	}
+	blocked := s.Gt(kpos, qpos) // (B or 1, 1, T, Tk)
+
+	x := m.Model.EmbedTokens.Forward(s, ids) // (B, T, C)
+	for i := range m.Model.Layers {
+		ls := s.Child()
+		x = ls.MoveTo(s, m.Model.Layers[i].Forward(ls, x, r, blocked, b.Cache)) // (B, T, C)
+		ls.Close()
+	}
+	x = m.Model.Norm.Forward(s, x) // (B, T, C)
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if b.Cache != nil {
+		b.Cache.Advance(int(T))
+	}
+	return s.MoveTo(parent, x), nil
+}
+
+// onDevice returns x on the model's device in dtype (x itself when it is
+// already there).
+func (m *ForCausalLM) onDevice(s *torch.Scope, x *torch.Tensor, dtype torch.DType) *torch.Tensor {
+	dev, err := torch.DeviceOf(x)
+	if err != nil {
+		s.Fail(err)
+		return nil
+	}
+	if dev == m.dev && x.DType() == dtype {
+		return x
+	}
+	return s.To(x, m.dev, dtype)
+}
+
+func checkShape(what string, x *torch.Tensor, B, T int64) error {
+	if x == nil {
+		return nil
+	}
+	sh, err := torch.Shape(x)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if len(sh) != 2 || sh[0] != B || sh[1] != T {
+		return fmt.Errorf("%s: shape %v, want [%d %d]", what, sh, B, T)
+	}
+	return nil
+}
+
+// Logits implements model.CausalLM: lm_head(h) in float32, (…, V).
+func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, error) {
+	out := s.Float32(m.LMHead.Forward(s, h))
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("%s lm_head: %w", m.cfg.Architectures[0], err)
+	}
+	return out, nil
+}
+
+// Forward implements model.CausalLM: logits (B, T, V) in float32.
+func (m *ForCausalLM) Forward(s *torch.Scope, b model.Batch) (*torch.Tensor, error) {
+	h, err := m.Hidden(s, b)
+	if err != nil {
+		return nil, err
+	}
+	return m.Logits(s, h)
+}

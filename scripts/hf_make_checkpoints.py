@@ -1,0 +1,121 @@
+"""Golden references for evolm's HF parity tests (model/llama, model).
+
+Usage: hf_make_checkpoints.py OUTDIR
+
+Creates small random Qwen3, Llama and Qwen2 checkpoints with transformers
+(several head layouts: GQA and MHA, tied and untied embeddings, q/k norm,
+biases, an explicit head_dim, a sharded save and a bf16 save), runs fixed
+inputs through each in float32 with eager attention and writes, per
+checkpoint, OUTDIR/<name>/ (the HF checkpoint) and OUTDIR/<name>/ref.safetensors:
+
+  case{i}.ids     (B, T) int64
+  case{i}.mask    (B, T) int64  1 = token, 0 = left padding
+  case{i}.pos     (B, T) int64  position ids, cumsum(mask) - 1 (HF generate)
+  case{i}.logits  (B, T, V) float32
+
+Prints a JSON list of the checkpoint names.
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
+
+torch.set_num_threads(1)
+VOCAB = 256
+
+SPECS = [
+    # name, config class, model class, config kwargs, save kwargs
+    ("qwen3_gqa_tied", Qwen3Config, Qwen3ForCausalLM,
+     dict(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+          num_key_value_heads=2, head_dim=16, tie_word_embeddings=True, rope_theta=1e6), {}),
+    ("qwen3_mha_untied_bias", Qwen3Config, Qwen3ForCausalLM,
+     dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+          num_key_value_heads=4, head_dim=8, tie_word_embeddings=False, attention_bias=True, rope_theta=1e6), {}),
+    ("qwen3_sharded_bf16", Qwen3Config, Qwen3ForCausalLM,
+     dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+          num_key_value_heads=2, head_dim=16, tie_word_embeddings=True, rope_theta=1e6),
+     dict(max_shard_size="40KB", dtype=torch.bfloat16)),
+    ("llama_gqa_untied", LlamaConfig, LlamaForCausalLM,
+     dict(hidden_size=64, intermediate_size=112, num_hidden_layers=2, num_attention_heads=8,
+          num_key_value_heads=2, tie_word_embeddings=False, rope_theta=10000.0), {}),
+    ("llama_mha_tied_bias", LlamaConfig, LlamaForCausalLM,
+     dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+          num_key_value_heads=2, tie_word_embeddings=True, attention_bias=True, rope_theta=500000.0), {}),
+    ("qwen2_gqa_untied", Qwen2Config, Qwen2ForCausalLM,
+     dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
+          num_key_value_heads=2, tie_word_embeddings=False, rope_theta=1e6), {}),
+    ("qwen2_mha_tied_f16", Qwen2Config, Qwen2ForCausalLM,
+     dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
+          num_key_value_heads=4, tie_word_embeddings=True, rope_theta=1e6),
+     dict(dtype=torch.float16)),
+]
+
+
+def inputs():
+    """Two cases: a plain batch, and a left-padded batch with its mask."""
+    g = torch.Generator().manual_seed(1234)
+    ids0 = torch.randint(0, VOCAB, (2, 9), generator=g)
+    mask0 = torch.ones_like(ids0)
+    ids1 = torch.randint(0, VOCAB, (3, 7), generator=g)
+    mask1 = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1]])
+    ids1 = ids1.masked_fill(mask1 == 0, 0)
+    out = []
+    for ids, mask in ((ids0, mask0), (ids1, mask1)):
+        pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        out.append((ids, mask, pos))
+    return out
+
+
+def perturb(model, g):
+    """HF's init leaves norms at 1 and biases at 0, which would hide bugs in
+    them; give every parameter a random value of a sensible scale."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.15 * torch.randn(p.shape, generator=g))
+
+
+def main():
+    out = sys.argv[1]
+    names = []
+    for i, (name, cfg_cls, model_cls, kw, save_kw) in enumerate(SPECS):
+        torch.manual_seed(i)
+        cfg = cfg_cls(vocab_size=VOCAB, max_position_embeddings=512, attn_implementation="eager", **kw)
+        model = model_cls(cfg).eval()
+        perturb(model, torch.Generator().manual_seed(100 + i))
+        d = os.path.join(out, name)
+        dtype = save_kw.get("dtype")
+        model.save_pretrained(d, max_shard_size=save_kw.get("max_shard_size", "5GB"), safe_serialization=True,
+                              state_dict={k: v.to(dtype or v.dtype) for k, v in model.state_dict().items()})
+        if dtype is not None:
+            # The reference runs in float32 on the rounded weights the file
+            # holds. A fresh model keeps inv_freq exact (model.to(dtype) would
+            # round that buffer too, which no loader of the file would do).
+            cfg.torch_dtype = dtype
+            cfg.save_pretrained(d)
+            rounded = {k: v.to(dtype).float() for k, v in model.state_dict().items()}
+            model = model_cls(cfg).eval().float()
+            model.load_state_dict(rounded)
+        tensors = {}
+        with torch.no_grad():
+            for c, (ids, mask, pos) in enumerate(inputs()):
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float()
+                tensors[f"case{c}.ids"] = ids.contiguous()
+                tensors[f"case{c}.mask"] = mask.contiguous()
+                tensors[f"case{c}.pos"] = pos.contiguous()
+                tensors[f"case{c}.logits"] = logits.contiguous()
+        save_file(tensors, os.path.join(d, "ref.safetensors"))
+        names.append(name)
+    print(json.dumps(names))
+
+
+if __name__ == "__main__":
+    main()
