@@ -13,6 +13,8 @@ checkpoint, OUTDIR/<name>/ (the HF checkpoint) and OUTDIR/<name>/ref.safetensors
   case{i}.pos     (B, T) int64  position ids, cumsum(mask) - 1 (HF generate)
   case{i}.logits  (B, T, V) float32
 
+and OUTDIR/<name>/params.json, the names of model.named_parameters() in order.
+
 Prints a JSON list of the checkpoint names.
 """
 import json
@@ -113,6 +115,8 @@ def main():
                 tensors[f"case{c}.pos"] = pos.contiguous()
                 tensors[f"case{c}.logits"] = logits.contiguous()
         save_file(tensors, os.path.join(d, "ref.safetensors"))
+        with open(os.path.join(d, "params.json"), "w") as f:
+            json.dump([n for n, _ in model.named_parameters()], f)
         names.append(name)
     print(json.dumps(names))
 
