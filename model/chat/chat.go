@@ -1,0 +1,219 @@
+// Package chat renders conversations with Qwen3's ChatML chat template and
+// splits thinking from answers in completions.
+//
+// Render reproduces, character for character, the official Jinja template
+// that ships in Qwen3's tokenizer_config.json, as transformers'
+// apply_chat_template(tokenize=False) renders it; the tests compare the two
+// on many conversations. In short:
+//
+//	<|im_start|>system\n{system}<|im_end|>\n
+//	<|im_start|>user\n{content}<|im_end|>\n
+//	<|im_start|>assistant\n<think>\n{reasoning}\n</think>\n\n{answer}<|im_end|>\n
+//	<|im_start|>assistant\n                      (AddGenerationPrompt)
+//	<think>\n\n</think>\n\n                      (and DisableThinking)
+//
+// Assistant turns before the last real user query lose their reasoning, as
+// in the template; those after it (the current agentic turn) keep it. Tool
+// results are grouped into one user turn of <tool_response> blocks, and with
+// tools the system turn lists their JSON schemas.
+//
+// Where the template would silently render nothing (an unknown role) or
+// fail (no messages), Render returns an error instead.
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Roles the template knows.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Message is one chat turn, in the OpenAI/HF field layout.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// ReasoningContent, when set on an assistant turn, is its thinking; when
+	// nil the thinking is parsed out of Content's <think>…</think>.
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// ToolCall is one function call made by an assistant turn.
+type ToolCall struct {
+	Type     string       `json:"type,omitempty"` // "function"
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and its arguments: a JSON object, or a
+// JSON string holding already-serialized arguments (inserted verbatim).
+type FunctionCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// Options adjust Render.
+type Options struct {
+	// AddGenerationPrompt appends the opening of an assistant turn.
+	AddGenerationPrompt bool
+	// DisableThinking is the template's enable_thinking=False: the
+	// generation prompt then carries an empty <think>\n\n</think>\n\n.
+	DisableThinking bool
+	// Tools are JSON schemas of callable functions, listed in the system turn.
+	Tools []json.RawMessage
+}
+
+const (
+	imStart = "<|im_start|>"
+	imEnd   = "<|im_end|>"
+
+	toolsHeader = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+	toolsFooter = "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+)
+
+// Render renders msgs with the Qwen3 chat template.
+func Render(msgs []Message, opt Options) (string, error) {
+	if len(msgs) == 0 {
+		return "", errors.New("chat: no messages")
+	}
+	for i, m := range msgs {
+		switch m.Role {
+		case RoleSystem, RoleUser, RoleAssistant, RoleTool:
+		default:
+			return "", fmt.Errorf("chat: messages[%d]: unknown role %q", i, m.Role)
+		}
+	}
+	var b strings.Builder
+	if len(opt.Tools) > 0 {
+		b.WriteString(imStart + "system\n")
+		if msgs[0].Role == RoleSystem {
+			b.WriteString(msgs[0].Content + "\n\n")
+		}
+		b.WriteString(toolsHeader)
+		for i, tool := range opt.Tools {
+			s, err := PyJSON(tool)
+			if err != nil {
+				return "", fmt.Errorf("chat: tools[%d]: %w", i, err)
+			}
+			b.WriteString("\n" + s)
+		}
+		b.WriteString(toolsFooter)
+	} else if msgs[0].Role == RoleSystem {
+		b.WriteString(imStart + "system\n" + msgs[0].Content + imEnd + "\n")
+	}
+	// The last user turn that is a real query, not a wrapped tool response.
+	lastQuery := len(msgs) - 1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if m.Role == RoleUser && !(strings.HasPrefix(m.Content, "<tool_response>") && strings.HasSuffix(m.Content, "</tool_response>")) {
+			lastQuery = i
+			break
+		}
+	}
+	for i, m := range msgs {
+		switch {
+		case m.Role == RoleUser || m.Role == RoleSystem && i > 0:
+			b.WriteString(imStart + m.Role + "\n" + m.Content + imEnd + "\n")
+		case m.Role == RoleAssistant:
+			content, reasoning := m.Content, ""
+			if m.ReasoningContent != nil {
+				reasoning = *m.ReasoningContent
+			} else if strings.Contains(m.Content, "</think>") {
+				th := SplitThinking(m.Content)
+				content, reasoning = th.Answer, th.Reasoning
+			}
+			if i > lastQuery && (i == len(msgs)-1 || reasoning != "") {
+				b.WriteString(imStart + m.Role + "\n<think>\n" + strings.Trim(reasoning, "\n") + "\n</think>\n\n" + strings.TrimLeft(content, "\n"))
+			} else {
+				b.WriteString(imStart + m.Role + "\n" + content)
+			}
+			for j, tc := range m.ToolCalls {
+				if j > 0 || content != "" {
+					b.WriteString("\n")
+				}
+				args, err := toolArguments(tc.Function.Arguments)
+				if err != nil {
+					return "", fmt.Errorf("chat: messages[%d].tool_calls[%d].function.arguments: %w", i, j, err)
+				}
+				b.WriteString("<tool_call>\n{\"name\": \"" + tc.Function.Name + "\", \"arguments\": " + args + "}\n</tool_call>")
+			}
+			b.WriteString(imEnd + "\n")
+		case m.Role == RoleTool:
+			if i == 0 || msgs[i-1].Role != RoleTool {
+				b.WriteString(imStart + "user")
+			}
+			b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
+			if i == len(msgs)-1 || msgs[i+1].Role != RoleTool {
+				b.WriteString(imEnd + "\n")
+			}
+		}
+	}
+	if opt.AddGenerationPrompt {
+		b.WriteString(imStart + "assistant\n")
+		if opt.DisableThinking {
+			b.WriteString("<think>\n\n</think>\n\n")
+		}
+	}
+	return b.String(), nil
+}
+
+// toolArguments renders arguments as the template does: a string verbatim,
+// anything else through tojson.
+func toolArguments(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", errors.New("missing")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", err
+		}
+		return s, nil
+	}
+	return PyJSON(raw)
+}
+
+// Thinking is a completion split at its reasoning.
+type Thinking struct {
+	Reasoning string // text inside <think>…</think>, without surrounding newlines
+	Answer    string // text after the last </think>, leading newlines dropped
+	// Closed is false when a <think> was opened and never closed (the
+	// generation stopped mid-thought): Answer is then the text before it.
+	Closed bool
+}
+
+// SplitThinking separates reasoning from the answer exactly as the Qwen3
+// template does for assistant turns: the answer is what follows the last
+// </think>, the reasoning what precedes the first </think> after its last
+// <think>. A completion with no think tags is all answer; one whose <think>
+// was never closed (generation stopped mid-thought) has Closed false and, as
+// its answer, the text before the <think>. With thinking on, the generation
+// prompt ends right before the model's own "<think>".
+func SplitThinking(completion string) Thinking {
+	if strings.Contains(completion, "</think>") {
+		parts := strings.Split(completion, "</think>")
+		before := strings.Split(strings.TrimRight(parts[0], "\n"), "<think>")
+		return Thinking{
+			Reasoning: strings.TrimLeft(before[len(before)-1], "\n"),
+			Answer:    strings.TrimLeft(parts[len(parts)-1], "\n"),
+			Closed:    true,
+		}
+	}
+	if j := strings.Index(completion, "<think>"); j >= 0 {
+		return Thinking{Reasoning: strings.Trim(completion[j+len("<think>"):], "\n"), Answer: completion[:j]}
+	}
+	return Thinking{Answer: completion, Closed: true}
+}
+
+// StripThinking returns the completion without its thinking: the answer
+// that SplitThinking finds.
+func StripThinking(completion string) string { return SplitThinking(completion).Answer }
