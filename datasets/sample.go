@@ -39,7 +39,7 @@ const (
 	// compatibility-character variants.
 	PlantExact PlantKind = "exact"
 	// PlantNear rows are small edits of their original (punctuation, a word
-	// added, removed or changed): word 5-gram Jaccard similarity >= 0.8.
+	// added, removed or changed): word 5-gram Jaccard similarity >= 0.7.
 	PlantNear PlantKind = "near"
 )
 
@@ -339,7 +339,7 @@ func CategoryOf(source string) string {
 	}
 	s := strings.ToLower(source)
 	switch {
-	case containsAny(s, "ifeval", "if_", "-if-", "instruction_following", "persona-if", "ifdata"):
+	case containsAny(s, "ifeval", "if_", "-if-", "instruction_following", "instruction-following", "persona-if", "ifdata"):
 		return CatInstruction
 	case containsAny(s, "math", "gsm", "numina", "algebra"):
 		return CatMath

@@ -347,6 +347,9 @@ func openParquet(path string, opts Options) (*parquetFile, error) {
 		return nil, fmt.Errorf("input %s: %w", path, err)
 	}
 	p := &parquetFile{path: path, f: f, total: pf.NumRows()}
+	if p.total == 0 {
+		return p, nil // read reports io.EOF at once
+	}
 	if opts.PromptsOnly {
 		p.slim = parquet.NewGenericReader[pqPromptRow](pf)
 		p.sbuf = make([]pqPromptRow, opts.BatchSize)
@@ -465,6 +468,9 @@ func describe(f parquet.Field) string {
 }
 
 func (p *parquetFile) read(dst []TuluRow) (int, error) {
+	if p.full == nil && p.slim == nil {
+		return 0, io.EOF
+	}
 	want := len(dst)
 	if p.slim != nil {
 		want = min(want, len(p.sbuf))
@@ -493,6 +499,9 @@ func (p *parquetFile) read(dst []TuluRow) (int, error) {
 }
 
 func (p *parquetFile) seek(row int64) error {
+	if p.full == nil && p.slim == nil {
+		return fmt.Errorf("input %s: seek to row %d: file has no rows", p.path, row)
+	}
 	var err error
 	if p.slim != nil {
 		err = p.slim.SeekToRow(row)
