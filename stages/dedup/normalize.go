@@ -20,6 +20,10 @@ func Normalize(s string) string {
 	if isASCII(s) {
 		return collapseASCII(s)
 	}
+	return normalizeUnicode(s)
+}
+
+func normalizeUnicode(s string) string {
 	s = norm.NFKC.String(s)
 	s = cases.Fold().String(s)
 	s = norm.NFKC.String(s)
