@@ -131,6 +131,9 @@ func (e *Env) MapShards(ctx context.Context, tasks []Task) error {
 }
 
 func (e *Env) runTask(ctx context.Context, m *Manifest, t Task, prog *Progress) error {
+	if err := ctx.Err(); err != nil {
+		return err // an earlier task failed while this one waited for a slot
+	}
 	fps := make([]string, len(t.Inputs))
 	for i, in := range t.Inputs {
 		fp, err := e.Fingerprint(in)
