@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/evolm/evolm/schemas"
 )
 
 // Reason says why a judge score could not be had. Stages record it next to
@@ -59,23 +61,6 @@ func ReasonOf(err error) Reason {
 	return ""
 }
 
-var thinkRe = regexp.MustCompile(`(?s)<think>.*?</think>`)
-
-// StripThink removes every <think>…</think> section. An opened section that
-// never closes runs to the end of the text and is removed too, so
-// unfinished reasoning is never read as an answer.
-func StripThink(s string) string {
-	s = thinkRe.ReplaceAllString(s, "")
-	if i := strings.Index(s, "<think>"); i >= 0 {
-		s = s[:i]
-	}
-	// Qwen3's template may open the block in the prompt, leaving a bare close.
-	if i := strings.LastIndex(s, "</think>"); i >= 0 {
-		s = s[i+len("</think>"):]
-	}
-	return s
-}
-
 // JSONObjects returns every top-level JSON object embedded in s, in order
 // (objects inside an object are not returned separately). Text around and
 // between them, such as prose or Markdown fences, is skipped.
@@ -111,12 +96,13 @@ const scoreTolerance = 1e-6
 
 var bareNonFinite = regexp.MustCompile(`(?i)"score"\s*:\s*"?\s*[+-]?(nan|inf(inity)?)\b`)
 
-// ParseJudge reads a generative judge's reply: it strips <think> sections,
+// ParseJudge reads a generative judge's reply: it strips <think> sections
+// (schemas.StripThink, the rule the rubric format uses),
 // takes the last JSON object that has a "score" key, and returns the score
 // if it is a finite number (or numeric string) in [0, 1]. Otherwise the
 // error is a *ScoreError whose Reason says why.
 func ParseJudge(reply string) (Verdict, error) {
-	body := StripThink(reply)
+	body := schemas.StripThink(reply)
 	objs := JSONObjects(body)
 	var obj map[string]json.RawMessage
 	for _, o := range objs {

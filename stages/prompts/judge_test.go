@@ -57,21 +57,6 @@ func TestParseJudge(t *testing.T) {
 	}
 }
 
-func TestStripThink(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"a<think>x</think>b<think>y</think>c", "abc"},
-		{"<think>\n\n</think>\n\nanswer", "\n\nanswer"},
-		{"answer<think>unfinished", "answer"},
-		{"reasoning</think>answer", "answer"},
-		{"no tags", "no tags"},
-	}
-	for _, tt := range tests {
-		if got := StripThink(tt.in); got != tt.want {
-			t.Errorf("StripThink(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestPYes(t *testing.T) {
 	inf := math.Inf(-1)
 	yn := YesNo{Yes: []string{" yes", " Yes"}, No: []string{" no", " No"}}
