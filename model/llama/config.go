@@ -46,7 +46,7 @@ func init() {
 			return &model.Config{
 				Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2",
 				VocabSize: 151936, HiddenSize: 4096, IntermediateSize: 22016, NumHiddenLayers: 32,
-				NumAttentionHeads: 32, NumKeyValueHeads: 32, HiddenAct: "silu", MaxPositionEmbeddings: 32768,
+				NumAttentionHeads: 32, HiddenAct: "silu", MaxPositionEmbeddings: 32768,
 				InitializerRange: 0.02, RMSNormEps: 1e-6, UseCache: true, RopeTheta: 10000,
 			}
 		},
@@ -61,7 +61,7 @@ func init() {
 			return &model.Config{
 				Architectures: []string{"Qwen3ForCausalLM"}, ModelType: "qwen3",
 				VocabSize: 151936, HiddenSize: 4096, IntermediateSize: 22016, NumHiddenLayers: 32,
-				NumAttentionHeads: 32, NumKeyValueHeads: 32, HeadDim: 128, HiddenAct: "silu",
+				NumAttentionHeads: 32, HeadDim: 128, HiddenAct: "silu",
 				MaxPositionEmbeddings: 32768, InitializerRange: 0.02, RMSNormEps: 1e-6, UseCache: true,
 				RopeTheta: 10000,
 			}

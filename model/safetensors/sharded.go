@@ -44,9 +44,13 @@ func OpenDir(dir string) (*Checkpoint, error) {
 			return nil, err
 		}
 	case errors.Is(err, os.ErrNotExist):
-		f, err := Open(filepath.Join(dir, SingleFile))
+		single := filepath.Join(dir, SingleFile)
+		if _, err := os.Stat(single); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("checkpoint %s: neither %s nor %s exists", dir, SingleFile, IndexFile)
+		}
+		f, err := Open(single)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint %s: no %s, and %w", dir, IndexFile, err)
+			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
 		c.files = []*File{f}
 		for _, n := range f.Names() {

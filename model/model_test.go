@@ -1,0 +1,279 @@
+package model_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/evolm/evolm/model"
+	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/safetensors"
+	"github.com/evolm/evolm/model/torch"
+)
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		json string
+		want func(c *model.Config) []any // got values, compared to wantVals
+		vals []any
+	}{
+		{
+			name: "qwen3 defaults head_dim to 128 and enables qk norm",
+			json: `{"architectures":["Qwen3ForCausalLM"],"hidden_size":256,"num_attention_heads":4,"num_key_value_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10}`,
+			want: func(c *model.Config) []any {
+				return []any{c.HeadDim, c.KVGroups, c.QKNorm, c.QKVBias, c.RopeTheta, c.ModelType}
+			},
+			vals: []any{128, 2, true, false, 10000.0, "qwen3"},
+		},
+		{
+			name: "qwen2 has q/k/v bias but no o bias; head_dim from hidden size",
+			json: `{"architectures":["Qwen2ForCausalLM"],"hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"eos_token_id":[1,2]}`,
+			want: func(c *model.Config) []any {
+				return []any{c.HeadDim, c.NumKeyValueHeads, c.QKVBias, c.OBias, c.QKNorm, []int(c.EOSTokenID)}
+			},
+			vals: []any{16, 4, true, false, false, []int{1, 2}},
+		},
+		{
+			name: "llama attention_bias and scale",
+			json: `{"architectures":["LlamaForCausalLM"],"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":1,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"attention_bias":true,"eos_token_id":2}`,
+			want: func(c *model.Config) []any {
+				return []any{c.KVGroups, c.QKVBias, c.OBias, c.AttnScale, []int(c.EOSTokenID)}
+			},
+			vals: []any{4, true, true, 0.25, []int{2}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := model.ParseConfig([]byte(tc.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.vals, tc.want(c)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestConfigKeepsUnknownKeys(t *testing.T) {
+	in := `{"architectures":["Qwen3ForCausalLM"],"hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"head_dim":16,"sliding_window":4096,"max_window_layers":28}`
+	c, err := model.ParseConfig([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"sliding_window": 4096`, `"max_window_layers": 28`, `"rope_scaling": null`, `"head_dim": 16`} {
+		if !strings.Contains(string(out), key) {
+			t.Errorf("config.json lacks %s:\n%s", key, out)
+		}
+	}
+	again, err := model.ParseConfig(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(c, again); diff != "" {
+		t.Errorf("round trip (-first +second):\n%s", diff)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	base := `"hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10`
+	tests := []struct{ name, json, want string }{
+		{"unknown architecture", `{"architectures":["GPT2LMHeadModel"],` + base + `}`, `unknown architecture "GPT2LMHeadModel" (known: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)`},
+		{"no architectures", `{` + base + `}`, `no "architectures"`},
+		{"heads not divisible", `{"architectures":["LlamaForCausalLM"],"num_key_value_heads":3,` + base + `}`, "not a multiple of num_key_value_heads 3"},
+		{"hidden not divisible", `{"architectures":["LlamaForCausalLM"],"hidden_size":66,"num_attention_heads":4,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10}`, "hidden_size 66 is not a multiple"},
+		{"rope scaling", `{"architectures":["LlamaForCausalLM"],"rope_scaling":{"type":"llama3"},` + base + `}`, "only null"},
+		{"zero layers", `{"architectures":["LlamaForCausalLM"],"hidden_size":64,"num_attention_heads":4,"num_hidden_layers":0,"intermediate_size":8,"vocab_size":10}`, "num_hidden_layers = 0"},
+		{"bad json", `{"architectures":["LlamaForCausalLM"],`, "config.json"},
+		{"activation", `{"architectures":["LlamaForCausalLM"],"hidden_act":"gelu",` + base + `}`, `hidden_act "gelu"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := model.ParseConfig([]byte(tc.json))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// tinyCheckpoint saves a random 2-layer Qwen3 (vocab 32) and returns its dir.
+func tinyCheckpoint(t *testing.T) string {
+	t.Helper()
+	cfg, err := model.ParseConfig([]byte(`{"architectures":["Qwen3ForCausalLM"],"hidden_size":16,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":8,"num_hidden_layers":2,"intermediate_size":24,"vocab_size":32,"tie_word_embeddings":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Build(cfg, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := model.Randomize(m, 1); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := model.Save(m, dir, model.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// rewrite replaces dir/model.safetensors by edit(infos), keeping the bytes of
+// tensors that keep their name and filling new ones with zeros.
+func rewrite(t *testing.T, dir string, edit func([]safetensors.Info) []safetensors.Info) {
+	t.Helper()
+	path := filepath.Join(dir, safetensors.SingleFile)
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var infos []safetensors.Info
+	data := map[string][]byte{}
+	for _, n := range f.Names() {
+		i, _ := f.Info(n)
+		b, _ := f.Data(n)
+		data[n] = append([]byte(nil), b...)
+		infos = append(infos, i)
+	}
+	f.Close()
+	infos = edit(infos)
+	err = safetensors.Write(path, infos, nil, func(i safetensors.Info) ([]byte, error) {
+		if b, ok := data[i.Name]; ok && int64(len(b)) == i.Bytes() {
+			return b, nil
+		}
+		return make([]byte, i.Bytes()), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadBadInput(t *testing.T) {
+	tests := []struct {
+		name   string
+		break_ func(t *testing.T, dir string)
+		want   []string
+	}{
+		{"fine", func(*testing.T, string) {}, nil},
+		{"missing tensor", func(t *testing.T, dir string) {
+			rewrite(t, dir, func(in []safetensors.Info) (out []safetensors.Info) {
+				for _, i := range in {
+					if i.Name != "model.layers.1.self_attn.q_norm.weight" {
+						out = append(out, i)
+					}
+				}
+				return out
+			})
+		}, []string{"layer 1: missing self_attn.q_norm.weight"}},
+		{"shape mismatch and unexpected tensor, both reported", func(t *testing.T, dir string) {
+			rewrite(t, dir, func(in []safetensors.Info) []safetensors.Info {
+				for k := range in {
+					if in[k].Name == "model.embed_tokens.weight" {
+						in[k].Shape = []int64{30, 16}
+					}
+				}
+				return append(in, safetensors.Info{Name: "model.layers.7.mlp.extra.weight", DType: safetensors.F32, Shape: []int64{2}})
+			})
+		}, []string{"model.embed_tokens.weight: shape [30 16], want [32 16]", "layer 7: unexpected mlp.extra.weight", "2 problem(s)"}},
+		{"integer weights", func(t *testing.T, dir string) {
+			rewrite(t, dir, func(in []safetensors.Info) []safetensors.Info {
+				for k := range in {
+					if in[k].Name == "model.norm.weight" {
+						in[k].DType = safetensors.I32
+					}
+				}
+				return in
+			})
+		}, []string{"model.norm.weight: dtype I32"}},
+		{"truncated safetensors", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, safetensors.SingleFile)
+			st, _ := os.Stat(p)
+			if err := os.Truncate(p, st.Size()-100); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"model.safetensors", "beyond the", "truncated"}},
+		{"garbage header", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, safetensors.SingleFile)
+			b, _ := os.ReadFile(p)
+			copy(b[8:], "{not json")
+			os.WriteFile(p, b, 0o644)
+		}, []string{"model.safetensors", "header is not a JSON object"}},
+		{"unknown architecture", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "config.json")
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, []byte(strings.Replace(string(b), "Qwen3ForCausalLM", "MambaForCausalLM", 1)), 0o644)
+		}, []string{`unknown architecture "MambaForCausalLM"`, "Qwen3ForCausalLM"}},
+		{"no weights", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, safetensors.SingleFile))
+		}, []string{"neither model.safetensors nor model.safetensors.index.json exists"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := torch.Live()
+			dir := tinyCheckpoint(t)
+			tc.break_(t, dir)
+			m, err := model.Load(dir, model.LoadOptions{})
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Close()
+			} else {
+				if err == nil {
+					m.Close()
+					t.Fatalf("Load succeeded, want an error containing %q", tc.want)
+				}
+				t.Logf("error: %v", err)
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q\nlacks %q", err, w)
+					}
+				}
+			}
+			if n := torch.Live() - base; n != 0 {
+				t.Errorf("%d tensors leaked", n)
+			}
+		})
+	}
+}
+
+func TestInitErrors(t *testing.T) {
+	for _, tc := range []struct{ arch, preset, want string }{
+		{"gpt2", "tiny", `unknown architecture "gpt2"`},
+		{"qwen3", "huge", `unknown preset "huge" (known: small, tiny)`},
+	} {
+		_, err := model.Init(model.InitOptions{Arch: tc.arch, Preset: tc.preset, OutDir: t.TempDir()})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Init(%s, %s): err = %v, want %q", tc.arch, tc.preset, err, tc.want)
+		}
+	}
+}
+
+func TestNumParams(t *testing.T) {
+	cfg, err := model.ParseConfig([]byte(`{"architectures":["Qwen3ForCausalLM"],"hidden_size":16,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":8,"num_hidden_layers":2,"intermediate_size":24,"vocab_size":32,"attention_bias":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Build(cfg, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var n int64
+	for _, p := range m.Parameters() {
+		sh, _ := torch.Shape(p.Tensor)
+		n += torch.Numel(sh)
+	}
+	if n != cfg.NumParams() {
+		t.Errorf("parameters hold %d values, NumParams says %d", n, cfg.NumParams())
+	}
+}
