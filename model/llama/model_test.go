@@ -2,6 +2,7 @@ package llama_test
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -128,5 +129,33 @@ func TestNoLeaks(t *testing.T) {
 	}
 	if n := torch.Live() - base; n != 0 {
 		t.Errorf("live tensors after 100 forwards: %+d from baseline", n)
+	}
+}
+
+// TestBFloat16Forward runs the mixed-precision path used on GPUs (bf16
+// parameters, fp32 norms/softmax/RoPE) on the CPU and checks the logits stay
+// within bf16 rounding of HF's fp32 logits.
+func TestBFloat16Forward(t *testing.T) {
+	dir, _ := goldens(t)
+	for _, name := range []string{"qwen3_gqa_tied", "qwen2_gqa_untied"} {
+		m, err := model.Load(filepath.Join(dir, name), model.LoadOptions{DType: torch.BFloat16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.DType() != torch.BFloat16 {
+			t.Errorf("dtype %s, want bfloat16", torch.DTypeName(m.DType()))
+		}
+		rc := readRefs(t, filepath.Join(dir, name, "ref.safetensors"))[1]
+		got := forward(t, m, rc)
+		scale := 0.0
+		for _, v := range rc.logits {
+			scale = math.Max(scale, math.Abs(float64(v)))
+		}
+		d := maxDiff(rc, got)
+		t.Logf("%s bf16: max |logit - HF fp32| = %.3g (max |logit| %.3g)", name, d, scale)
+		if d > 0.05*scale || math.IsNaN(d) {
+			t.Errorf("%s bf16 logits off by %.3g (max |logit| %.3g)", name, d, scale)
+		}
+		m.Close()
 	}
 }
