@@ -1,0 +1,350 @@
+// Package torchbe is the `torch` backend: the in-process engine (model,
+// model/generate) behind the backend interfaces Generator, Scorer and
+// LogProber. The stages and `evolm serve` load a model through Load, the one
+// helper that reads a checkpoint directory (config.json, safetensors,
+// tokenizer.json), chooses device, dtype and libtorch's thread count, and
+// renders chats with the Qwen3 template of model/chat.
+//
+// Contract, on top of package backend's:
+//
+//   - Prompts. A request with Messages is rendered with chat.Render
+//     (AddGenerationPrompt; thinking as Options.DisableThinking says), a
+//     request with Prompt is tokenized as is. RenderChat is that rendering,
+//     so `evolm serve` and in-process callers send the engine the same text.
+//   - Seeds. Completion j of a request with Seed s draws from
+//     sample.NewRNG(s + j) (model/generate), so one request of N samples
+//     equals N requests of one sample seeded s … s+N−1, and a row's tokens do
+//     not depend on the rest of the batch. An unseeded request gets a random
+//     seed.
+//   - Stop. Generation stops at the checkpoint's end tokens (config.json and
+//     generation_config.json eos_token_id), at a stop string or at MaxTokens.
+//     Text excludes the end token and is cut before a stop string.
+//   - Row failures. A prompt that does not fit the model's context
+//     (prompt + MaxTokens > max_position_embeddings), a chat that does not
+//     render, or a Score candidate that is not exactly one token fails its
+//     row with backend.FailureRejected; the rest of the call goes on.
+//   - Score prefills the longest token prefix that every Prefix+Suffix[k]
+//     shares ONCE, expands the KV cache to one row per suffix, runs the
+//     suffix tails after it in one batch and reads the log-softmax at each
+//     row's final position. Tokenizing each full prompt (not prefix and
+//     suffix apart) keeps the numbers those of a plain forward pass over
+//     Prefix+Suffix[k].
+//   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
+//     prompt+completion per sample, after sampling.
+//   - Concurrency. The engine runs one call at a time; concurrent calls (the
+//     handlers of `evolm serve`) queue on a mutex.
+//   - Memory. Every tensor a call creates is freed before it returns
+//     (torch.Live returns to its value before the call).
+package torchbe
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/chat"
+	"github.com/evolm/evolm/model/generate"
+	_ "github.com/evolm/evolm/model/llama" // registers Qwen3, Qwen2 and Llama
+	"github.com/evolm/evolm/model/sample"
+	"github.com/evolm/evolm/model/tokenizer"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// Options say which checkpoint to load and how to run it.
+type Options struct {
+	Dir     string // checkpoint directory: config.json, *.safetensors, tokenizer.json
+	ModelID string // id reported in responses; default: the directory's base name
+	Device  string // "cpu" (default), "cuda" or "cuda:N"
+	DType   string // parameter dtype; "" picks float32 on CPU, bfloat16 on CUDA
+	Threads int    // libtorch intra-op threads; 0 leaves libtorch's default
+	// MaxBatch is the most sample rows decoded (or suffixes scored) together;
+	// default 64.
+	MaxBatch int
+	// DisableThinking renders chats with enable_thinking=False (an empty
+	// <think></think> block in the generation prompt).
+	DisableThinking bool
+}
+
+// Model is a loaded checkpoint serving the backend interfaces. Close it.
+type Model struct {
+	lm      model.CausalLM
+	tok     *tokenizer.Tokenizer
+	gen     *generate.Generator
+	id      string
+	opt     Options
+	stop    []int // end-of-generation token ids
+	maxPos  int   // context length
+	mu      sync.Mutex
+	decoded sync.Map // token id → decoded text, for log-prob tokens
+}
+
+// Load reads a checkpoint directory and its tokenizer.
+func Load(opt Options) (*Model, error) {
+	if opt.Dir == "" {
+		return nil, errors.New("torch backend: no checkpoint directory")
+	}
+	dev, err := torch.ParseDevice(opt.Device)
+	if err != nil {
+		return nil, fmt.Errorf("torch backend: %w", err)
+	}
+	var dt torch.DType
+	if opt.DType != "" {
+		if dt, err = torch.ParseDType(opt.DType); err != nil {
+			return nil, fmt.Errorf("torch backend: %w", err)
+		}
+	}
+	if opt.MaxBatch <= 0 {
+		opt.MaxBatch = 64
+	}
+	if opt.ModelID == "" {
+		opt.ModelID = filepath.Base(filepath.Clean(opt.Dir))
+	}
+	torch.SetNumThreads(opt.Threads)
+	tokPath := filepath.Join(opt.Dir, "tokenizer.json")
+	if _, err := os.Stat(tokPath); err != nil {
+		return nil, fmt.Errorf("torch backend: checkpoint %s: %w", opt.Dir, err)
+	}
+	tok, err := tokenizer.LoadFile(tokPath)
+	if err != nil {
+		return nil, fmt.Errorf("torch backend: %w", err)
+	}
+	lm, err := model.Load(opt.Dir, model.LoadOptions{Device: dev, DType: dt})
+	if err != nil {
+		return nil, fmt.Errorf("torch backend: %w", err)
+	}
+	cfg := lm.Config()
+	stop := append([]int(nil), cfg.EOSTokenID...)
+	if gc, err := model.ReadGenerationConfig(opt.Dir); err == nil && gc != nil {
+		stop = append(stop, gc.EOSTokenID...)
+	}
+	if sp := tok.Specials(); sp.IMEnd >= 0 {
+		stop = append(stop, sp.IMEnd)
+	}
+	slices.Sort(stop)
+	stop = slices.Compact(stop)
+	return &Model{
+		lm: lm, tok: tok, id: opt.ModelID, opt: opt, stop: stop, maxPos: cfg.MaxPositionEmbeddings,
+		gen: generate.New(lm, tok, generate.Options{MaxBatch: opt.MaxBatch, PadID: max(tok.Specials().Pad, 0)}),
+	}, nil
+}
+
+// Close frees the model's parameters.
+func (m *Model) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lm != nil {
+		m.lm.Close()
+		m.lm = nil
+	}
+}
+
+// ID is the model id the backend reports.
+func (m *Model) ID() string { return m.id }
+
+// LM is the loaded model (for trainers and benchmarks that share it).
+func (m *Model) LM() model.CausalLM { return m.lm }
+
+// Tokenizer is the checkpoint's tokenizer.
+func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
+
+// RenderChat renders a conversation with the checkpoint's chat template,
+// ending with the opening of the assistant turn.
+func (m *Model) RenderChat(msgs []backend.Message) (string, error) {
+	cm := make([]chat.Message, len(msgs))
+	for i, msg := range msgs {
+		cm[i] = chat.Message{Role: msg.Role, Content: msg.Content}
+	}
+	return chat.Render(cm, chat.Options{AddGenerationPrompt: true, DisableThinking: m.opt.DisableThinking})
+}
+
+// prompt returns the token ids of a request's prompt.
+func (m *Model) prompt(r *backend.GenerateRequest) ([]int, error) {
+	text := r.Prompt
+	if len(r.Messages) > 0 {
+		var err error
+		if text, err = m.RenderChat(r.Messages); err != nil {
+			return nil, err
+		}
+	}
+	ids := m.tok.Encode(text)
+	if len(ids) == 0 {
+		return nil, errors.New("prompt encodes to no tokens")
+	}
+	if m.maxPos > 0 && len(ids)+r.MaxTokens > m.maxPos {
+		return nil, fmt.Errorf("prompt of %d tokens + max_tokens %d exceeds the context of %d", len(ids), r.MaxTokens, m.maxPos)
+	}
+	return ids, nil
+}
+
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+func rejected(format string, args ...any) *backend.RowFailure {
+	return &backend.RowFailure{Reason: backend.FailureRejected, Message: fmt.Sprintf(format, args...)}
+}
+
+// tokenText is the decoded text of one token, cached.
+func (m *Model) tokenText(id int) string {
+	if v, ok := m.decoded.Load(id); ok {
+		return v.(string)
+	}
+	s, err := m.tok.Decode([]int{id}, false)
+	if err != nil {
+		s = ""
+	}
+	m.decoded.Store(id, s)
+	return s
+}
+
+// Generate implements backend.Generator.
+func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+	if err := backend.CheckIDs(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
+		return nil, fmt.Errorf("torch generate: %w", err)
+	}
+	out := make([]backend.GenerateResponse, len(reqs))
+	var greqs []generate.Request
+	var idx []int // greqs[k] answers reqs[idx[k]]
+	for i := range reqs {
+		r := &reqs[i]
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("torch generate: %w", err)
+		}
+		out[i] = backend.GenerateResponse{ID: r.ID, Model: m.id, PromptTokens: -1}
+		ids, err := m.prompt(r)
+		if err != nil {
+			out[i].Failure = rejected("request %s: %v", r.ID, err)
+			continue
+		}
+		out[i].PromptTokens = len(ids)
+		seed := randomSeed()
+		if r.Seed != nil {
+			seed = uint64(*r.Seed)
+		}
+		greqs = append(greqs, generate.Request{
+			Prompt: ids, N: r.Samples(), MaxNewTokens: r.MaxTokens, Seed: seed,
+			Sampling:   sample.Params{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP},
+			StopTokens: m.stop, StopStrings: r.Stop,
+		})
+		idx = append(idx, i)
+	}
+	if len(greqs) == 0 {
+		return out, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lm == nil {
+		return nil, errors.New("torch generate: model is closed")
+	}
+	res, err := m.gen.Generate(ctx, greqs)
+	if err != nil {
+		return nil, fmt.Errorf("torch generate: %w", err)
+	}
+	for k, samples := range res {
+		r := &reqs[idx[k]]
+		comps := make([]backend.Completion, len(samples))
+		for j, smp := range samples {
+			c := backend.Completion{
+				Index: j, Text: smp.Text, TokenIDs: smp.Tokens, Tokens: len(smp.Tokens),
+				FinishReason: backend.FinishReason(smp.FinishReason),
+			}
+			if r.LogProbs || r.TopLogProbs > 0 {
+				c.LogProbs = make([]backend.TokenLogProb, len(smp.Tokens))
+				for t, id := range smp.Tokens {
+					c.LogProbs[t] = backend.TokenLogProb{Token: m.tokenText(id), TokenID: id, LogProb: float64(smp.LogProbs[t])}
+				}
+			}
+			comps[j] = c
+		}
+		if r.TopLogProbs > 0 {
+			if err := m.topLogProbs(ctx, greqs[k].Prompt, comps, r.TopLogProbs); err != nil {
+				return nil, fmt.Errorf("torch generate: request %s: top log-probs: %w", r.ID, err)
+			}
+		}
+		out[idx[k]].Completions = comps
+	}
+	return out, nil
+}
+
+// topLogProbs fills the k most likely alternatives at every sampled position
+// of each completion, from a forward pass over prompt+completion.
+func (m *Model) topLogProbs(ctx context.Context, prompt []int, comps []backend.Completion, k int) error {
+	defer torch.SetGrad(false)()
+	for ci := range comps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c := &comps[ci]
+		T := len(c.TokenIDs)
+		if T == 0 {
+			continue
+		}
+		if err := m.topOne(prompt, c, k); err != nil {
+			return fmt.Errorf("completion %d: %w", ci, err)
+		}
+	}
+	return nil
+}
+
+func (m *Model) topOne(prompt []int, c *backend.Completion, k int) error {
+	s := torch.NewScope()
+	defer s.Close()
+	T := len(c.TokenIDs)
+	all := make([]int64, 0, len(prompt)+T)
+	for _, id := range prompt {
+		all = append(all, int64(id))
+	}
+	for _, id := range c.TokenIDs {
+		all = append(all, int64(id))
+	}
+	dev := m.lm.Device()
+	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(all, 1, int64(len(all))), dev, torch.Int64)})
+	if err != nil {
+		return err
+	}
+	// Completion token t is predicted at position P+t−1.
+	lg, err := m.lm.Logits(s, s.Narrow(h, 1, int64(len(prompt)-1), int64(T))) // (1, T, V)
+	if err != nil {
+		return err
+	}
+	V := int64(m.lm.Config().VocabSize)
+	kk := min(int64(k), V)
+	vals, ids := s.Topk(s.LogSoftmax(lg, -1, torch.Float32), kk, -1, true) // (1, T, k)
+	vals, ids = s.To(vals, torch.CPU, torch.Float32), s.To(ids, torch.CPU, torch.Int64)
+	if err := s.Err(); err != nil {
+		return err
+	}
+	fv, err := torch.Float32s(vals)
+	if err != nil {
+		return err
+	}
+	iv, err := torch.Int64s(ids)
+	if err != nil {
+		return err
+	}
+	for t := 0; t < T; t++ {
+		top := make([]backend.TopLogProb, kk)
+		for j := range top {
+			x := t*int(kk) + j
+			top[j] = backend.TopLogProb{Token: m.tokenText(int(iv[x])), LogProb: float64(fv[x])}
+		}
+		c.LogProbs[t].Top = top
+	}
+	return nil
+}
+
+var (
+	_ backend.Generator = (*Model)(nil)
+	_ backend.Scorer    = (*Model)(nil)
+	_ backend.LogProber = (*Model)(nil)
+)

@@ -1,0 +1,161 @@
+package torchbe
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// tiny loads a tiny random Qwen3 checkpoint written by model.Init.
+func tiny(t *testing.T) *Model {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 7, OutDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+func seed(s int64) *int64 { return &s }
+
+func TestTorchBackend(t *testing.T) {
+	m := tiny(t)
+	ctx := context.Background()
+	live := torch.Live()
+
+	t.Run("score with prefix reuse equals a forward pass per suffix", func(t *testing.T) {
+		reqs := []backend.ScoreRequest{
+			{ID: "a", Prefix: "Question: what is 2+2?\nResponse: 4\n\n", Suffixes: []string{
+				"Criterion: says 4\nAnswer:", "Criterion: explains the addition step by step\nAnswer:", "Criterion: short\nAnswer:"},
+				Candidates: []string{" yes", " no"}},
+			{ID: "b", Prefix: "x", Suffixes: []string{"y"}, Candidates: []string{" yes", " no", "yes"}},
+		}
+		got, err := m.Score(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := m.ScoreNaive(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-4 })); d != "" {
+			t.Errorf("Score vs ScoreNaive (-want +got):\n%s", d)
+		}
+		if len(got[0].LogProbs) != 3 || len(got[0].LogProbs[0]) != 2 {
+			t.Fatalf("shape %d×%d, want 3×2", len(got[0].LogProbs), len(got[0].LogProbs[0]))
+		}
+		for _, v := range got[0].LogProbs[0] {
+			if !(v < 0) || math.IsInf(v, 0) {
+				t.Errorf("log-prob %v, want finite < 0", v)
+			}
+		}
+	})
+
+	t.Run("score candidate of two tokens fails its row only", func(t *testing.T) {
+		got, err := m.Score(ctx, []backend.ScoreRequest{
+			{ID: "bad", Prefix: "p", Suffixes: []string{"s"}, Candidates: []string{" yes please"}},
+			{ID: "ok", Prefix: "p", Suffixes: []string{"s"}, Candidates: []string{" yes"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0].Failure == nil || got[0].Failure.Reason != backend.FailureRejected || !strings.Contains(got[0].Failure.Message, "tokens, want 1") {
+			t.Errorf("bad row failure = %v", got[0].Failure)
+		}
+		if got[1].Failure != nil || len(got[1].LogProbs) != 1 {
+			t.Errorf("ok row = %+v", got[1])
+		}
+	})
+
+	t.Run("seeded samples are reproducible and independent of the batch", func(t *testing.T) {
+		sp := backend.Sampling{MaxTokens: 6, Temperature: 1, Seed: seed(11)}
+		msgs := []backend.Message{{Role: "user", Content: "Say hi."}}
+		one, err := m.Generate(ctx, []backend.GenerateRequest{{ID: "n2", Messages: msgs, N: 2, Sampling: sp, LogProbs: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp2 := sp
+		sp2.Seed = seed(12)
+		two, err := m.Generate(ctx, []backend.GenerateRequest{
+			{ID: "other", Prompt: "unrelated prompt", Sampling: sp},
+			{ID: "s0", Messages: msgs, Sampling: sp, LogProbs: true},
+			{ID: "s1", Messages: msgs, Sampling: sp2, LogProbs: true},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, r := range []backend.GenerateResponse{two[1], two[2]} {
+			a, b := one[0].Completions[j], r.Completions[0]
+			if a.Text != b.Text || !cmp.Equal(a.TokenIDs, b.TokenIDs) {
+				t.Errorf("sample %d: n=2 request gave %q %v, single request %q %v", j, a.Text, a.TokenIDs, b.Text, b.TokenIDs)
+			}
+			if a.Tokens != len(a.TokenIDs) || len(a.LogProbs) != a.Tokens {
+				t.Errorf("sample %d: tokens %d, ids %d, log-probs %d", j, a.Tokens, len(a.TokenIDs), len(a.LogProbs))
+			}
+		}
+		if one[0].PromptTokens <= 0 || one[0].Model != "tiny" {
+			t.Errorf("prompt tokens %d model %q", one[0].PromptTokens, one[0].Model)
+		}
+	})
+
+	t.Run("log-probs of a sampled completion match the sampler's", func(t *testing.T) {
+		g, err := m.Generate(ctx, []backend.GenerateRequest{{ID: "g", Prompt: "Once upon a time", Sampling: backend.Sampling{MaxTokens: 5, Temperature: 1, Seed: seed(3)}, LogProbs: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := g[0].Completions[0]
+		lp, err := m.LogProbs(ctx, []backend.LogProbRequest{{ID: "l", PromptTokenIDs: m.Tokenizer().Encode("Once upon a time"), CompletionTokenIDs: c.TokenIDs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.LogProbs {
+			if d := math.Abs(c.LogProbs[i].LogProb - lp[0].LogProbs[i].LogProb); d > 1e-4 {
+				t.Errorf("token %d: sampler %v, log-prob pass %v", i, c.LogProbs[i].LogProb, lp[0].LogProbs[i].LogProb)
+			}
+		}
+	})
+
+	t.Run("greedy top log-probs start with the sampled token", func(t *testing.T) {
+		g, err := m.Generate(ctx, []backend.GenerateRequest{{ID: "t", Prompt: "Hello", Sampling: backend.Sampling{MaxTokens: 3}, TopLogProbs: 5}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, tl := range g[0].Completions[0].LogProbs {
+			if len(tl.Top) != 5 || tl.Top[0].Token != tl.Token || math.Abs(tl.Top[0].LogProb-tl.LogProb) > 1e-4 {
+				t.Errorf("position %d: token %q %v, top %+v", i, tl.Token, tl.LogProb, tl.Top)
+			}
+		}
+	})
+
+	t.Run("too long a request fails its row only", func(t *testing.T) {
+		g, err := m.Generate(ctx, []backend.GenerateRequest{
+			{ID: "long", Prompt: "hi", Sampling: backend.Sampling{MaxTokens: 1 << 20}},
+			{ID: "fine", Prompt: "hi", Sampling: backend.Sampling{MaxTokens: 2}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g[0].Failure == nil || g[0].Failure.Reason != backend.FailureRejected || g[0].Completions != nil {
+			t.Errorf("long row = %+v", g[0])
+		}
+		if g[1].Failure != nil || len(g[1].Completions) != 1 {
+			t.Errorf("fine row = %+v", g[1])
+		}
+	})
+
+	if got := torch.Live(); got != live {
+		t.Errorf("live tensors %d after the calls, %d before", got, live)
+	}
+}
