@@ -9,7 +9,8 @@
 //	POST /v1/chat/completions  messages, n, seed, stop, logprobs + top_logprobs
 //	GET  /health               200 when serving
 //
-// The handler is generic over backend.Generator. Chat messages are rendered
+// The handler is generic over backend.Generator. Concurrent requests are
+// coalesced into batched Generator calls (Config.MaxBatch). Chat messages are rendered
 // to a prompt by Config.RenderChat (the model's chat template); without one
 // they are passed to the generator as Messages. A bad request gets HTTP 400
 // (404 for an unknown model) with the OpenAI error JSON
@@ -52,11 +53,20 @@ type Config struct {
 	MaxTopLogprobs   int // most alternatives per position; default 20
 	MaxN             int // most samples per request; default 128
 	MaxBodyBytes     int64
-	Logger           *slog.Logger
+	// MaxBatch is the most requests per Generator call: concurrent HTTP
+	// requests are coalesced by a backend.Batcher, so an engine that runs
+	// one call at a time still decodes them together. Default 32; 1 turns
+	// coalescing off and every HTTP request calls the Generator on its own.
+	MaxBatch int
+	// BatchRunners is how many coalesced Generator calls may run at once;
+	// default 1.
+	BatchRunners int
+	Logger       *slog.Logger
 }
 
 type server struct {
 	cfg     Config
+	gen     backend.Generator
 	log     *slog.Logger
 	created int64
 }
@@ -84,7 +94,13 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 20
 	}
-	s := &server{cfg: cfg, log: cfg.Logger, created: time.Now().Unix()}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 32
+	}
+	s := &server{cfg: cfg, gen: cfg.Generator, log: cfg.Logger, created: time.Now().Unix()}
+	if cfg.MaxBatch > 1 {
+		s.gen = backend.NewBatcher(cfg.Generator, cfg.MaxBatch, cfg.BatchRunners)
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -240,7 +256,7 @@ func (s *server) generate(ctx context.Context, reqs []backend.GenerateRequest) (
 			return nil, badRequest("", "%v", err)
 		}
 	}
-	resps, err := s.cfg.Generator.Generate(ctx, reqs)
+	resps, err := s.gen.Generate(ctx, reqs)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -347,5 +351,74 @@ func TestOfficialPythonClient(t *testing.T) {
 	want.Errors = []string{"BadRequestError:400:max_tokens", "NotFoundError:404:model"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("python client saw (-want +got):\n%s", diff)
+	}
+}
+
+// countingGenerator is a test double that records the size of each call
+// and holds the first one until released.
+type countingGenerator struct {
+	fakeGenerator
+	mu      sync.Mutex
+	sizes   []int
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *countingGenerator) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+	g.mu.Lock()
+	g.sizes = append(g.sizes, len(reqs))
+	first := len(g.sizes) == 1
+	g.mu.Unlock()
+	if first {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return g.fakeGenerator.Generate(ctx, reqs)
+}
+
+func TestConcurrentRequestsShareGeneratorCalls(t *testing.T) {
+	gen := &countingGenerator{entered: make(chan struct{}), release: make(chan struct{})}
+	batcher := backend.NewBatcher(gen, 32, 1)
+	h, err := serve.NewHandler(serve.Config{Generator: batcher, Model: modelID, MaxBatch: 1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	client := newClient(t, srv.URL)
+	ctx := context.Background()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := client.Generate(ctx, []backend.GenerateRequest{{ID: "first", Prompt: "p", Sampling: backend.Sampling{MaxTokens: 2}}})
+		errc <- err
+	}()
+	<-gen.entered // the generator is busy with the first request
+	var reqs []backend.GenerateRequest
+	for i := range 8 {
+		reqs = append(reqs, backend.GenerateRequest{ID: fmt.Sprint("r", i), Prompt: fmt.Sprint("prompt ", i),
+			Sampling: backend.Sampling{MaxTokens: 2, Seed: seed(int64(i))}})
+	}
+	go func() {
+		// Release the generator once all eight HTTP requests wait for it.
+		for batcher.Queued() < 8 {
+			runtime.Gosched()
+		}
+		close(gen.release)
+	}()
+	got, err := client.Generate(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	want, _ := (&fakeGenerator{}).Generate(ctx, reqs)
+	if diff := cmp.Diff(wireView(want), got); diff != "" {
+		t.Errorf("batched responses (-want +got):\n%s", diff)
+	}
+	gen.mu.Lock()
+	defer gen.mu.Unlock()
+	if diff := cmp.Diff([]int{1, 8}, gen.sizes); diff != "" {
+		t.Errorf("generator call sizes (-want +got):\n%s", diff)
 	}
 }

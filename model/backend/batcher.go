@@ -1,0 +1,152 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Batcher coalesces concurrent Generate calls into larger calls of the
+// Generator it wraps: requests that arrive while a batch runs are taken
+// together by the next one, up to MaxBatch requests. At low load a call
+// runs at once, alone, with no added wait; under load the engine sees full
+// batches. `evolm serve` puts one in front of an engine that runs one call
+// at a time, so that concurrent HTTP requests share forward passes.
+//
+// It keeps package backend's contract: callers' IDs need only be unique
+// within their own call (the Batcher renames them inside a batch and
+// restores them), a caller whose context ends returns at once with its
+// error, and a batch is cancelled only when every caller in it has gone.
+// An error of the wrapped Generator fails every caller in that batch.
+// A Batcher starts goroutines only while it has work, so it needs no Close.
+type Batcher struct {
+	g          Generator
+	maxBatch   int
+	maxRunning int
+
+	mu      sync.Mutex
+	queue   []*batchItem
+	running int
+	seq     atomic.Uint64
+}
+
+type batchItem struct {
+	ctx  context.Context
+	req  GenerateRequest
+	done chan batchResult // buffered 1
+}
+
+type batchResult struct {
+	resp GenerateResponse
+	err  error
+}
+
+// NewBatcher wraps g. maxBatch is the most requests per call of g (at least
+// 1); maxRunning is how many calls of g may run at once (at least 1; 1 for
+// an engine that serializes calls anyway).
+func NewBatcher(g Generator, maxBatch, maxRunning int) *Batcher {
+	return &Batcher{g: g, maxBatch: max(maxBatch, 1), maxRunning: max(maxRunning, 1)}
+}
+
+// Generate implements Generator.
+func (b *Batcher) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
+	if err := CheckIDs(reqs, func(r *GenerateRequest) string { return r.ID }); err != nil {
+		return nil, fmt.Errorf("batcher: %w", err)
+	}
+	items := make([]*batchItem, len(reqs))
+	for i, r := range reqs {
+		items[i] = &batchItem{ctx: ctx, req: r, done: make(chan batchResult, 1)}
+	}
+	b.mu.Lock()
+	b.queue = append(b.queue, items...)
+	if b.running < b.maxRunning {
+		b.running++
+		go b.loop()
+	}
+	b.mu.Unlock()
+	out := make([]GenerateResponse, len(reqs))
+	for i, it := range items {
+		select {
+		case r := <-it.done:
+			if r.err != nil {
+				return nil, r.err
+			}
+			out[i] = r.resp
+		case <-ctx.Done():
+			return nil, fmt.Errorf("batcher: %w", context.Cause(ctx))
+		}
+	}
+	return out, nil
+}
+
+// Queued returns the number of requests waiting for a batch.
+func (b *Batcher) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// loop runs batches until the queue is empty.
+func (b *Batcher) loop() {
+	for {
+		b.mu.Lock()
+		var batch []*batchItem
+		for len(b.queue) > 0 && len(batch) < b.maxBatch {
+			it := b.queue[0]
+			b.queue[0] = nil
+			b.queue = b.queue[1:]
+			if it.ctx.Err() == nil { // its caller has already returned
+				batch = append(batch, it)
+			}
+		}
+		if len(batch) == 0 {
+			b.running--
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		b.run(batch)
+	}
+}
+
+func (b *Batcher) run(batch []*batchItem) {
+	// The batch lives while any of its callers waits.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
+	for _, it := range batch {
+		stop := context.AfterFunc(it.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	reqs := make([]GenerateRequest, len(batch))
+	for i, it := range batch {
+		reqs[i] = it.req
+		reqs[i].ID = "batch-" + strconv.FormatUint(b.seq.Add(1), 36)
+	}
+	resps, err := b.g.Generate(ctx, reqs)
+	if err == nil && len(resps) != len(reqs) {
+		err = fmt.Errorf("batcher: generator returned %d responses for %d requests", len(resps), len(reqs))
+	}
+	for i, it := range batch {
+		if err != nil {
+			it.done <- batchResult{err: err}
+			continue
+		}
+		r := resps[i]
+		if r.ID != reqs[i].ID {
+			it.done <- batchResult{err: fmt.Errorf("batcher: response %d has id %q, want %q", i, r.ID, reqs[i].ID)}
+			continue
+		}
+		r.ID = it.req.ID
+		it.done <- batchResult{resp: r}
+	}
+}
+
+var _ Generator = (*Batcher)(nil)

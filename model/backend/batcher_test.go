@@ -1,0 +1,134 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// gateGenerator is a test double that records each call's prompts and,
+// while gate is open, blocks the first call until released.
+type gateGenerator struct {
+	mu      sync.Mutex
+	calls   [][]string
+	entered chan struct{}
+	release chan struct{}
+	fail    error
+}
+
+func (g *gateGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
+	g.mu.Lock()
+	first := len(g.calls) == 0
+	var prompts []string
+	for _, r := range reqs {
+		prompts = append(prompts, r.Prompt)
+	}
+	g.calls = append(g.calls, prompts)
+	g.mu.Unlock()
+	if first && g.entered != nil {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	if g.fail != nil {
+		return nil, g.fail
+	}
+	out := make([]GenerateResponse, len(reqs))
+	for i, r := range reqs {
+		out[i] = GenerateResponse{ID: r.ID, Completions: []Completion{{Text: "re: " + r.Prompt}}}
+	}
+	return out, nil
+}
+
+func req(id, prompt string) GenerateRequest {
+	return GenerateRequest{ID: id, Prompt: prompt, Sampling: Sampling{MaxTokens: 1}}
+}
+
+func TestBatcherCoalescesQueuedCalls(t *testing.T) {
+	g := &gateGenerator{entered: make(chan struct{}), release: make(chan struct{})}
+	b := NewBatcher(g, 4, 1)
+	ctx := context.Background()
+
+	type res struct {
+		resps []GenerateResponse
+		err   error
+	}
+	first := make(chan res, 1)
+	go func() {
+		r, err := b.Generate(ctx, []GenerateRequest{req("x", "first")})
+		first <- res{r, err}
+	}()
+	<-g.entered // the first batch is running; the next calls queue
+
+	results := make([]chan res, 6)
+	for i := range results {
+		results[i] = make(chan res, 1)
+		go func() {
+			// Every caller uses the same ID: IDs are per call.
+			r, err := b.Generate(ctx, []GenerateRequest{req("x", fmt.Sprint("p", i))})
+			results[i] <- res{r, err}
+		}()
+	}
+	for b.Queued() < 6 {
+		// Wait until all six are queued; the test has no timing assumptions.
+		runtime.Gosched()
+	}
+	close(g.release)
+
+	if r := <-first; r.err != nil || r.resps[0].ID != "x" || r.resps[0].Completions[0].Text != "re: first" {
+		t.Fatalf("first call: %+v", r)
+	}
+	for i, ch := range results {
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		want := []GenerateResponse{{ID: "x", Completions: []Completion{{Text: fmt.Sprint("re: p", i)}}}}
+		if diff := cmp.Diff(want, r.resps); diff != "" {
+			t.Errorf("call %d (-want +got):\n%s", i, diff)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sizes []int
+	for _, c := range g.calls {
+		sizes = append(sizes, len(c))
+	}
+	if diff := cmp.Diff([]int{1, 4, 2}, sizes); diff != "" {
+		t.Errorf("batch sizes (-want +got):\n%s", diff)
+	}
+}
+
+func TestBatcherErrorsAndCancel(t *testing.T) {
+	boom := errors.New("engine down")
+	b := NewBatcher(&gateGenerator{fail: boom}, 8, 1)
+	if _, err := b.Generate(context.Background(), []GenerateRequest{req("a", "p"), req("b", "q")}); !errors.Is(err, boom) {
+		t.Errorf("err = %v, want the generator's error", err)
+	}
+	if _, err := b.Generate(context.Background(), []GenerateRequest{req("a", "p"), req("a", "q")}); err == nil {
+		t.Errorf("duplicate ids within a call: want an error")
+	}
+
+	g := &gateGenerator{entered: make(chan struct{}), release: make(chan struct{})}
+	b = NewBatcher(g, 8, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Generate(ctx, []GenerateRequest{req("a", "p")})
+		errc <- err
+	}()
+	<-g.entered
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled caller: err = %v, want context.Canceled", err)
+	}
+	close(g.release)
+	// The batcher still serves later callers.
+	if r, err := b.Generate(context.Background(), []GenerateRequest{req("b", "later")}); err != nil || r[0].Completions[0].Text != "re: later" {
+		t.Errorf("after cancel: %+v, %v", r, err)
+	}
+}
