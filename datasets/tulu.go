@@ -719,29 +719,56 @@ func writeMsgs(ms []Message) []pqWriteMsg {
 	return out
 }
 
-// WriteParquet writes rows in the Tulu layout (zstd-compressed, one row group
-// per 64Ki rows) to w.
-func WriteParquet(w io.Writer, rows []TuluRow) error {
-	pw := parquet.NewGenericWriter[pqWriteRow](w,
+// ParquetWriter streams rows in the Tulu layout (all columns nullable, as
+// in the published files; zstd).
+type ParquetWriter struct {
+	pw    *parquet.GenericWriter[pqWriteRow]
+	batch []pqWriteRow
+}
+
+// NewParquetWriter starts a Tulu-layout Parquet file on w with row groups of
+// rowGroupRows rows (0: 64Ki). Readers buffer about a row group.
+func NewParquetWriter(w io.Writer, rowGroupRows int64) *ParquetWriter {
+	if rowGroupRows <= 0 {
+		rowGroupRows = 64 * 1024
+	}
+	return &ParquetWriter{pw: parquet.NewGenericWriter[pqWriteRow](w,
 		parquet.Compression(&parquet.Zstd),
-		parquet.MaxRowsPerRowGroup(64*1024),
+		parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.CreatedBy("evolm", "datasets", ""),
-	)
-	batch := make([]pqWriteRow, 0, 1024)
+	), batch: make([]pqWriteRow, 0, 1024)}
+}
+
+// Write appends rows.
+func (w *ParquetWriter) Write(rows []TuluRow) error {
 	for len(rows) > 0 {
-		batch = batch[:0]
-		for _, r := range rows[:min(len(rows), cap(batch))] {
-			batch = append(batch, pqWriteRow{ID: &r.ID, Prompt: &r.Prompt, Chosen: writeMsgs(r.Chosen), Rejected: writeMsgs(r.Rejected), Source: &r.Source})
+		w.batch = w.batch[:0]
+		for _, r := range rows[:min(len(rows), cap(w.batch))] {
+			w.batch = append(w.batch, pqWriteRow{ID: &r.ID, Prompt: &r.Prompt, Chosen: writeMsgs(r.Chosen), Rejected: writeMsgs(r.Rejected), Source: &r.Source})
 		}
-		if _, err := pw.Write(batch); err != nil {
+		if _, err := w.pw.Write(w.batch); err != nil {
 			return fmt.Errorf("write parquet: %w", err)
 		}
-		rows = rows[len(batch):]
+		rows = rows[len(w.batch):]
 	}
-	if err := pw.Close(); err != nil {
+	return nil
+}
+
+// Close flushes the last row group and writes the footer.
+func (w *ParquetWriter) Close() error {
+	if err := w.pw.Close(); err != nil {
 		return fmt.Errorf("write parquet: %w", err)
 	}
 	return nil
+}
+
+// WriteParquet writes rows in the Tulu layout to w, 64Ki rows per row group.
+func WriteParquet(w io.Writer, rows []TuluRow) error {
+	pw := NewParquetWriter(w, 0)
+	if err := pw.Write(rows); err != nil {
+		return err
+	}
+	return pw.Close()
 }
 
 // WriteJSONL writes rows in the Tulu layout, one JSON object per line.

@@ -447,9 +447,6 @@ func pass1(ctx context.Context, files []string, sp *spill, p Params, res *Result
 						return gctx.Err()
 					}
 				}
-				if errors.Is(err, datasets.ErrEmptyInput) {
-					break // one empty file is fine; all empty is checked below
-				}
 				if err == io.EOF {
 					break
 				}

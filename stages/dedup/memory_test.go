@@ -1,0 +1,115 @@
+package dedup
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/evolm/evolm/bench/dedup/corpus"
+	"github.com/evolm/evolm/datasets"
+)
+
+// writeCorpus writes n rows of the benchmark corpus (prompts only in the
+// conversations' user turns) and returns the file and the prompt bytes.
+func writeCorpus(t testing.TB, dir string, n int) (string, int64) {
+	t.Helper()
+	path := filepath.Join(dir, "corpus.parquet")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := datasets.NewParquetWriter(f, 4096) // readers buffer a row group
+	var text int64
+	batch := make([]datasets.TuluRow, 0, 1024)
+	for i := range n {
+		r := corpus.Default.Row(i).TuluRow
+		text += int64(len(r.Prompt))
+		batch = append(batch, r)
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := w.Write(batch); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path, text
+}
+
+// peakLiveHeap runs f while sampling the live heap (the heap marked live by
+// the last GC; GC is made frequent so the samples track it) and returns the
+// largest sample.
+func peakLiveHeap(f func()) uint64 {
+	old := debug.SetGCPercent(5)
+	defer debug.SetGCPercent(old)
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	var peak uint64
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(s)
+			mu.Lock()
+			peak = max(peak, s[0].Value.Uint64())
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	f()
+	close(stop)
+	<-done
+	return peak
+}
+
+// TestMemoryDoesNotGrowWithInput: the peak live heap of passes 1 and 2 on
+// 4× the input grows by far less than the extra prompt text (holding the
+// texts would grow it by at least that much); what growth there is comes
+// from the duplicate bookkeeping, which is O(duplicates).
+func TestMemoryDoesNotGrowWithInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("generates ~25 MB of corpus")
+	}
+	sizes := []int{20_000, 80_000}
+	var peaks []uint64
+	var texts []int64
+	for _, n := range sizes {
+		dir := t.TempDir()
+		path, text := writeCorpus(t, dir, n)
+		p := DefaultParams()
+		p.Workers = 2
+		var stats Stats
+		peak := peakLiveHeap(func() {
+			res, err := Analyze(context.Background(), []string{path}, filepath.Join(dir, "work"), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stats = res.Stats
+		})
+		t.Logf("n=%d prompt text %.1f MB, peak live heap %.1f MB; %s", n, float64(text)/1e6, float64(peak)/1e6, stats.Summary())
+		peaks = append(peaks, peak)
+		texts = append(texts, text)
+	}
+	growth := float64(peaks[1]) - float64(peaks[0])
+	extraText := float64(texts[1] - texts[0])
+	if growth > 0.25*extraText {
+		t.Errorf("peak live heap grew by %.1f MB for %.1f MB more prompt text (limit 25%%)", growth/1e6, extraText/1e6)
+	}
+}
