@@ -1,0 +1,116 @@
+package llama_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// Benchmark shape: the "small" preset (4 layers, hidden 256, Qwen vocab), one
+// thread for both engines.
+const benchB, benchT, benchThreads = 1, 128, 1
+
+var benchSetup struct {
+	once sync.Once
+	dir  string
+	hf   struct {
+		PrefillTokS float64 `json:"prefill_tok_s"`
+		FwdBwdS     float64 `json:"fwd_bwd_s"`
+	}
+	err error
+}
+
+// benchCheckpoint writes the small preset once and times transformers on it.
+func benchCheckpoint(b *testing.B) string {
+	benchSetup.once.Do(func() {
+		dir := filepath.Join(b.TempDir(), "small")
+		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "small", Seed: 1, OutDir: dir}); err != nil {
+			benchSetup.err = err
+			return
+		}
+		benchSetup.dir = dir
+		out := testutil.RunPython(b, "hf_bench_forward.py", dir, fmt.Sprint(benchB), fmt.Sprint(benchT), fmt.Sprint(benchThreads))
+		benchSetup.err = json.Unmarshal(out, &benchSetup.hf)
+	})
+	if benchSetup.err != nil {
+		b.Fatal(benchSetup.err)
+	}
+	return benchSetup.dir
+}
+
+func benchIDs(s *torch.Scope, vocab int) *torch.Tensor {
+	ids := make([]int64, benchB*benchT)
+	for i := range ids {
+		ids[i] = int64((i*7919 + 13) % vocab)
+	}
+	return s.FromInt64(ids, benchB, benchT)
+}
+
+// BenchmarkVsHF times our prefill and forward+backward against transformers
+// on the same checkpoint and CPU thread count; "x_hf" is ours/HF speed.
+func BenchmarkVsHF(b *testing.B) {
+	dir := benchCheckpoint(b)
+	torch.SetNumThreads(benchThreads)
+	m, err := model.Load(dir, model.LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	vocab := m.Config().VocabSize
+
+	b.Run("prefill", func(b *testing.B) {
+		defer torch.SetGrad(false)()
+		for i := 0; i < b.N; i++ {
+			s := torch.NewScope()
+			if _, err := m.Forward(s, model.Batch{IDs: benchIDs(s, vocab)}); err != nil {
+				b.Fatal(err)
+			}
+			s.Close()
+		}
+		tokS := float64(b.N*benchB*benchT) / b.Elapsed().Seconds()
+		b.ReportMetric(tokS, "tok/s")
+		b.ReportMetric(benchSetup.hf.PrefillTokS, "hf_tok/s")
+		b.ReportMetric(tokS/benchSetup.hf.PrefillTokS, "x_hf")
+	})
+
+	b.Run("forward_backward", func(b *testing.B) {
+		defer torch.SetGrad(true)()
+		if err := model.SetRequiresGrad(m, true); err != nil {
+			b.Fatal(err)
+		}
+		defer model.SetRequiresGrad(m, false)
+		for i := 0; i < b.N; i++ {
+			s := torch.NewScope()
+			ids := benchIDs(s, vocab)
+			logits, err := m.Forward(s, model.Batch{IDs: ids})
+			if err != nil {
+				b.Fatal(err)
+			}
+			lp := s.LogSoftmax(s.Narrow(logits, 1, 0, benchT-1), -1, torch.Float32) // (B, T-1, V)
+			tgt := s.Unsqueeze(s.Narrow(ids, 1, 1, benchT-1), -1)                   // (B, T-1, 1)
+			loss := s.Neg(s.Mean(s.Gather(lp, -1, tgt)))                            // ()
+			if err := s.Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := torch.Backward(loss); err != nil {
+				b.Fatal(err)
+			}
+			for _, p := range m.Parameters() {
+				if err := torch.ZeroGrad(p.Tensor); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s.Close()
+		}
+		step := b.Elapsed().Seconds() / float64(b.N)
+		b.ReportMetric(step, "s/step")
+		b.ReportMetric(benchSetup.hf.FwdBwdS, "hf_s/step")
+		b.ReportMetric(benchSetup.hf.FwdBwdS/step, "x_hf")
+	})
+}
