@@ -5,6 +5,7 @@ package tokenizer
 import (
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -92,7 +93,39 @@ func NFC(s string) string {
 	if i == len(s) || norm.NFC.IsNormalString(s) {
 		return s
 	}
-	return nfcSlow(s)
+	// ASCII characters are starters that never compose with what precedes
+	// them, so the text splits before each one into chunks that normalize
+	// independently; only chunks that are not already normal are redone.
+	var b strings.Builder
+	done := 0 // s[:done] is in b or still pending as normal text
+	for i < len(s) {
+		// s[i] is the first non-ASCII byte of a run; its chunk starts at the
+		// ASCII character before it (a possible base) and ends at the next
+		// ASCII byte.
+		start := i
+		if start > 0 {
+			start--
+		}
+		end := i
+		for end < len(s) && s[end] >= utf8.RuneSelf {
+			end++
+		}
+		if chunk := s[start:end]; !norm.NFC.IsNormalString(chunk) {
+			if b.Len() == 0 {
+				b.Grow(len(s) + 16)
+			}
+			b.WriteString(s[done:start])
+			b.WriteString(nfcSlow(chunk))
+			done = end
+		}
+		for i = end; i < len(s) && s[i] < utf8.RuneSelf; i++ {
+		}
+	}
+	if done == 0 {
+		return s
+	}
+	b.WriteString(s[done:])
+	return b.String()
 }
 
 const (
