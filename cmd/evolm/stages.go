@@ -3,5 +3,5 @@ package main
 // Stage packages register themselves with the pipeline in init(); importing
 // them here is what makes `evolm <stage>` exist. Add one line per stage.
 import (
-// _ "github.com/evolm/evolm/stages/<name>"
+	_ "github.com/evolm/evolm/stages/dedup"
 )

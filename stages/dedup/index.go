@@ -102,6 +102,7 @@ type Result struct {
 	// concurrent readers): removed row → keeper, and the keepers.
 	keeper  map[uint32]uint32
 	keepers map[uint32]struct{}
+	removed []uint32 // sorted keys of keeper
 	sim     map[uint32]float64
 	ids     map[uint32]ContentHash // content hash of every row in a cluster
 }
@@ -123,6 +124,13 @@ func (r *Result) Keeper(row uint32) uint32 {
 
 // Removed reports whether row is dropped.
 func (r *Result) Removed(row uint32) bool { _, ok := r.keeper[row]; return ok }
+
+// RemovedIn counts the removed rows in [lo, hi).
+func (r *Result) RemovedIn(lo, hi uint32) int64 {
+	i, _ := slices.BinarySearch(r.removed, lo)
+	j, _ := slices.BinarySearch(r.removed, hi)
+	return int64(j - i)
+}
 
 // InCluster reports whether row belongs to a cluster of two or more rows.
 func (r *Result) InCluster(row uint32) bool {
@@ -718,6 +726,10 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 	}
 	res.Clusters = int64(len(res.keepers))
 	res.parent = nil
+	for row := range res.keeper {
+		res.removed = append(res.removed, row)
+	}
+	slices.Sort(res.removed)
 	// Content hashes of the rows in clusters, for the report.
 	for i, f := range sp.exact {
 		raw, err := readAll(f)

@@ -185,7 +185,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 				Output: pipeline.ShardPath(schemas.Prompts.Name, len(tasks)),
 				Schema: schemas.Prompts.Schema(),
 				Inputs: files,
-				Rows:   n,
+				Rows:   n - res.RemovedIn(base, base+uint32(n)),
 				Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
 					return s.writePrompts(ctx, env, res, file, start, n, base, w)
 				},
