@@ -14,6 +14,7 @@ func copyInPlace(dst, src *Tensor) error {
 // CopyInto copies src into dst in place (dst.copy_(src)); shapes must
 // broadcast, dtypes convert.
 func CopyInto(dst, src *Tensor) error {
+	defer lockThread()()
 	if dst == nil || src == nil {
 		return fmt.Errorf("torch Copy_: nil tensor")
 	}
@@ -22,6 +23,7 @@ func CopyInto(dst, src *Tensor) error {
 
 // SetRequiresGrad sets x.requires_grad in place (leaf tensors only).
 func SetRequiresGrad(x *Tensor, on bool) error {
+	defer lockThread()()
 	if err := x.RequiresGrad_(on); err != nil {
 		return cleanErr("RequiresGrad_", err)
 	}
@@ -34,6 +36,8 @@ func RequiresGrad(x *Tensor) bool { return lib.AtRequiresGrad(lib.Ctensor(x.Cten
 // Backward runs loss.backward() (loss must be a scalar), accumulating into the
 // .grad of every leaf that requires grad. Run it with grad mode on.
 func Backward(loss *Tensor) error {
+	defer lockThread()()
+	defer lockThread()()
 	if loss == nil {
 		return fmt.Errorf("torch Backward: nil loss")
 	}
@@ -65,6 +69,7 @@ func (s *Scope) Grad(x *Tensor) *Tensor {
 // ZeroGrad sets x.grad to zero in place when it exists (gotch's ZeroGrad uses
 // Must* and leaks the wrapper).
 func ZeroGrad(x *Tensor) error {
+	defer lockThread()()
 	g, err := x.Grad(false)
 	if err != nil {
 		return cleanErr("Grad", err)
@@ -84,6 +89,7 @@ func ZeroGrad(x *Tensor) error {
 
 // Defined reports whether x holds a defined tensor (not torch's None).
 func Defined(x *Tensor) bool {
+	defer lockThread()()
 	if x == nil || x.Ctensor() == nil {
 		return false
 	}

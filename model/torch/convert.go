@@ -10,6 +10,7 @@ import (
 
 // Shape is x's shape.
 func Shape(x *Tensor) ([]int64, error) {
+	defer lockThread()()
 	if x == nil {
 		return nil, fmt.Errorf("torch Shape: nil tensor")
 	}
@@ -34,6 +35,7 @@ func DTypeOf(x *Tensor) DType { return x.DType() }
 
 // DeviceOf is x's device.
 func DeviceOf(x *Tensor) (Device, error) {
+	defer lockThread()()
 	d, err := x.Device()
 	if err != nil {
 		return CPU, cleanErr("Device", err)

@@ -157,6 +157,14 @@ func (s *Scope) Close() {
 	runtime.UnlockOSThread()
 }
 
+// lockThread pins the goroutine to its OS thread for a gotch call and the
+// TorchErr that follows it: libtorch keeps the last error per thread, so a
+// migration in between would lose the error or pin it on a later op.
+func lockThread() (unlock func()) {
+	runtime.LockOSThread()
+	return runtime.UnlockOSThread
+}
+
 // Len is the number of tensors s owns (for tests and debugging).
 func (s *Scope) Len() int { return len(s.tensors) }
 
