@@ -47,6 +47,12 @@ func startServer(t *testing.T, gen backend.Generator) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startHandler(t, h)
+}
+
+// startHandler serves h with serve.Serve on 127.0.0.1.
+func startHandler(t *testing.T, h http.Handler) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -63,9 +69,11 @@ func startServer(t *testing.T, gen backend.Generator) string {
 	return "http://" + ln.Addr().String() + "/v1"
 }
 
-func newClient(t *testing.T, url string) *openai.Client {
+func newClient(t *testing.T, url string) *openai.Client { return newClientModel(t, url, modelID) }
+
+func newClientModel(t *testing.T, url, model string) *openai.Client {
 	t.Helper()
-	c, err := openai.New(openai.Config{Endpoints: []string{url}, Model: modelID, MaxAttempts: 1,
+	c, err := openai.New(openai.Config{Endpoints: []string{url}, Model: model, MaxAttempts: 1,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,116 @@
+//go:build e2e
+
+package serve_test
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/serve"
+	"github.com/evolm/evolm/model/torchbe"
+)
+
+// TestTorchEngineThroughServer serves a tiny random Qwen3 checkpoint with the
+// torch backend and checks that the `openai` backend, talking to it over
+// HTTP, gets exactly what the engine gives in process: the same completions,
+// token counts, log-probs and top log-probs for completions and chat, and the
+// same yes/no candidate log-probs from Score.
+func TestTorchEngineThroughServer(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 3, OutDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: "tiny-e2e", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	h, err := serve.NewHandler(serve.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := newClientModel(t, startHandler(t, h), m.ID())
+	ctx := context.Background()
+
+	sp := backend.Sampling{MaxTokens: 6, Temperature: 1, Seed: seed(5)}
+	msgs := []backend.Message{{Role: "user", Content: "Name a colour."}}
+	for _, tt := range []struct {
+		name string
+		req  backend.GenerateRequest
+	}{
+		{"completion n=2 sampled log-probs", backend.GenerateRequest{ID: "c", Prompt: "The sea is", N: 2, Sampling: sp, LogProbs: true}},
+		{"chat n=2 top-3", backend.GenerateRequest{ID: "h", Messages: msgs, N: 2, Sampling: sp, LogProbs: true, TopLogProbs: 3}},
+		{"greedy with stop", backend.GenerateRequest{ID: "g", Prompt: "Once upon a time", Sampling: backend.Sampling{MaxTokens: 5, Stop: []string{"."}}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := client.Generate(ctx, []backend.GenerateRequest{tt.req})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := m.Generate(ctx, []backend.GenerateRequest{tt.req})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range got[0].Completions {
+				if c.Tokens <= 0 || c.Text == "" {
+					t.Errorf("completion %d is empty: %+v", c.Index, c)
+				}
+			}
+			t.Logf("%q", got[0].Completions[0].Text)
+			w := wireView(want)
+			w[0].Model = m.ID()
+			if diff := cmp.Diff(w, got); diff != "" {
+				t.Errorf("through the server vs in process (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	// Score: candidates are the engine's own top next tokens after the first
+	// suffix, so the server's top log-probs must report them.
+	req := backend.ScoreRequest{ID: "s", Prefix: "Question: what is 2+2?\nResponse: 4\n\n",
+		Suffixes: []string{"Criterion: says 4\nAnswer:", "Criterion: is polite\nAnswer:"}}
+	top, err := m.Generate(ctx, []backend.GenerateRequest{{ID: "t", Prompt: req.Prefix + req.Suffixes[0],
+		Sampling: backend.Sampling{MaxTokens: 1}, TopLogProbs: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, a := range top[0].Completions[0].LogProbs[0].Top {
+		if !seen[a.Token] && len(m.Tokenizer().Encode(a.Token)) == 1 {
+			seen[a.Token] = true
+			req.Candidates = append(req.Candidates, a.Token)
+		}
+	}
+	if len(req.Candidates) < 2 {
+		t.Fatalf("only %d single-token candidates among the top 5: %q", len(req.Candidates), req.Candidates)
+	}
+	got, err := client.Score(ctx, []backend.ScoreRequest{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := m.Score(ctx, []backend.ScoreRequest{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Failure != nil || want[0].Failure != nil {
+		t.Fatalf("failures: client %v, engine %v", got[0].Failure, want[0].Failure)
+	}
+	for k := range req.Suffixes {
+		for j, c := range req.Candidates {
+			g, w := got[0].LogProbs[k][j], want[0].LogProbs[k][j]
+			if k == 0 && math.IsInf(g, -1) {
+				t.Errorf("suffix 0 candidate %q: the server did not report a top token", c)
+			}
+			// A candidate outside the server's top-20 reads as -Inf.
+			if !math.IsInf(g, -1) && math.Abs(g-w) > 1e-4 {
+				t.Errorf("suffix %d candidate %q: through the server %v, in process %v", k, c, g, w)
+			}
+		}
+	}
+}
