@@ -1,0 +1,217 @@
+// Package train is the generic optimizer step of the engine: gradient
+// accumulation over micro-batches, gradient clipping and an AdamW update.
+// Stages (GRPO) supply the loss; this package owns the bookkeeping.
+//
+// One Step is one optimizer step over a batch split into micro-batches:
+//
+//	zero grads
+//	for each micro-batch: loss_sum = LossFn(mb); backward(loss_sum)
+//	grads /= Σ count                       (exact: the step's loss is Σ loss_sum / Σ count)
+//	norm = clip_grad_norm_(max_norm)        (fp32 global norm, before clipping)
+//	AdamW step
+//
+// Micro-batch losses are sums over their items, not means, and the scaling
+// by the total count happens once after accumulation, so the gradient equals
+// that of the whole batch's mean loss however the batch is split (the GRPO
+// default "mean over each sequence's tokens, then mean over the batch" is a
+// sum of per-sequence means divided by the number of sequences).
+//
+// Each micro-batch runs in its own scope with grad on and the OS thread
+// locked; its activations are freed right after its backward pass.
+//
+// The frozen reference model of GRPO is model.FrozenCopy.
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/optim"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// Loss is one micro-batch's contribution to a step.
+type Loss struct {
+	// Sum is a scalar tensor (owned by the scope given to LossFn): the sum
+	// over the micro-batch's items of their losses, with the autograd graph.
+	Sum *torch.Tensor
+	// Count is the number of items Sum covers (sequences, tokens …); the
+	// step's loss is ΣSum / ΣCount over micro-batches.
+	Count float64
+	// Metrics are sums over the items (for example the k3 KL summed over
+	// sequences); Step reports each as ΣMetric / ΣCount.
+	Metrics map[string]float64
+}
+
+// LossFn computes the loss of one micro-batch. It runs with grad on, on a
+// locked OS thread; everything it allocates in s is freed after backward.
+type LossFn[M any] func(s *torch.Scope, mb M) (Loss, error)
+
+// Config sets a trainer up.
+type Config struct {
+	AdamW       optim.AdamWConfig // lr, betas, eps
+	WeightDecay float64           // applied to parameters with ≥ 2 dims only
+	MaxGradNorm float64           // clip the global norm to this; ≤ 0: no clipping
+}
+
+// Metrics reports one step.
+type Metrics struct {
+	Step         int64              // optimizer steps taken, this one included
+	Loss         float64            // ΣSum / ΣCount
+	GradNorm     float64            // global gradient norm before clipping
+	LR           float64            // learning rate used
+	Count        float64            // ΣCount
+	MicroBatches int                // micro-batches accumulated
+	Extra        map[string]float64 // ΣMetric / ΣCount per LossFn metric
+}
+
+// Trainer trains a model in place. Not safe for concurrent use.
+type Trainer[M any] struct {
+	Model model.CausalLM
+	Opt   *optim.AdamW
+	cfg   Config
+	param []optim.Param
+}
+
+// New turns on requires_grad for every parameter of m and builds AdamW over
+// them (optim.DefaultGroups). Close frees the optimizer state (not m).
+func New[M any](m model.CausalLM, cfg Config) (*Trainer[M], error) {
+	if err := model.SetRequiresGrad(m, true); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	var ps []optim.Param
+	for _, p := range m.Parameters() {
+		ps = append(ps, optim.Param{Name: p.Name, Tensor: p.Tensor})
+	}
+	groups, err := optim.DefaultGroups(ps, cfg.WeightDecay)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	opt, err := optim.NewAdamW(groups, cfg.AdamW)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	return &Trainer[M]{Model: m, Opt: opt, cfg: cfg, param: ps}, nil
+}
+
+// Close frees the optimizer state.
+func (t *Trainer[M]) Close() { t.Opt.Close() }
+
+// Step runs one optimizer step over microbatches (see the package doc). On
+// error no update is applied and the gradients are zeroed.
+func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M]) (Metrics, error) {
+	if len(microbatches) == 0 {
+		return Metrics{}, fmt.Errorf("train: step with no micro-batches")
+	}
+	if err := t.Opt.ZeroGrad(); err != nil {
+		return Metrics{}, fmt.Errorf("train: %w", err)
+	}
+	var sum, count float64
+	extra := map[string]float64{}
+	for i, mb := range microbatches {
+		if err := ctx.Err(); err != nil {
+			return Metrics{}, t.abort(err)
+		}
+		l, err := t.micro(mb, lossFn)
+		if err != nil {
+			return Metrics{}, t.abort(fmt.Errorf("train: micro-batch %d: %w", i, err))
+		}
+		sum += l.loss
+		count += l.Count
+		for k, v := range l.Metrics {
+			extra[k] += v
+		}
+	}
+	if !(count > 0) {
+		return Metrics{}, t.abort(fmt.Errorf("train: micro-batches cover %v items, want > 0", count))
+	}
+	if err := t.scaleGrads(1 / count); err != nil {
+		return Metrics{}, t.abort(err)
+	}
+	norm, err := optim.ClipGradNorm(t.param, t.cfg.MaxGradNorm)
+	if err != nil {
+		return Metrics{}, t.abort(err)
+	}
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return Metrics{}, t.abort(fmt.Errorf("train: gradient norm is %v; step skipped", norm))
+	}
+	lr := t.Opt.LR()
+	if err := t.Opt.Step(); err != nil {
+		return Metrics{}, t.abort(err)
+	}
+	for k := range extra {
+		extra[k] /= count
+	}
+	return Metrics{
+		Step: t.Opt.StepCount(), Loss: sum / count, GradNorm: norm, LR: lr,
+		Count: count, MicroBatches: len(microbatches), Extra: extra,
+	}, nil
+}
+
+type microLoss struct {
+	Loss
+	loss float64
+}
+
+func (t *Trainer[M]) micro(mb M, lossFn LossFn[M]) (microLoss, error) {
+	defer torch.SetGrad(true)()
+	s := torch.NewScope()
+	defer s.Close()
+	l, err := lossFn(s, mb)
+	if err != nil {
+		return microLoss{}, err
+	}
+	if err := s.Err(); err != nil {
+		return microLoss{}, err
+	}
+	if l.Sum == nil {
+		return microLoss{}, fmt.Errorf("loss function returned no loss tensor")
+	}
+	v, err := torch.Item(l.Sum)
+	if err != nil {
+		return microLoss{}, fmt.Errorf("loss: %w", err)
+	}
+	if err := torch.Backward(l.Sum); err != nil {
+		return microLoss{}, err
+	}
+	return microLoss{Loss: l, loss: v}, nil
+}
+
+// scaleGrads multiplies every gradient by f in place.
+func (t *Trainer[M]) scaleGrads(f float64) error {
+	defer torch.SetGrad(false)()
+	s := torch.NewScope()
+	defer s.Close()
+	for _, p := range t.param {
+		c := s.Child()
+		if g := c.Grad(p.Tensor); g != nil {
+			c.Copy_(g, c.MulScalar(g, f))
+		}
+		err := c.Err()
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("train: scale grad of %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+func (t *Trainer[M]) abort(err error) error {
+	if zerr := t.Opt.ZeroGrad(); zerr != nil {
+		return fmt.Errorf("%w (and zeroing grads: %v)", err, zerr)
+	}
+	return err
+}
+
+// Names lists metric keys sorted, for stable logging.
+func (m Metrics) Names() []string {
+	ks := make([]string, 0, len(m.Extra))
+	for k := range m.Extra {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
