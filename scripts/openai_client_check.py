@@ -1,12 +1,14 @@
 """Talk to `evolm serve` with the official `openai` Python package.
 
-Usage: openai_client_check.py BASE_URL MODEL
+Usage: openai_client_check.py BASE_URL MODEL [fake|engine]
 
 Calls models, completions (n, seed, stop, logprobs), chat completions
 (logprobs + top_logprobs) and two bad requests, asserts that every response
 parses into the package's own types with well-formed fields, and prints a JSON
 summary on stdout for the Go test to compare with what the server's generator
-produced.
+produced. Mode "fake" (the default) also checks what the Go tests' test
+double must have produced; mode "engine" (a real model behind the server)
+checks only the shapes and types.
 """
 import json
 import sys
@@ -18,6 +20,7 @@ from openai.types.chat import ChatCompletion
 
 def main() -> None:
     base_url, model = sys.argv[1], sys.argv[2]
+    fake = (sys.argv[3] if len(sys.argv) > 3 else "fake") == "fake"
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
 
     models = client.models.list()
@@ -43,8 +46,10 @@ def main() -> None:
         assert all(isinstance(k, str) and isinstance(v, float) for d in lp.top_logprobs for k, v in d.items())
         assert len(lp.text_offset) == n and all(isinstance(o, int) for o in lp.text_offset)
         assert lp.text_offset == sorted(lp.text_offset)
-        assert "".join(lp.tokens) == c.text
-    assert comp.choices[0].finish_reason == "stop" and comp.choices[1].finish_reason == "length"
+        if fake:  # a real tokenizer's tokens may split a character
+            assert "".join(lp.tokens) == c.text
+    if fake:
+        assert comp.choices[0].finish_reason == "stop" and comp.choices[1].finish_reason == "length"
     u = comp.usage
     assert u is not None and u.prompt_tokens > 0 and u.total_tokens == u.prompt_tokens + u.completion_tokens
     assert u.completion_tokens == sum(len(c.logprobs.tokens) for c in comp.choices)
@@ -59,16 +64,16 @@ def main() -> None:
     assert len(chat.choices) == 1
     ch = chat.choices[0]
     assert ch.message.role == "assistant" and isinstance(ch.message.content, str)
-    assert ch.finish_reason == "length"
     content = ch.logprobs.content
-    assert len(content) == 4
+    assert 0 < len(content) <= 4 and len(content) == chat.usage.completion_tokens
+    if fake:
+        assert ch.finish_reason == "length" and len(content) == 4
     for t in content:
         assert isinstance(t.token, str) and isinstance(t.logprob, float)
         assert t.bytes == list(t.token.encode("utf-8"))
         assert len(t.top_logprobs) == 2
         assert all(isinstance(a.token, str) and isinstance(a.logprob, float) for a in t.top_logprobs)
         assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob
-    assert chat.usage.completion_tokens == 4
 
     errors = []
     try:

@@ -4,12 +4,14 @@ package serve_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/serve"
@@ -35,7 +37,21 @@ func TestTorchEngineThroughServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := newClientModel(t, startHandler(t, h), m.ID())
+	url := startHandler(t, h)
+	client := newClientModel(t, url, m.ID())
+
+	t.Run("official python client", func(t *testing.T) {
+		var got struct {
+			Errors []string `json:"errors"`
+		}
+		out := testutil.RunPython(t, "openai_client_check.py", url, m.ID(), "engine")
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("script output %q: %v", out, err)
+		}
+		if diff := cmp.Diff([]string{"BadRequestError:400:max_tokens", "NotFoundError:404:model"}, got.Errors); diff != "" {
+			t.Errorf("errors (-want +got):\n%s", diff)
+		}
+	})
 	ctx := context.Background()
 
 	sp := backend.Sampling{MaxTokens: 6, Temperature: 1, Seed: seed(5)}
