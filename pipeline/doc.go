@@ -23,7 +23,12 @@
 //
 // so DuckDB (read_parquet('runs/x/rollouts/**/*.parquet',
 // hive_partitioning=true)), polars and pyarrow read it as is. ShardPath,
-// Phase and Step build the paths. A stage's manifest lists its committed
+// Phase and Step build the paths. As in Hive and Spark, a column named like
+// one of the path's partitions (phase, step) is not stored in the file: the
+// writer checks every row holds the partition's value and drops the column,
+// and a reader whose ReadOptions.Schema asks for it gets it back from the
+// path. (DuckDB reads the zero-padded step as VARCHAR unless given
+// hive_types={'step': BIGINT}.) A stage's manifest lists its committed
 // shards (run-relative path, rows, bytes, sha256, input fingerprint); it is
 // rewritten atomically after each commit. A shard is committed when it is in
 // the manifest.

@@ -72,7 +72,10 @@ type ShardInfo struct {
 // calling either again is a no-op. A ShardWriter is not safe for concurrent use.
 type ShardWriter struct {
 	path, tmp string
-	schema    *arrow.Schema
+	schema    *arrow.Schema // what Write accepts
+	stored    *arrow.Schema // what the file holds: schema less partition columns
+	dropped   []int         // indices in schema of partition columns
+	values    []string      // their partition values
 	f         *os.File
 	sink      *hashingWriter
 	fw        *pqarrow.FileWriter
@@ -99,8 +102,13 @@ func (h *hashingWriter) Write(p []byte) (int, error) {
 // CreateShard starts a shard that will appear at path on Commit. The schema
 // (with its metadata: table name, schema version) is stored in the file; the
 // provenance in opts goes to the footer's key-value metadata. Parent
-// directories are created.
+// directories are created. Columns named like a Hive partition of path
+// (phase=policy/...) are checked and not stored; see PathPartitions.
 func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWriter, error) {
+	stored, dropped, values, err := fileSchema(schema, partitionMap(PathPartitions(path)))
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", path, err)
+	}
 	mem := opts.Mem
 	if mem == nil {
 		mem = memory.DefaultAllocator
@@ -135,7 +143,7 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 	)
 	arrProps := pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem))
 	sink := &hashingWriter{w: f, h: sha256.New()}
-	fw, err := pqarrow.NewFileWriter(schema, sink, props, arrProps)
+	fw, err := pqarrow.NewFileWriter(stored, sink, props, arrProps)
 	if err != nil {
 		f.Close()
 		os.Remove(tmp)
@@ -155,7 +163,7 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 			return nil, fmt.Errorf("shard %s: metadata %s: %w", path, p[0], err)
 		}
 	}
-	return &ShardWriter{path: path, tmp: tmp, schema: schema, f: f, sink: sink, fw: fw}, nil
+	return &ShardWriter{path: path, tmp: tmp, schema: schema, stored: stored, dropped: dropped, values: values, f: f, sink: sink, fw: fw}, nil
 }
 
 // Path is where the shard appears on Commit.
@@ -168,13 +176,35 @@ func (w *ShardWriter) Schema() *arrow.Schema { return w.schema }
 func (w *ShardWriter) Rows() int64 { return w.rows }
 
 // Write appends a batch. Its schema must equal the shard's (field names and
-// types; metadata is ignored). The caller keeps its reference to rec.
+// types; metadata is ignored), and its partition columns must hold the
+// partition's value in every row. The caller keeps its reference to rec.
 func (w *ShardWriter) Write(rec arrow.RecordBatch) error {
 	if w.done {
 		return fmt.Errorf("shard %s: write after commit or abort", w.path)
 	}
 	if err := CheckSchema(w.schema, rec.Schema()); err != nil {
 		return fmt.Errorf("shard %s: batch schema: %w", w.path, err)
+	}
+	if len(w.dropped) > 0 {
+		drop := map[int]bool{}
+		for k, ci := range w.dropped {
+			drop[ci] = true
+			col := rec.Column(ci)
+			for i := range col.Len() {
+				if !partitionValueOK(col, i, w.values[k]) {
+					return fmt.Errorf("shard %s: column %q row %d is %s, not the partition's %s",
+						w.path, w.schema.Field(ci).Name, w.rows+int64(i), col.ValueStr(i), w.values[k])
+				}
+			}
+		}
+		cols := make([]arrow.Array, 0, w.stored.NumFields())
+		for i, c := range rec.Columns() {
+			if !drop[i] {
+				cols = append(cols, c)
+			}
+		}
+		rec = array.NewRecordBatch(w.stored, cols, rec.NumRows())
+		defer rec.Release()
 	}
 	if err := w.fw.WriteBuffered(rec); err != nil {
 		return fmt.Errorf("shard %s: write at row %d: %w", w.path, w.rows, err)
@@ -261,8 +291,10 @@ type ShardReader struct {
 	f      *os.File
 	pf     *file.Reader
 	fr     *pqarrow.FileReader
+	mem    memory.Allocator
 	schema *arrow.Schema // of the batches returned
 	cols   []int         // leaf column indices to read; nil: all
+	consts []constCol    // partition columns added from the path
 	closed bool
 }
 
@@ -305,7 +337,7 @@ func OpenShard(path string, opts ReadOptions) (*ShardReader, error) {
 		pf.Close()
 		return nil, fmt.Errorf("shard %s: arrow schema: %w", path, err)
 	}
-	r := &ShardReader{path: path, f: f, pf: pf, fr: fr, schema: full}
+	r := &ShardReader{path: path, f: f, pf: pf, fr: fr, mem: mem, schema: full}
 	if opts.Schema != nil {
 		if err := r.project(opts.Schema); err != nil {
 			pf.Close()
@@ -325,14 +357,23 @@ func openParquet(f *os.File, mem memory.Allocator) (pf *file.Reader, err error) 
 	return file.NewParquetReader(f, file.WithReadProps(parquet.NewReaderProperties(mem)))
 }
 
-// project restricts the reader to want's fields, checking their types.
+// project restricts the reader to want's fields, checking their types. A
+// field the file lacks that names a Hive partition of the path becomes a
+// constant column of the partition's value.
 func (r *ShardReader) project(want *arrow.Schema) error {
+	parts := partitionMap(PathPartitions(r.path))
 	var problems []string
 	var fields []arrow.Field
 	var cols []int
-	for _, wf := range want.Fields() {
+	var consts []constCol
+	for i, wf := range want.Fields() {
 		idx := r.schema.FieldIndices(wf.Name)
 		if len(idx) == 0 {
+			if v, ok := parts[wf.Name]; ok && partitionTypeOK(wf.Type) {
+				consts = append(consts, constCol{idx: i, field: wf, value: v})
+				fields = append(fields, wf)
+				continue
+			}
 			problems = append(problems, fmt.Sprintf("missing column %q (want %s)", wf.Name, wf.Type))
 			continue
 		}
@@ -351,12 +392,25 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 	if len(problems) > 0 {
 		return &SchemaError{Where: "shard " + r.path, Problems: problems, Want: want, Got: r.schema}
 	}
+	for _, c := range consts {
+		if err := checkPartitionValue(c.field.Type, c.value); err != nil {
+			return fmt.Errorf("shard %s: column %q from partition %s=%s: %w", r.path, c.field.Name, c.field.Name, c.value, err)
+		}
+	}
 	// GetRecordReader returns fields in the order of their first leaf in cols,
-	// so batches come out in want's order.
+	// so file columns come out in want's order.
 	md := want.Metadata()
 	r.schema = arrow.NewSchema(fields, &md)
 	r.cols = cols
+	r.consts = consts
 	return nil
+}
+
+// constCol is a partition column the reader adds to each batch.
+type constCol struct {
+	idx   int // in the output schema
+	field arrow.Field
+	value string
 }
 
 // leafColumns returns the Parquet leaf column indices under top-level field i.
@@ -414,7 +468,7 @@ func (r *ShardReader) RecordReader(ctx context.Context) (array.RecordReader, err
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", r.path, err)
 	}
-	return &namedReader{RecordReader: rr, path: r.path}, nil
+	return &namedReader{RecordReader: rr, path: r.path, mem: r.mem, schema: r.schema, consts: r.consts}, nil
 }
 
 // Batches iterates over the file's batches. A yielded batch is valid only
@@ -470,15 +524,30 @@ func ReadShard(ctx context.Context, path string, opts ReadOptions) iter.Seq2[arr
 	}
 }
 
-// namedReader adds the file name to errors, hides io.EOF and turns decoder
-// panics on corrupt pages into errors.
+// namedReader adds the file name to errors, hides io.EOF, turns decoder
+// panics on corrupt pages into errors and adds partition columns.
 type namedReader struct {
 	pqarrow.RecordReader
-	path string
-	err  error
+	path   string
+	err    error
+	mem    memory.Allocator
+	schema *arrow.Schema
+	consts []constCol
+	cur    arrow.RecordBatch // owned; only with consts
+}
+
+func (n *namedReader) Schema() *arrow.Schema {
+	if len(n.consts) > 0 {
+		return n.schema
+	}
+	return n.RecordReader.Schema()
 }
 
 func (n *namedReader) Next() (ok bool) {
+	if n.cur != nil {
+		n.cur.Release()
+		n.cur = nil
+	}
 	if n.err != nil {
 		return false
 	}
@@ -488,8 +557,50 @@ func (n *namedReader) Next() (ok bool) {
 			ok = false
 		}
 	}()
-	return n.RecordReader.Next()
+	if !n.RecordReader.Next() {
+		return false
+	}
+	if len(n.consts) == 0 {
+		return true
+	}
+	rec := n.RecordReader.RecordBatch()
+	rows := int(rec.NumRows())
+	cols := make([]arrow.Array, n.schema.NumFields())
+	var owned []arrow.Array
+	defer func() {
+		for _, a := range owned {
+			a.Release()
+		}
+	}()
+	for _, c := range n.consts {
+		a, err := constColumn(n.mem, c.field.Type, c.value, rows)
+		if err != nil {
+			n.err = fmt.Errorf("shard %s: column %q: %w", n.path, c.field.Name, err)
+			return false
+		}
+		owned = append(owned, a)
+		cols[c.idx] = a
+	}
+	next := 0
+	for i := range cols {
+		if cols[i] == nil {
+			cols[i] = rec.Column(next)
+			next++
+		}
+	}
+	n.cur = array.NewRecordBatch(n.schema, cols, int64(rows))
+	return true
 }
+
+func (n *namedReader) RecordBatch() arrow.RecordBatch {
+	if len(n.consts) > 0 {
+		return n.cur
+	}
+	return n.RecordReader.RecordBatch()
+}
+
+//lint:ignore SA1019 arrow's RecordReader interface still has Record
+func (n *namedReader) Record() arrow.RecordBatch { return n.RecordBatch() }
 
 func (n *namedReader) Err() error {
 	if n.err != nil {
@@ -500,6 +611,14 @@ func (n *namedReader) Err() error {
 		return nil
 	}
 	return fmt.Errorf("shard %s: %w", n.path, err)
+}
+
+func (n *namedReader) Release() {
+	if n.cur != nil {
+		n.cur.Release()
+		n.cur = nil
+	}
+	n.RecordReader.Release()
 }
 
 // SchemaError reports a schema mismatch and shows both schemas.

@@ -289,3 +289,48 @@ func TestShardBadInput(t *testing.T) {
 		})
 	}
 }
+
+// Columns named like the path's Hive partitions are kept out of the file and
+// come back from the path.
+func TestShardHivePartitions(t *testing.T) {
+	mem := newMem(t)
+	dir := t.TempDir()
+	rows := schematest.Rollouts(40)
+	for i := range rows {
+		rows[i].Phase, rows[i].Step = "rubric", 123
+	}
+	p := filepath.Join(dir, pipeline.ShardPath("rollouts", 0, pipeline.Phase("rubric"), pipeline.Step(123)))
+	if !strings.HasSuffix(p, "rollouts/phase=rubric/step=000123/part-00000.parquet") {
+		t.Fatalf("path %s", p)
+	}
+	writeRows(t, mem, schemas.Rollouts, p, rows, 16, pipeline.WriteOptions{})
+	r, err := pipeline.OpenShard(p, pipeline.ReadOptions{Mem: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Schema().HasField("phase") || r.Schema().HasField("step") {
+		t.Errorf("file stores partition columns: %s", r.Schema())
+	}
+	r.Close()
+	got := readRows(t, mem, schemas.Rollouts, p, 7)
+	if diff := cmp.Diff(rows, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// A row outside the partition is refused, naming column and row.
+	rows[5].Step = 124
+	w, err := pipeline.CreateShard(filepath.Join(dir, "rollouts/phase=rubric/step=000123/part-00001.parquet"), schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	rec := schemas.Rollouts.Build(mem, rows)
+	defer rec.Release()
+	if err := w.Write(rec); err == nil || !strings.Contains(err.Error(), `column "step" row 5 is 124, not the partition's 000123`) {
+		t.Errorf("Write: %v", err)
+	}
+	// A partition value that does not fit the column's type is refused.
+	if _, err := pipeline.CreateShard(filepath.Join(dir, "rollouts/step=latest/part-00000.parquet"), schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem}); err == nil ||
+		!strings.Contains(err.Error(), `partition step=latest: column "step"`) {
+		t.Errorf("CreateShard with step=latest: %v", err)
+	}
+}
