@@ -14,7 +14,6 @@ import (
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/safetensors"
-	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/google/go-cmp/cmp"
 )
@@ -313,5 +312,3 @@ func zeroGrads(t *testing.T, m model.CausalLM) {
 		}
 	}
 }
-
-var _ = sample.Params{}
