@@ -107,14 +107,15 @@ type Rollout struct {
 	Text             string    // completion text as decoded
 	PromptTokens     int32     // tokens in the (templated) prompt
 	CompletionTokens int32     // tokens generated
-	FinishReason     string    // "stop" | "length" | "stop_sequence"
+	FinishReason     string    // "stop" | "length" | "stop_sequence" | "error"
 	TokenLogprobs    []float32 // log-prob of each generated token under the sampling model; may be empty
 	Model            string    // model id (HF repo or path)
 	Checkpoint       string    // checkpoint id the weights came from (e.g. "step-000050")
 	Seed             int64     // sampling seed
 	Temperature      float64
 	TopP             float64
-	TopK             int32 // 0: disabled
+	TopK             int32   // 0: disabled
+	Error            *string // why generation failed for this row (FinishReason "error"); nil on success
 }
 
 // Rollouts is the rollouts table.
@@ -136,6 +137,7 @@ var Rollouts = newTable("rollouts", 1,
 	numCol("temperature", func(r *Rollout) *float64 { return &r.Temperature }),
 	numCol("top_p", func(r *Rollout) *float64 { return &r.TopP }),
 	numCol("top_k", func(r *Rollout) *int32 { return &r.TopK }),
+	optStrCol("error", func(r *Rollout) **string { return &r.Error }),
 )
 
 // Pair is a row of the pairs table: a preference pair (a+, a−) built by the
