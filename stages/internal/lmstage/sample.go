@@ -1,0 +1,174 @@
+package lmstage
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+)
+
+// Sampling config keys.
+const (
+	KeyN           = "n"
+	KeyMaxTokens   = "max_tokens"
+	KeyTemperature = "temperature"
+	KeyTopP        = "top_p"
+	KeyTopK        = "top_k"
+	KeyStop        = "stop"
+	KeyCheckpoint  = "checkpoint"
+)
+
+// SamplingFields are the config fields of a stage that samples n
+// completions per item.
+func SamplingFields(n, maxTokens int, temperature float64) []pipeline.Field {
+	return []pipeline.Field{
+		{Key: KeyN, Type: pipeline.TypeInt, Default: n, Description: "samples per item"},
+		{Key: KeyMaxTokens, Type: pipeline.TypeInt, Default: maxTokens, Description: "most new tokens per sample"},
+		{Key: KeyTemperature, Type: pipeline.TypeFloat, Default: temperature, Description: "sampling temperature; 0 is greedy"},
+		{Key: KeyTopP, Type: pipeline.TypeFloat, Default: 1.0, Description: "nucleus mass in (0, 1]; 1 disables it"},
+		{Key: KeyTopK, Type: pipeline.TypeInt, Default: 0, Description: "keep the k most likely tokens; 0 disables it"},
+		{Key: KeyStop, Type: pipeline.TypeStrings, Default: []string{}, Description: "stop strings"},
+		{Key: KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed; each row's seed derives from it and the row's key"},
+		{Key: KeyCheckpoint, Type: pipeline.TypeString, Default: "", Description: "checkpoint id recorded in each row; empty: the model id"},
+	}
+}
+
+// RunFields are the phase and step of the rows a stage writes.
+func RunFields() []pipeline.Field {
+	return []pipeline.Field{
+		{Key: KeyPhase, Type: pipeline.TypeString, Default: schemas.PhasePolicy, Enum: []string{schemas.PhasePolicy, schemas.PhaseRubric},
+			Description: "training phase recorded in the rows and the output partition"},
+		{Key: KeyStep, Type: pipeline.TypeInt, Default: 0, Description: "training step recorded in the rows and the output partition"},
+	}
+}
+
+// SampleSpec is what a stage samples with.
+type SampleSpec struct {
+	Role, Phase string
+	Step        int64
+	N           int
+	Sampling    backend.Sampling // Seed is ignored: each item's seed is derived
+	BaseSeed    int64
+	Checkpoint  string
+}
+
+// ReadSampleSpec reads the sampling and run fields.
+func ReadSampleSpec(cfg *pipeline.Config, role string) (SampleSpec, error) {
+	sp := SampleSpec{
+		Role: role, Phase: cfg.String(KeyPhase), Step: int64(cfg.Int(KeyStep)), N: cfg.Int(KeyN),
+		Sampling: backend.Sampling{MaxTokens: cfg.Int(KeyMaxTokens), Temperature: cfg.Float(KeyTemperature),
+			TopP: cfg.Float(KeyTopP), TopK: cfg.Int(KeyTopK), Stop: cfg.Strings(KeyStop)},
+		BaseSeed: int64(cfg.Int(KeySeed)), Checkpoint: cfg.String(KeyCheckpoint),
+	}
+	switch {
+	case sp.N <= 0:
+		return sp, cfg.Errorf(KeyN, "%d, want > 0", sp.N)
+	case sp.Sampling.MaxTokens <= 0:
+		return sp, cfg.Errorf(KeyMaxTokens, "%d, want > 0", sp.Sampling.MaxTokens)
+	case sp.Sampling.Temperature < 0:
+		return sp, cfg.Errorf(KeyTemperature, "%v, want >= 0", sp.Sampling.Temperature)
+	case sp.Sampling.TopP <= 0 || sp.Sampling.TopP > 1:
+		return sp, cfg.Errorf(KeyTopP, "%v, want in (0, 1]", sp.Sampling.TopP)
+	case sp.Sampling.TopK < 0:
+		return sp, cfg.Errorf(KeyTopK, "%d, want >= 0", sp.Sampling.TopK)
+	case sp.Step < 0:
+		return sp, cfg.Errorf(KeyStep, "%d, want >= 0", sp.Step)
+	}
+	for i, s := range sp.Sampling.Stop {
+		if s == "" {
+			return sp, cfg.Errorf(KeyStop, "entry %d is empty", i)
+		}
+	}
+	return sp, nil
+}
+
+// Partitions are the output partitions of a stage's rows.
+func (sp SampleSpec) Partitions() []pipeline.Partition {
+	return []pipeline.Partition{pipeline.Phase(sp.Phase), pipeline.Step(int(sp.Step))}
+}
+
+// Item is one thing to sample completions for.
+type Item struct {
+	ID       string            // prompts.prompt_id or pairs.pair_id
+	Messages []backend.Message // the conversation to continue
+}
+
+// RolloutID is the id of sample j of an item.
+func (sp SampleSpec) RolloutID(item string, j int) string {
+	return fmt.Sprintf("%s/%s/%06d/%s/%d", item, sp.Phase, sp.Step, sp.Role, j)
+}
+
+// ItemSeed is the seed of an item's request; sample j samples with
+// ItemSeed+j (the torch engine's rule, which `evolm serve` shares).
+func (sp SampleSpec) ItemSeed(item string) int64 {
+	return DeriveSeed(sp.BaseSeed, item, sp.Phase, fmt.Sprint(sp.Step), sp.Role) >> 2
+}
+
+// Sample asks b for N completions of every item, BatchRows requests per
+// call, and returns N rollouts rows per item in item and sample order. A
+// row that failed on the backend is kept with FinishReason "error" and the
+// reason in Error.
+func Sample(ctx context.Context, b *Backend, batchRows int, sp SampleSpec, items []Item) ([]schemas.Rollout, error) {
+	out := make([]schemas.Rollout, 0, len(items)*sp.N)
+	ckpt := sp.Checkpoint
+	if ckpt == "" {
+		ckpt = b.Model
+	}
+	err := Chunks(ctx, len(items), max(batchRows/sp.N, 1), func(start, end int) error {
+		reqs := make([]backend.GenerateRequest, 0, end-start)
+		for _, it := range items[start:end] {
+			seed := sp.ItemSeed(it.ID)
+			s := sp.Sampling
+			s.Seed = &seed
+			reqs = append(reqs, backend.GenerateRequest{ID: it.ID, Messages: it.Messages, N: sp.N, Sampling: s, LogProbs: true})
+		}
+		resps, err := b.Generate(ctx, reqs)
+		if err != nil {
+			return fmt.Errorf("items %d..%d: %w", start, end-1, err)
+		}
+		if len(resps) != len(reqs) {
+			return fmt.Errorf("items %d..%d: backend answered %d of %d requests", start, end-1, len(resps), len(reqs))
+		}
+		for i, res := range resps {
+			it := &items[start+i]
+			if res.ID != it.ID {
+				return fmt.Errorf("item %d: backend answered %q for request %q", start+i, res.ID, it.ID)
+			}
+			model := res.Model
+			if model == "" {
+				model = b.Model
+			}
+			for j := 0; j < sp.N; j++ {
+				r := schemas.Rollout{
+					RolloutID: sp.RolloutID(it.ID, j), PromptID: it.ID, SampleIdx: int32(j), Role: sp.Role, Phase: sp.Phase,
+					Step: sp.Step, PromptTokens: int32(res.PromptTokens), Model: model, Checkpoint: ckpt,
+					Seed: *reqs[i].Seed + int64(j), Temperature: sp.Sampling.Temperature, TopP: sp.Sampling.TopP,
+					TopK: int32(sp.Sampling.TopK), TokenLogprobs: []float32{},
+				}
+				if res.Failure != nil {
+					msg := FailureText(res.Failure)
+					r.FinishReason, r.Error, r.PromptTokens = "error", &msg, max(r.PromptTokens, -1)
+					out = append(out, r)
+					continue
+				}
+				if len(res.Completions) != sp.N {
+					return fmt.Errorf("item %s: backend gave %d completions, want %d", it.ID, len(res.Completions), sp.N)
+				}
+				c := res.Completions[j]
+				r.Text, r.FinishReason = c.Text, string(c.FinishReason)
+				r.CompletionTokens = int32(c.Tokens)
+				if c.Tokens < 0 {
+					r.CompletionTokens = int32(len(c.LogProbs))
+				}
+				for _, lp := range c.LogProbs {
+					r.TokenLogprobs = append(r.TokenLogprobs, float32(lp.LogProb))
+				}
+				out = append(out, r)
+			}
+		}
+		return nil
+	})
+	return out, err
+}

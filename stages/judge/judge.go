@@ -1,0 +1,513 @@
+// Package judge is the judge stage, `evolm judge`: the frozen judge scores
+// every response under every rubric written for its item, and the scores go
+// to the judgments table.
+//
+// Contract:
+//
+//   - Inputs: the responses — rollouts (source=rollouts, with the prompts
+//     table for the questions) or pairs (source=pairs: a+ and a− of each
+//     pair, response ids "<pair_id>/chosen" and "<pair_id>/rejected") — and
+//     the rubrics, joined on rubrics.item_id = the response's prompt_id (or
+//     pair_id). Empty input lists read what the rollout, dedup, pairs and
+//     rubrics stages committed in the run for the configured phase and step.
+//     Rubrics (and the questions they need) are held in memory; responses
+//     stream, one judgments shard per responses shard
+//     (judgments/phase=…/step=…/part-NNNNN).
+//   - Row count: exactly one judgment per (response, rubric of its item),
+//     judgment_id "<response_id>|<rubric_id>". A response whose item has no
+//     rubric gets none (and is counted in a log line).
+//   - The judge sees the response without its thinking (model/chat's
+//     StripThinking) and the rubric's criteria with their weights
+//     renormalized.
+//   - Modes. generative: one chat call per (response, rubric) at the judge
+//     temperature; the reply is parsed by prompts.ParseJudge, and a reply
+//     that is not JSON, has no score, or a score that is not a number, NaN
+//     or outside [0, 1] leaves score null with score_missing_reason
+//     "<reason>: <detail>" and the raw reply kept. yesno: one Score call per
+//     (response, rubric) whose suffixes are the criteria; P(yes)/(P(yes)+P(no))
+//     per criterion (prompts.YesNoScore) goes to criterion_scores and the
+//     renormalized weighted sum to score.
+//   - Per-row failures, never NaN and never dropped: a rubric with no
+//     criteria (empty_rubric), weights that sum to zero (zero_weights) or a
+//     bad weight, a response whose generation failed, and a backend row
+//     failure all give score null with the reason. A failure of the whole
+//     backend call (every endpoint down) fails the stage; committed shards
+//     stay for the rerun.
+//   - Identity: judge_model (the backend's model id), judge_mode and
+//     prompt_version (the judge prompt's version) on every row; the output
+//     schema's metadata records the backend, model and prompt versions.
+package judge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/chat"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/internal/lmstage"
+	"github.com/evolm/evolm/stages/prompts"
+)
+
+// Name is the stage's name.
+const Name = "judge"
+
+// Config keys.
+const (
+	KeySource    = "source"
+	KeyMode      = "mode"
+	KeyResponses = "responses"
+	KeyRubrics   = "rubrics"
+	KeyPrompts   = "prompts"
+	KeyRole      = "role"
+)
+
+// Sources.
+const (
+	SourceRollouts = "rollouts"
+	SourcePairs    = "pairs"
+)
+
+func init() {
+	fields := []pipeline.Field{
+		{Key: KeySource, Type: pipeline.TypeString, Default: SourceRollouts, Enum: []string{SourceRollouts, SourcePairs},
+			Description: "responses to judge: policy rollouts (policy phase) or both answers of preference pairs (rubric phase)"},
+		{Key: KeyMode, Type: pipeline.TypeString, Default: schemas.JudgeGenerative, Enum: []string{schemas.JudgeGenerative, schemas.JudgeYesNo},
+			Description: "generative: one JSON verdict per (response, rubric); yesno: P(yes) per criterion from next-token log-probs"},
+		{Key: KeyResponses, Type: pipeline.TypeStrings, Default: []string{},
+			Description: "rollouts or pairs Parquet files or globs; empty: what the rollout or pairs stage committed for this phase and step"},
+		{Key: KeyRubrics, Type: pipeline.TypeStrings, Default: []string{},
+			Description: "rubrics Parquet files or globs; empty: what the rubrics stage committed for this phase and step"},
+		{Key: KeyPrompts, Type: pipeline.TypeStrings, Default: []string{},
+			Description: "source=rollouts: prompts Parquet files or globs holding the questions; empty: the dedup stage's"},
+		{Key: KeyRole, Type: pipeline.TypeString, Default: schemas.RolePolicy,
+			Description: "source=rollouts: judge only rollouts of this role"},
+		{Key: lmstage.KeyTopLogprobs, Type: pipeline.TypeInt, Default: 20,
+			Description: "openai yesno: alternatives asked per scored position (vLLM caps it at 20); a candidate outside them has no mass"},
+	}
+	fields = append(fields, lmstage.RunFields()...)
+	fields = append(fields, lmstage.SamplingFields(1, 1024, 0.6)...)
+	fields = append(fields, lmstage.BackendFields()...)
+	pipeline.Register(pipeline.Spec{
+		Name:    Name,
+		Summary: "score every response under every rubric of its item with the frozen judge",
+		Description: `Scores each (response, rubric) pair with the judge (DESIGN §1: generative at
+temperature 0.6 by default, or yes/no log-probability scoring with the shared
+(question, response) prefix reused across criteria). Unparseable or invalid
+scores are recorded as missing with their reason, never NaN.`,
+		Inputs:  []string{schemas.Rollouts.Name, schemas.Pairs.Name, schemas.Rubrics.Name, schemas.Prompts.Name},
+		Outputs: []string{schemas.Judgments.Name},
+		Fields:  fields,
+		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
+	})
+}
+
+// Stage is the judge stage.
+type Stage struct {
+	source, mode, role         string
+	responses, rubrics, prompt []string
+	spec                       lmstage.SampleSpec
+	backend                    lmstage.BackendConfig
+	prompts                    *prompts.Set
+	yn                         prompts.YesNo
+}
+
+func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
+	sp, err := lmstage.ReadSampleSpec(cfg, schemas.RoleJudge)
+	if err != nil {
+		return nil, err
+	}
+	if sp.N != 1 {
+		return nil, cfg.Errorf(lmstage.KeyN, "%d: the judge gives one verdict per (response, rubric), want 1", sp.N)
+	}
+	bc, err := lmstage.ReadBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	set, err := lmstage.Prompts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Stage{
+		source: cfg.String(KeySource), mode: cfg.String(KeyMode), role: cfg.String(KeyRole),
+		responses: cfg.Strings(KeyResponses), rubrics: cfg.Strings(KeyRubrics), prompt: cfg.Strings(KeyPrompts),
+		spec: sp, backend: bc, prompts: set, yn: prompts.DefaultYesNo,
+	}, nil
+}
+
+func (s *Stage) promptName() prompts.Name {
+	if s.mode == schemas.JudgeYesNo {
+		return prompts.JudgeYesNo
+	}
+	return prompts.JudgeGenerative
+}
+
+// Response is one answer to judge.
+type Response struct {
+	ID       string // judgments.response_id
+	ItemID   string // the rubrics' item_id
+	Question string // filled from the prompts table for rollouts
+	// HasQuestion is false when the prompts input lacks the response's prompt.
+	HasQuestion bool
+	Text        string  // the answer, thinking included
+	Failed      *string // the generation's failure, if any
+}
+
+// Run implements pipeline.Stage.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
+	parts := []pipeline.Partition{pipeline.Phase(s.spec.Phase), pipeline.Step(int(s.spec.Step))}
+	rubFiles, err := lmstage.Inputs(env, s.rubrics, "rubrics", schemas.Rubrics.Name, parts...)
+	if err != nil {
+		return err
+	}
+	var respFiles []string
+	if s.source == SourcePairs {
+		respFiles, err = lmstage.Inputs(env, s.responses, "pairs", schemas.Pairs.Name)
+	} else {
+		respFiles, err = lmstage.Inputs(env, s.responses, "rollout", schemas.Rollouts.Name, parts...)
+	}
+	if err != nil {
+		return err
+	}
+	byItem, err := loadRubrics(ctx, env, rubFiles)
+	if err != nil {
+		return err
+	}
+	var questions map[string]string
+	if s.source == SourceRollouts {
+		promptFiles, err := lmstage.Inputs(env, s.prompt, "dedup", schemas.Prompts.Name)
+		if err != nil {
+			return err
+		}
+		if questions, err = loadQuestions(ctx, env, promptFiles, byItem); err != nil {
+			return err
+		}
+	}
+	b, err := lmstage.Open(s.backend, env.Log)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	j := &judge{Stage: s, b: b, version: s.prompts.Template(s.promptName()).Version}
+	schema := lmstage.WithMeta(schemas.Judgments.Schema(), lmstage.Provenance(b, s.prompts, s.promptName()))
+	tasks := make([]pipeline.Task, len(respFiles))
+	for i, f := range respFiles {
+		tasks[i] = pipeline.Task{
+			Output: pipeline.ShardPath(schemas.Judgments.Name, i, parts...),
+			Schema: schema, Inputs: append([]string{f}, rubFiles...),
+			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+				return pipeline.MapBatches(ctx, f, env.ReadOptions(nil), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+					resps, err := s.read(rec, questions)
+					if err != nil {
+						return nil, err
+					}
+					out, unrubric, err := j.judge(ctx, resps, byItem)
+					if err != nil {
+						return nil, err
+					}
+					if unrubric > 0 {
+						env.Log.Warn("responses without a rubric for their item", "file", f, "count", unrubric)
+					}
+					return schemas.Judgments.Build(env.Mem, out), nil
+				})
+			},
+		}
+	}
+	if err := env.MapShards(ctx, tasks); err != nil {
+		return fmt.Errorf("judge: %w", err)
+	}
+	return nil
+}
+
+// read turns a batch of the responses input into Responses.
+func (s *Stage) read(rec arrow.RecordBatch, questions map[string]string) ([]Response, error) {
+	if s.source == SourcePairs {
+		ps, err := schemas.Pairs.Read(rec)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]Response, 0, 2*len(ps))
+		for _, p := range ps {
+			out = append(out,
+				Response{ID: p.PairID + "/chosen", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Chosen},
+				Response{ID: p.PairID + "/rejected", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Rejected})
+		}
+		return out, nil
+	}
+	rs, err := schemas.Rollouts.Read(rec)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Response, 0, len(rs))
+	for _, r := range rs {
+		if r.Role != s.role {
+			continue
+		}
+		q, ok := questions[r.PromptID]
+		out = append(out, Response{ID: r.RolloutID, ItemID: r.PromptID, Question: q, HasQuestion: ok, Text: r.Text, Failed: r.Error})
+	}
+	return out, nil
+}
+
+// loadRubrics reads every rubric, grouped by item and ordered by sample.
+func loadRubrics(ctx context.Context, env *pipeline.Env, files []string) (map[string][]schemas.Rubric, error) {
+	out := map[string][]schemas.Rubric{}
+	seen := map[string]string{}
+	for _, f := range files {
+		for rec, err := range pipeline.ReadShard(ctx, f, env.ReadOptions(schemas.Rubrics.Schema())) {
+			if err != nil {
+				return nil, err
+			}
+			rs, err := schemas.Rubrics.Read(rec)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			for _, r := range rs {
+				if prev, dup := seen[r.RubricID]; dup {
+					return nil, fmt.Errorf("rubric %s appears in %s and %s", r.RubricID, prev, f)
+				}
+				seen[r.RubricID] = f
+				out[r.ItemID] = append(out[r.ItemID], r)
+			}
+		}
+	}
+	for _, rs := range out {
+		sort.Slice(rs, func(a, b int) bool {
+			if rs[a].SampleIdx != rs[b].SampleIdx {
+				return rs[a].SampleIdx < rs[b].SampleIdx
+			}
+			return rs[a].RubricID < rs[b].RubricID
+		})
+	}
+	return out, nil
+}
+
+// loadQuestions streams the prompts and keeps the text of those that have
+// rubrics.
+func loadQuestions(ctx context.Context, env *pipeline.Env, files []string, byItem map[string][]schemas.Rubric) (map[string]string, error) {
+	out := map[string]string{}
+	for _, f := range files {
+		for rec, err := range pipeline.ReadShard(ctx, f, env.ReadOptions(schemas.Prompts.Schema())) {
+			if err != nil {
+				return nil, err
+			}
+			ps, err := schemas.Prompts.Read(rec)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			for _, p := range ps {
+				if _, ok := byItem[p.PromptID]; ok {
+					out[p.PromptID] = p.Prompt
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// judge scores responses against their items' rubrics.
+type judge struct {
+	*Stage
+	b       *lmstage.Backend
+	version string
+}
+
+// job is one (response, rubric) to score.
+type job struct {
+	row      schemas.Judgment
+	question string
+	answer   string
+	criteria []prompts.Criterion
+	weights  []float64
+}
+
+func missing(reason string) *string { return &reason }
+
+// judge returns one judgment per (response, rubric of its item) and the
+// number of responses whose item has no rubric.
+func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][]schemas.Rubric) ([]schemas.Judgment, int, error) {
+	var out []schemas.Judgment
+	var jobs []job
+	var slots []int // jobs[k] fills out[slots[k]]
+	unrubric := 0
+	for _, r := range resps {
+		rubs := byItem[r.ItemID]
+		if len(rubs) == 0 {
+			unrubric++
+			continue
+		}
+		if !r.HasQuestion {
+			return nil, 0, fmt.Errorf("response %s: prompt %s is not in the prompts input", r.ID, r.ItemID)
+		}
+		for _, rub := range rubs {
+			row := schemas.Judgment{
+				JudgmentID: r.ID + "|" + rub.RubricID, ResponseID: r.ID, RubricID: rub.RubricID,
+				Phase: j.spec.Phase, Step: j.spec.Step, JudgeModel: j.b.Model, JudgeMode: j.mode,
+				PromptVersion: j.version, CriterionScores: []float64{},
+			}
+			switch {
+			case r.Failed != nil:
+				row.ScoreMissingReason = missing("response_failed: " + *r.Failed)
+			case len(rub.Criteria) == 0:
+				detail := "rubric has no criteria"
+				if rub.ParseError != nil {
+					detail += " (" + *rub.ParseError + ")"
+				}
+				row.ScoreMissingReason = missing(string(prompts.ReasonEmptyRubric) + ": " + detail)
+			}
+			if row.ScoreMissingReason != nil {
+				out = append(out, row)
+				continue
+			}
+			jb := job{row: row, question: r.Question, answer: chat.StripThinking(r.Text)}
+			for _, c := range rub.Criteria {
+				jb.criteria = append(jb.criteria, prompts.Criterion{Criterion: c.Criterion, Weight: c.Weight})
+				jb.weights = append(jb.weights, c.Weight)
+			}
+			slots = append(slots, len(out))
+			out = append(out, row)
+			jobs = append(jobs, jb)
+		}
+	}
+	err := lmstage.Chunks(ctx, len(jobs), j.backend.BatchRows, func(start, end int) error {
+		var done []schemas.Judgment
+		var err error
+		if j.mode == schemas.JudgeYesNo {
+			done, err = j.yesno(ctx, jobs[start:end])
+		} else {
+			done, err = j.generative(ctx, jobs[start:end])
+		}
+		if err != nil {
+			return err
+		}
+		for k, d := range done {
+			out[slots[start+k]] = d
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, unrubric, nil
+}
+
+// generative asks the judge for a JSON verdict per job.
+func (j *judge) generative(ctx context.Context, jobs []job) ([]schemas.Judgment, error) {
+	out := make([]schemas.Judgment, len(jobs))
+	var reqs []backend.GenerateRequest
+	var idx []int
+	for k := range jobs {
+		jb := &jobs[k]
+		out[k] = jb.row
+		msg, err := j.prompts.JudgeGenerative(jb.question, jb.answer, jb.criteria)
+		if err != nil {
+			out[k].ScoreMissingReason = missing(reasonText(err))
+			continue
+		}
+		seed := j.spec.ItemSeed(jb.row.JudgmentID)
+		sp := j.spec.Sampling
+		sp.Seed = &seed
+		reqs = append(reqs, backend.GenerateRequest{ID: jb.row.JudgmentID, Messages: []backend.Message{{Role: "user", Content: msg}}, Sampling: sp})
+		idx = append(idx, k)
+	}
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	resps, err := j.b.Generate(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	if len(resps) != len(reqs) {
+		return nil, fmt.Errorf("backend answered %d of %d requests", len(resps), len(reqs))
+	}
+	for i, res := range resps {
+		row := &out[idx[i]]
+		if res.Failure != nil {
+			row.ScoreMissingReason = missing(lmstage.FailureText(res.Failure))
+			continue
+		}
+		if len(res.Completions) != 1 {
+			return nil, fmt.Errorf("request %s: %d completions, want 1", res.ID, len(res.Completions))
+		}
+		if res.Model != "" {
+			row.JudgeModel = res.Model
+		}
+		row.RawText = res.Completions[0].Text
+		v, err := prompts.ParseJudge(row.RawText)
+		if err != nil {
+			row.ScoreMissingReason = missing(reasonText(err))
+			continue
+		}
+		score := v.Score
+		row.Score = &score
+	}
+	return out, nil
+}
+
+// yesno scores every criterion of each job from next-token log-probs.
+func (j *judge) yesno(ctx context.Context, jobs []job) ([]schemas.Judgment, error) {
+	out := make([]schemas.Judgment, len(jobs))
+	var reqs []backend.ScoreRequest
+	var idx []int
+	for k := range jobs {
+		jb := &jobs[k]
+		out[k] = jb.row
+		// Weights are checked before any model call: a zero-weight rubric
+		// is a per-row failure, not a wasted forward pass.
+		if _, err := prompts.WeightedScore(jb.weights, make([]float64, len(jb.weights))); err != nil {
+			out[k].ScoreMissingReason = missing(reasonText(err))
+			continue
+		}
+		prefix, suffixes, err := j.prompts.JudgeYesNo(jb.question, jb.answer, jb.criteria)
+		if err != nil {
+			out[k].ScoreMissingReason = missing(reasonText(err))
+			continue
+		}
+		reqs = append(reqs, backend.ScoreRequest{ID: jb.row.JudgmentID, Prefix: prefix, Suffixes: suffixes, Candidates: j.yn.Candidates()})
+		idx = append(idx, k)
+	}
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	resps, err := j.b.Score(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	if len(resps) != len(reqs) {
+		return nil, fmt.Errorf("backend answered %d of %d requests", len(resps), len(reqs))
+	}
+	for i, res := range resps {
+		row := &out[idx[i]]
+		if res.Failure != nil {
+			row.ScoreMissingReason = missing(lmstage.FailureText(res.Failure))
+			continue
+		}
+		if res.Model != "" {
+			row.JudgeModel = res.Model
+		}
+		total, per, err := prompts.YesNoScore(j.yn, jobs[idx[i]].weights, res.LogProbs)
+		if err != nil {
+			row.ScoreMissingReason = missing(reasonText(err))
+			continue
+		}
+		row.CriterionScores, row.Score = per, &total
+	}
+	return out, nil
+}
+
+// reasonText renders a scoring failure as "<reason>: <detail>".
+func reasonText(err error) string {
+	var se *prompts.ScoreError
+	if errors.As(err, &se) {
+		return se.Error()
+	}
+	if r := prompts.ReasonOf(err); r != "" {
+		return string(r)
+	}
+	return "invalid: " + err.Error()
+}

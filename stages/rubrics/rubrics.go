@@ -1,0 +1,252 @@
+// Package rubrics is the rubric sampling stage, `evolm rubrics`: the rubric
+// generator writes n candidate rubrics per item, and each is parsed and
+// checked against the rubric format (R_format, DESIGN §1).
+//
+// Contract:
+//
+//   - Input: prompts shards (source=prompts, the policy phase: one rubric per
+//     question, shared by its group) or pairs shards (source=pairs, the
+//     rubric phase: n candidates per (question, a+, a−), the two answers
+//     shown in an order drawn from the pair's seed so that a+ is not always
+//     first). Empty `input` reads what the dedup (prompts) or pairs stage
+//     committed in the run.
+//   - Two outputs per input shard, made in two resumable passes: the
+//     generator's samples go to the rollouts table
+//     (rollouts/phase=…/step=…/role=rubric_generator/part-NNNNN, the rows
+//     GRPO trains the rubric generator on), then each sample becomes one
+//     rubrics row (rubrics/phase=…/step=…/part-NNNNN): n rows per item,
+//     sample_idx 0..n−1, rubric_id = rollout_id.
+//   - Parsing is schemas.ValidateRubric on the raw text (<think> stripped
+//     there): criteria are kept whenever they parse, format_ok is R_format
+//     and parse_error says which rule failed. A generation that failed on
+//     the backend is a rubrics row with format_ok false and the backend's
+//     reason as parse_error.
+//   - Seeds follow package rollout (role rubric_generator).
+//   - Output metadata records the backend, the model and the rubric
+//     prompt's version.
+package rubrics
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/internal/lmstage"
+	"github.com/evolm/evolm/stages/prompts"
+)
+
+// Name is the stage's name.
+const Name = "rubrics"
+
+// Config keys.
+const (
+	KeyInput  = "input"
+	KeySource = "source"
+)
+
+// Sources.
+const (
+	SourcePrompts = "prompts"
+	SourcePairs   = "pairs"
+)
+
+func init() {
+	fields := []pipeline.Field{
+		{Key: KeySource, Type: pipeline.TypeString, Default: SourcePrompts, Enum: []string{SourcePrompts, SourcePairs},
+			Description: "what rubrics are written for: questions (policy phase) or preference pairs (rubric phase)"},
+		{Key: KeyInput, Type: pipeline.TypeStrings, Default: []string{},
+			Description: "prompts or pairs Parquet files or globs; empty: what the dedup or pairs stage committed in the run"},
+	}
+	fields = append(fields, lmstage.RunFields()...)
+	fields = append(fields, lmstage.SamplingFields(1, 2048, 0.6)...)
+	fields = append(fields, lmstage.BackendFields()...)
+	pipeline.Register(pipeline.Spec{
+		Name:    Name,
+		Summary: "sample n rubrics per question or pair and check their format",
+		Description: `Samples n rubrics per item with the rubric generator (DESIGN §1: temperature
+0.6; one rubric per question in the policy phase, n = 8 candidates per pair in
+the rubric phase), writes the generations to the rollouts table
+(role=rubric_generator) and one rubrics row per generation with the parsed
+criteria, format_ok (R_format) and the parse error.`,
+		Inputs:  []string{schemas.Prompts.Name, schemas.Pairs.Name},
+		Outputs: []string{schemas.Rollouts.Name, schemas.Rubrics.Name},
+		Fields:  fields,
+		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
+	})
+}
+
+// Stage is the rubrics stage.
+type Stage struct {
+	source  string
+	input   []string
+	spec    lmstage.SampleSpec
+	backend lmstage.BackendConfig
+	prompts *prompts.Set
+}
+
+func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
+	sp, err := lmstage.ReadSampleSpec(cfg, schemas.RoleRubricGenerator)
+	if err != nil {
+		return nil, err
+	}
+	bc, err := lmstage.ReadBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	set, err := lmstage.Prompts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: sp, backend: bc, prompts: set}, nil
+}
+
+func (s *Stage) role() prompts.Name {
+	if s.source == SourcePairs {
+		return prompts.RubricPair
+	}
+	return prompts.RubricQuestion
+}
+
+// Run implements pipeline.Stage.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
+	var files []string
+	var err error
+	if s.source == SourcePairs {
+		files, err = lmstage.Inputs(env, s.input, "pairs", schemas.Pairs.Name)
+	} else {
+		files, err = lmstage.Inputs(env, s.input, "dedup", schemas.Prompts.Name)
+	}
+	if err != nil {
+		return err
+	}
+	b, err := lmstage.Open(s.backend, env.Log)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	meta := lmstage.Provenance(b, s.prompts, s.role())
+
+	// Pass 1: the generator's samples.
+	genSchema := lmstage.WithMeta(schemas.Rollouts.Schema(), meta)
+	genParts := append(s.spec.Partitions(), pipeline.Partition{Key: "role", Value: s.spec.Role})
+	gen := make([]pipeline.Task, len(files))
+	for i, f := range files {
+		rows, err := pipeline.CountRows(f)
+		if err != nil {
+			return err
+		}
+		gen[i] = pipeline.Task{
+			Output: pipeline.ShardPath(schemas.Rollouts.Name, i, genParts...),
+			Schema: genSchema, Inputs: []string{f}, Rows: rows * int64(s.spec.N),
+			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+				return pipeline.MapBatches(ctx, f, env.ReadOptions(nil), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+					items, err := s.items(rec)
+					if err != nil {
+						return nil, err
+					}
+					out, err := lmstage.Sample(ctx, b, s.backend.BatchRows, s.spec, items)
+					if err != nil {
+						return nil, err
+					}
+					return schemas.Rollouts.Build(env.Mem, out), nil
+				})
+			},
+		}
+	}
+	if err := env.MapShards(ctx, gen); err != nil {
+		return fmt.Errorf("rubrics: generate: %w", err)
+	}
+
+	// Pass 2: parse each sample into a rubrics row.
+	rubSchema := lmstage.WithMeta(schemas.Rubrics.Schema(), meta)
+	parse := make([]pipeline.Task, len(gen))
+	for i, g := range gen {
+		in := env.Run.Path(g.Output)
+		parse[i] = pipeline.Task{
+			Output: pipeline.ShardPath(schemas.Rubrics.Name, i, s.spec.Partitions()...),
+			Schema: rubSchema, Inputs: []string{in}, Rows: g.Rows,
+			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+				return pipeline.MapBatches(ctx, in, env.ReadOptions(schemas.Rollouts.Schema()), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+					rs, err := schemas.Rollouts.Read(rec)
+					if err != nil {
+						return nil, err
+					}
+					out := make([]schemas.Rubric, len(rs))
+					for k := range rs {
+						out[k] = FromRollout(&rs[k])
+					}
+					return schemas.Rubrics.Build(env.Mem, out), nil
+				})
+			},
+		}
+	}
+	if err := env.MapShards(ctx, parse); err != nil {
+		return fmt.Errorf("rubrics: parse: %w", err)
+	}
+	return nil
+}
+
+// items turns a batch of prompts or pairs into generator requests.
+func (s *Stage) items(rec arrow.RecordBatch) ([]lmstage.Item, error) {
+	if s.source == SourcePairs {
+		ps, err := schemas.Pairs.Read(rec)
+		if err != nil {
+			return nil, err
+		}
+		items := make([]lmstage.Item, len(ps))
+		for k := range ps {
+			p := &ps[k]
+			a, bb := p.Chosen, p.Rejected
+			if s.spec.ItemSeed(p.PairID)%2 == 1 {
+				a, bb = bb, a
+			}
+			msg, err := s.prompts.RubricForPair(p.Question, a, bb)
+			if err != nil {
+				return nil, fmt.Errorf("pair %s: %w", p.PairID, err)
+			}
+			items[k] = lmstage.Item{ID: p.PairID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+		}
+		return items, nil
+	}
+	ps, err := schemas.Prompts.Read(rec)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]lmstage.Item, len(ps))
+	for k := range ps {
+		msg, err := s.prompts.RubricForQuestion(ps[k].Prompt)
+		if err != nil {
+			return nil, fmt.Errorf("prompt %s: %w", ps[k].PromptID, err)
+		}
+		items[k] = lmstage.Item{ID: ps[k].PromptID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+	}
+	return items, nil
+}
+
+// FromRollout parses a rubric generator's sample into a rubrics row.
+func FromRollout(r *schemas.Rollout) schemas.Rubric {
+	out := schemas.Rubric{
+		RubricID: r.RolloutID, ItemID: r.PromptID, Phase: r.Phase, Step: r.Step, SampleIdx: r.SampleIdx,
+		RolloutID: r.RolloutID, RawText: r.Text, Criteria: []schemas.Criterion{},
+	}
+	if r.Error != nil {
+		msg := "generation failed: " + *r.Error
+		out.ParseError = &msg
+		return out
+	}
+	cs, err := schemas.ValidateRubric(r.Text)
+	if cs != nil {
+		out.Criteria = cs
+	}
+	if err != nil {
+		msg := err.Error()
+		out.ParseError = &msg
+		return out
+	}
+	out.FormatOK = true
+	return out
+}
