@@ -109,6 +109,7 @@ type Rollout struct {
 	CompletionTokens int32     // tokens generated
 	FinishReason     string    // "stop" | "length" | "stop_sequence" | "error"
 	TokenLogprobs    []float32 // log-prob of each generated token under the sampling model; may be empty
+	TokenIDs         []int64   // generated token ids (a final stop token included), so GRPO trains on exactly what was sampled; empty when the backend does not report them
 	Model            string    // model id (HF repo or path)
 	Checkpoint       string    // checkpoint id the weights came from (e.g. "step-000050")
 	Seed             int64     // sampling seed
@@ -131,6 +132,7 @@ var Rollouts = newTable("rollouts", 1,
 	numCol("completion_tokens", func(r *Rollout) *int32 { return &r.CompletionTokens }),
 	strCol("finish_reason", func(r *Rollout) *string { return &r.FinishReason }),
 	numListCol("token_logprobs", func(r *Rollout) *[]float32 { return &r.TokenLogprobs }),
+	numListCol("token_ids", func(r *Rollout) *[]int64 { return &r.TokenIDs }),
 	strCol("model", func(r *Rollout) *string { return &r.Model }),
 	strCol("checkpoint", func(r *Rollout) *string { return &r.Checkpoint }),
 	numCol("seed", func(r *Rollout) *int64 { return &r.Seed }),
