@@ -50,6 +50,11 @@ type Config struct {
 	QKVBias   bool    `json:"-"` // q/k/v projections have a bias (Qwen2, or attention_bias)
 	OBias     bool    `json:"-"` // o_proj has a bias (attention_bias, not Qwen2)
 	QKNorm    bool    `json:"-"` // RMSNorm on q and k over head_dim (Qwen3)
+
+	// AttnImplementation is how attention is computed, set by Build from
+	// LoadOptions.Attention: "eager" (explicit fp32 softmax; bit-exact with
+	// HF eager) or "sdpa" (libtorch's fused scaled_dot_product_attention).
+	AttnImplementation string `json:"-"`
 }
 
 // TokenIDs is an HF token-id field that may be an int, a list of ints or null.

@@ -20,7 +20,17 @@ type LoadOptions struct {
 	// DType of the parameters; zero means torch.ParamDType(Device): float32
 	// on CPU, bfloat16 on CUDA. Checkpoint dtypes (f32, bf16, f16) convert.
 	DType torch.DType
+	// Attention is "eager", "sdpa" or "" for the device's default: sdpa on
+	// CUDA (fused kernels; no (B, nh, T, T) fp32 score tensor kept for
+	// backward), eager on CPU.
+	Attention string
 }
+
+// Attention implementations.
+const (
+	AttnEager = "eager"
+	AttnSDPA  = "sdpa"
+)
 
 func (o LoadOptions) resolve() (torch.Device, torch.DType) {
 	dev := o.Device
@@ -67,7 +77,19 @@ func Build(cfg *Config, opts LoadOptions) (CausalLM, error) {
 		return nil, err
 	}
 	dev, dt := opts.resolve()
-	return arch.Build(cfg, dev, dt)
+	c := *cfg // the model gets its own copy, with the attention choice
+	switch opts.Attention {
+	case "":
+		c.AttnImplementation = AttnEager
+		if torch.IsCUDA(dev) {
+			c.AttnImplementation = AttnSDPA
+		}
+	case AttnEager, AttnSDPA:
+		c.AttnImplementation = opts.Attention
+	default:
+		return nil, fmt.Errorf("attention %q: want eager or sdpa", opts.Attention)
+	}
+	return arch.Build(&c, dev, dt)
 }
 
 // TensorSource is a set of named tensors stored as bytes, such as a

@@ -70,7 +70,8 @@ type Batch struct {
 	Positions *torch.Tensor
 	// Mask is (B, Tpast + T) over the cached and the current keys: 1 attends,
 	// 0 is padding. It is combined with the causal mask. Nil attends to every
-	// key.
+	// key. Logits at padded query positions are arbitrary (such a query may
+	// have no key to attend); give them zero weight in any loss.
 	Mask *torch.Tensor
 	// Cache, when set, supplies Tpast = Cache.Len() past keys/values; the new
 	// ones are appended and Len advances by T on success.

@@ -21,7 +21,7 @@ func SetRequiresGrad(m CausalLM, on bool) error {
 // not require grad: the GRPO reference model. The copy lives on m's device in
 // m's dtype and must be closed separately.
 func FrozenCopy(m CausalLM) (CausalLM, error) {
-	cp, err := Build(m.Config(), LoadOptions{Device: m.Device(), DType: m.DType()})
+	cp, err := Build(m.Config(), LoadOptions{Device: m.Device(), DType: m.DType(), Attention: m.Config().AttnImplementation})
 	if err != nil {
 		return nil, fmt.Errorf("frozen copy: %w", err)
 	}

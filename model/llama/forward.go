@@ -69,12 +69,38 @@ func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *to
 	k = repeatKV(s, k, int64(a.cfg.KVGroups)) // (B, nh, Tk, hs)
 	v = repeatKV(s, v, int64(a.cfg.KVGroups)) // (B, nh, Tk, hs)
 
-	att := s.MulScalar(s.Matmul(q, s.Transpose(k, 2, 3)), a.cfg.AttnScale) // (B, nh, T, Tk)
-	att = s.MaskedFill(s.Float32(att), blocked, -math.MaxFloat32)          // (B, nh, T, Tk)
-	att = s.ToDType(s.Softmax(att, -1, torch.Float32), v.DType())          // (B, nh, T, Tk)
-	y := s.Matmul(att, v)                                                  // (B, nh, T, hs)
-	y = s.Reshape(s.Transpose(y, 1, 2), B, T, nh*hs)                       // (B, T, nh*hs)
-	return a.OProj.Forward(s, y)                                           // (B, T, C)
+	var y *torch.Tensor
+	if a.cfg.AttnImplementation == model.AttnSDPA {
+		bias := s.MaskedFill(s.Zeros([]int64{1}, q.DType(), devOf(s, q)), blocked, minValue(q.DType())) // (B or 1, 1, T, Tk)
+		y = s.ScaledDotProductAttention(q, k, v, bias, a.cfg.AttnScale)                                 // (B, nh, T, hs)
+	} else {
+		att := s.MulScalar(s.Matmul(q, s.Transpose(k, 2, 3)), a.cfg.AttnScale) // (B, nh, T, Tk)
+		att = s.MaskedFill(s.Float32(att), blocked, -math.MaxFloat32)          // (B, nh, T, Tk)
+		att = s.ToDType(s.Softmax(att, -1, torch.Float32), v.DType())          // (B, nh, T, Tk)
+		y = s.Matmul(att, v)                                                   // (B, nh, T, hs)
+	}
+	y = s.Reshape(s.Transpose(y, 1, 2), B, T, nh*hs) // (B, T, nh*hs)
+	return a.OProj.Forward(s, y)                     // (B, T, C)
+}
+
+// minValue is the most negative finite value of a float dtype: an additive
+// mask of it blocks a key without turning a fully blocked row into NaN.
+func minValue(dt torch.DType) float64 {
+	switch dt {
+	case torch.BFloat16:
+		return -3.3895313892515355e38
+	case torch.Float16:
+		return -65504
+	}
+	return -math.MaxFloat32
+}
+
+func devOf(s *torch.Scope, x *torch.Tensor) torch.Device {
+	d, err := torch.DeviceOf(x)
+	if err != nil {
+		s.Fail(err)
+	}
+	return d
 }
 
 // Forward is one pre-norm block on x (B, T, C).

@@ -168,3 +168,100 @@ func TestHFParity(t *testing.T) {
 		})
 	}
 }
+
+// TestHFParitySDPA: the fused-attention path (the CUDA default) matches HF too.
+func TestHFParitySDPA(t *testing.T) {
+	dir, names := goldens(t)
+	for _, name := range names {
+		m, err := model.Load(filepath.Join(dir, name), model.LoadOptions{Attention: model.AttnSDPA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Config().AttnImplementation; got != model.AttnSDPA {
+			t.Errorf("attention %q, want sdpa", got)
+		}
+		for c, rc := range readRefs(t, filepath.Join(dir, name, "ref.safetensors")) {
+			got := forward(t, m, rc)
+			d := maxDiff(rc, got)
+			t.Logf("%s case%d sdpa: max |logit - HF| = %.3g", name, c, d)
+			if d > tol || math.IsNaN(d) {
+				t.Errorf("%s case%d sdpa: max abs logit error %.3g > %g", name, c, d, tol)
+			}
+			for i, v := range got {
+				if math.IsNaN(float64(v)) {
+					t.Fatalf("%s case%d sdpa: NaN logit at %d (padded rows must stay finite)", name, c, i)
+				}
+			}
+		}
+		m.Close()
+	}
+}
+
+// gradsOf returns the gradient of a fixed next-token loss on a padded batch
+// with respect to every parameter of m, by name.
+func gradsOf(t *testing.T, m model.CausalLM, rc refCase) map[string][]float32 {
+	t.Helper()
+	defer torch.SetGrad(true)()
+	if err := model.SetRequiresGrad(m, true); err != nil {
+		t.Fatal(err)
+	}
+	s := torch.NewScope()
+	defer s.Close()
+	ids := s.FromInt64(rc.ids, rc.B, rc.T)
+	logits, err := m.Forward(s, model.Batch{IDs: ids, Positions: s.FromInt64(rc.pos, rc.B, rc.T), Mask: s.FromInt64(rc.mask, rc.B, rc.T)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp := s.LogSoftmax(s.Narrow(logits, 1, 0, rc.T-1), -1, torch.Float32) // (B, T-1, V)
+	tgt := s.Unsqueeze(s.Narrow(ids, 1, 1, rc.T-1), -1)                   // (B, T-1, 1)
+	// Weight pairs whose query and target are both real tokens: a padded
+	// query's logits are arbitrary (it may attend nothing).
+	mask := s.Float32(s.FromInt64(rc.mask, rc.B, rc.T))
+	w := s.Unsqueeze(s.Mul(s.Narrow(mask, 1, 0, rc.T-1), s.Narrow(mask, 1, 1, rc.T-1)), -1) // (B, T-1, 1)
+	loss := s.Neg(s.Sum(s.Mul(s.Gather(lp, -1, tgt), w)))
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := torch.Backward(loss); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]float32{}
+	for _, p := range m.Parameters() {
+		g, err := torch.Float32s(s.Grad(p.Tensor))
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		out[p.Name] = g
+	}
+	return out
+}
+
+// TestSDPAGradientsMatchEager: backward through the fused attention gives
+// eager's gradients, padding included (no NaN from fully masked rows).
+func TestSDPAGradientsMatchEager(t *testing.T) {
+	dir, _ := goldens(t)
+	name := "qwen3_gqa_tied"
+	rc := readRefs(t, filepath.Join(dir, name, "ref.safetensors"))[1]
+	var grads [2]map[string][]float32
+	for i, impl := range []string{model.AttnEager, model.AttnSDPA} {
+		m, err := model.Load(filepath.Join(dir, name), model.LoadOptions{Attention: impl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads[i] = gradsOf(t, m, rc)
+		m.Close()
+	}
+	for n, ge := range grads[0] {
+		gs := grads[1][n]
+		worst := 0.0
+		for i := range ge {
+			worst = math.Max(worst, math.Abs(float64(ge[i]-gs[i])))
+			if math.IsNaN(float64(gs[i])) {
+				t.Fatalf("%s: NaN gradient with sdpa", n)
+			}
+		}
+		if worst > 1e-5 {
+			t.Errorf("%s: sdpa gradient differs from eager by %.3g", n, worst)
+		}
+	}
+}

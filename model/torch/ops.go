@@ -670,3 +670,17 @@ func (s *Scope) RepeatInterleave(x *Tensor, n, dim int64) *Tensor {
 	}
 	return s.op("RepeatInterleave")(x.RepeatInterleaveSelfInt(n, []int64{dim}, nil, false))
 }
+
+// ScaledDotProductAttention is F.scaled_dot_product_attention(q, k, v,
+// attn_mask=mask, scale=scale) without dropout: q (B, nh, T, hs), k and v
+// (B, nh, Tk, hs), mask nil or broadcastable to (B, nh, T, Tk), additive
+// (float) or boolean (true attends).
+func (s *Scope) ScaledDotProductAttention(q, k, v, mask *Tensor, scale float64) *Tensor {
+	if !s.ok("ScaledDotProductAttention", q, k, v) {
+		return nil
+	}
+	if mask == nil {
+		mask = ts.None
+	}
+	return s.op("ScaledDotProductAttention")(ts.ScaledDotProductAttention(q, k, v, mask, 0, false, []float64{scale}))
+}
