@@ -1,0 +1,192 @@
+package analyze
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/evolm/evolm/schemas"
+)
+
+// StepStats are the rubric-evolution statistics of one (phase, step).
+type StepStats struct {
+	Phase string
+	Step  int64
+
+	Rubrics      int64 // rubric rows
+	FormatOK     int64 // rows with R_format = 1
+	WithCriteria int64 // rows whose criteria parsed (at least one)
+	Criteria     int64 // criteria in those rows
+	Abstract     int64 // criteria classified abstract
+	Concrete     int64 // … concrete
+	Constraint   int64 // … constraint
+	Chars        int64 // criterion length in characters (runes), summed
+	Concentrated int64 // rows with criteria where one criterion has weight ≥ ConcentrationWeight
+}
+
+// ConcentrationWeight is the weight at or above which one criterion
+// dominates its rubric.
+const ConcentrationWeight = 0.5
+
+// Add accounts for one rubric row.
+func (s *StepStats) Add(r *schemas.Rubric) {
+	s.Rubrics++
+	if r.FormatOK {
+		s.FormatOK++
+	}
+	if len(r.Criteria) == 0 {
+		return
+	}
+	s.WithCriteria++
+	top := math.Inf(-1)
+	for _, c := range r.Criteria {
+		s.Criteria++
+		s.Chars += int64(utf8.RuneCountInString(c.Criterion))
+		cl := Classify(c.Criterion)
+		if cl.Abstract {
+			s.Abstract++
+		}
+		if cl.Concrete {
+			s.Concrete++
+		}
+		if cl.Constraint {
+			s.Constraint++
+		}
+		top = max(top, c.Weight)
+	}
+	if top >= ConcentrationWeight {
+		s.Concentrated++
+	}
+}
+
+func ratio(n, d int64) float64 {
+	if d == 0 {
+		return math.NaN()
+	}
+	return float64(n) / float64(d)
+}
+
+// Derived figures; NaN when their denominator is zero.
+func (s *StepStats) FormatRate() float64          { return ratio(s.FormatOK, s.Rubrics) }
+func (s *StepStats) AbstractShare() float64       { return ratio(s.Abstract, s.Criteria) }
+func (s *StepStats) ConcreteShare() float64       { return ratio(s.Concrete, s.Criteria) }
+func (s *StepStats) ConstraintShare() float64     { return ratio(s.Constraint, s.Criteria) }
+func (s *StepStats) CriteriaPerRubric() float64   { return ratio(s.Criteria, s.WithCriteria) }
+func (s *StepStats) MeanCriterionChars() float64  { return ratio(s.Chars, s.Criteria) }
+func (s *StepStats) WeightConcentration() float64 { return ratio(s.Concentrated, s.WithCriteria) }
+
+// Accumulator gathers StepStats per (phase, step) from streamed rubric rows.
+// Its memory grows with the number of steps, not rows.
+type Accumulator struct {
+	m map[stepKey]*StepStats
+}
+
+type stepKey struct {
+	phase string
+	step  int64
+}
+
+// Add accounts for one rubric row.
+func (a *Accumulator) Add(r *schemas.Rubric) {
+	if a.m == nil {
+		a.m = map[stepKey]*StepStats{}
+	}
+	k := stepKey{r.Phase, r.Step}
+	s := a.m[k]
+	if s == nil {
+		s = &StepStats{Phase: r.Phase, Step: r.Step}
+		a.m[k] = s
+	}
+	s.Add(r)
+}
+
+// Stats returns the statistics sorted by step, then phase.
+func (a *Accumulator) Stats() []StepStats {
+	out := make([]StepStats, 0, len(a.m))
+	for _, s := range a.m {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(x, y StepStats) int {
+		return cmp.Or(cmp.Compare(x.Step, y.Step), cmp.Compare(x.Phase, y.Phase))
+	})
+	return out
+}
+
+// StatsSchema is the schema of the rubric_stats table: one row per (phase,
+// step); shares are null when their denominator is zero.
+var StatsSchema = func() *arrow.Schema {
+	f64 := func(name string) arrow.Field {
+		return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
+	}
+	i64 := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64} }
+	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{StatsTable, "1"})
+	return arrow.NewSchema([]arrow.Field{
+		{Name: "phase", Type: arrow.BinaryTypes.String},
+		i64("step"),
+		i64("rubrics"), i64("format_ok"), i64("with_criteria"), i64("criteria"),
+		i64("abstract"), i64("concrete"), i64("constraint"),
+		f64("format_rate"), f64("abstract_share"), f64("concrete_share"), f64("constraint_share"),
+		f64("criteria_per_rubric"), f64("mean_criterion_chars"), f64("weight_concentration"),
+	}, &md)
+}()
+
+// StatsTable is the output table's name.
+const StatsTable = "rubric_stats"
+
+// BuildStats turns stats into one record batch (the caller releases it).
+func BuildStats(mem memory.Allocator, stats []StepStats) arrow.RecordBatch {
+	b := array.NewRecordBuilder(mem, StatsSchema)
+	defer b.Release()
+	for i := range stats {
+		s := &stats[i]
+		b.Field(0).(*array.StringBuilder).Append(s.Phase)
+		for j, v := range []int64{s.Step, s.Rubrics, s.FormatOK, s.WithCriteria, s.Criteria, s.Abstract, s.Concrete, s.Constraint} {
+			b.Field(1 + j).(*array.Int64Builder).Append(v)
+		}
+		for j, v := range []float64{s.FormatRate(), s.AbstractShare(), s.ConcreteShare(), s.ConstraintShare(),
+			s.CriteriaPerRubric(), s.MeanCriterionChars(), s.WeightConcentration()} {
+			fb := b.Field(9 + j).(*array.Float64Builder)
+			if math.IsNaN(v) {
+				fb.AppendNull()
+			} else {
+				fb.Append(v)
+			}
+		}
+	}
+	return b.NewRecordBatch()
+}
+
+// WriteTable prints stats as an aligned table, shares in percent.
+func WriteTable(w io.Writer, stats []StepStats) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tstep\trubrics\tformat_ok%\tcriteria/rubric\tabstract%\tconcrete%\tconstraint%\tmean_chars\tweight≥0.5%\t")
+	for i := range stats {
+		s := &stats[i]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Phase, s.Step, s.Rubrics,
+			f1(100*s.FormatRate()), f2(s.CriteriaPerRubric()), f1(100*s.AbstractShare()), f1(100*s.ConcreteShare()),
+			f1(100*s.ConstraintShare()), f1(s.MeanCriterionChars()), f1(100*s.WeightConcentration()))
+	}
+	return tw.Flush()
+}
+
+func f1(x float64) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", x)
+}
+
+func f2(x float64) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", x)
+}

@@ -1,0 +1,90 @@
+package export
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/evolm/evolm/pipeline"
+)
+
+// Shard is one committed shard of a run table with the Hive partitions its
+// path carries.
+type Shard struct {
+	Path  string // file path (run directory joined)
+	Rel   string // run-relative, slash-separated
+	Phase string // the phase=… partition; "" when the path has none
+	Step  int64  // the step=… partition; -1 when the path has none
+}
+
+// ErrMissingTable is returned (wrapped, naming the run and the table) when a
+// run directory holds no committed shard of a table.
+var ErrMissingTable = errors.New("missing table")
+
+// TableShards lists the committed shards of table in run, whichever stage
+// committed them: the union over every stage manifest in _manifests/ (a shard
+// is committed when a manifest lists it), sorted by step, phase and path. A
+// listed shard whose file is gone is an error. No shard at all is an error
+// wrapping ErrMissingTable.
+func TableShards(run *pipeline.Run, table string) ([]Shard, error) {
+	ents, err := os.ReadDir(filepath.Join(run.Dir, "_manifests"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("run %s: %w", run.Dir, err)
+	}
+	seen := map[string]bool{}
+	var out []Shard
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		m, err := run.Manifest(strings.TrimSuffix(name, ".json"))
+		if err != nil {
+			return nil, err
+		}
+		for _, rel := range m.Paths(table) {
+			if seen[rel] {
+				continue
+			}
+			seen[rel] = true
+			sh := Shard{Path: run.Path(rel), Rel: rel, Step: -1}
+			for _, part := range strings.Split(rel, "/") {
+				k, v, ok := strings.Cut(part, "=")
+				if !ok {
+					continue
+				}
+				switch k {
+				case "phase":
+					sh.Phase = v
+				case "step":
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						return nil, fmt.Errorf("run %s: shard %s: bad step partition %q", run.Dir, rel, v)
+					}
+					sh.Step = n
+				}
+			}
+			if _, err := os.Stat(sh.Path); err != nil {
+				return nil, fmt.Errorf("run %s: table %s: committed shard %s: %w", run.Dir, table, rel, err)
+			}
+			out = append(out, sh)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("run %s: no committed shards of table %q (%w): run the stage that writes it first", run.Dir, table, ErrMissingTable)
+	}
+	slices.SortFunc(out, func(a, b Shard) int {
+		if a.Step != b.Step {
+			return int(a.Step - b.Step)
+		}
+		if a.Phase != b.Phase {
+			return strings.Compare(a.Phase, b.Phase)
+		}
+		return strings.Compare(a.Rel, b.Rel)
+	})
+	return out, nil
+}
