@@ -74,7 +74,7 @@ func learnToy(t *testing.T) []float64 {
 	cfg := DefaultTrainerConfig()
 	cfg.LR = 3e-3 // a toy model learns at a toy learning rate
 	cfg.MicroBatch = 16
-	tr, err := NewTrainer(m, cfg, model.SaveOptions{})
+	tr, err := NewTrainer(m, nil, cfg, model.SaveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,23 +47,30 @@ type Trainer struct {
 
 var _ backend.Trainer = (*Trainer)(nil)
 
-// NewTrainer turns on grads for policy, makes the frozen reference (when
-// β ≠ 0) and builds the optimizer. save says how Save writes checkpoints
-// (dtype, tokenizer files). Close frees the optimizer and the reference.
-func NewTrainer(policy model.CausalLM, cfg TrainerConfig, save model.SaveOptions) (*Trainer, error) {
+// NewTrainer turns on grads for policy and builds the optimizer. ref is the
+// frozen reference of the KL term (when β ≠ 0); nil makes it a frozen copy of
+// policy as it is now, which is right at the start of a run but not on
+// resume, where the caller loads the initial weights. The trainer owns ref.
+// save says how Save writes checkpoints (dtype, tokenizer files). Close frees
+// the optimizer and the reference.
+func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOptions) (*Trainer, error) {
 	if cfg.MicroBatch <= 0 {
 		return nil, fmt.Errorf("grpo trainer: micro_batch = %d, want > 0", cfg.MicroBatch)
 	}
 	if cfg.Loss.Norm == NormDrGRPO && cfg.Loss.MaxCompletionLen <= 0 {
 		return nil, fmt.Errorf("grpo trainer: dr_grpo needs max completion length > 0")
 	}
-	t := &Trainer{Policy: policy, cfg: cfg, save: save}
-	if cfg.Loss.Beta != 0 {
-		ref, err := model.FrozenCopy(policy)
+	t := &Trainer{Policy: policy, Ref: ref, cfg: cfg, save: save}
+	if cfg.Loss.Beta != 0 && ref == nil {
+		cp, err := model.FrozenCopy(policy)
 		if err != nil {
 			return nil, fmt.Errorf("grpo trainer: %w", err)
 		}
-		t.Ref = ref
+		t.Ref = cp
+	} else if ref != nil {
+		if err := model.SetRequiresGrad(ref, false); err != nil {
+			return nil, fmt.Errorf("grpo trainer: reference: %w", err)
+		}
 	}
 	adam := optim.DefaultAdamW(cfg.LR)
 	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm})
