@@ -145,7 +145,7 @@ func Sample(ctx context.Context, b *Backend, batchRows int, sp SampleSpec, items
 					RolloutID: sp.RolloutID(it.ID, j), PromptID: it.ID, SampleIdx: int32(j), Role: sp.Role, Phase: sp.Phase,
 					Step: sp.Step, PromptTokens: int32(res.PromptTokens), Model: model, Checkpoint: ckpt,
 					Seed: *reqs[i].Seed + int64(j), Temperature: sp.Sampling.Temperature, TopP: sp.Sampling.TopP,
-					TopK: int32(sp.Sampling.TopK), TokenLogprobs: []float32{},
+					TopK: int32(sp.Sampling.TopK), TokenLogprobs: []float32{}, TokenIDs: []int64{},
 				}
 				if res.Failure != nil {
 					msg := FailureText(res.Failure)
@@ -164,6 +164,10 @@ func Sample(ctx context.Context, b *Backend, batchRows int, sp SampleSpec, items
 				}
 				for _, lp := range c.LogProbs {
 					r.TokenLogprobs = append(r.TokenLogprobs, float32(lp.LogProb))
+				}
+				r.TokenIDs = make([]int64, len(c.TokenIDs))
+				for k, id := range c.TokenIDs {
+					r.TokenIDs[k] = int64(id)
 				}
 				out = append(out, r)
 			}
