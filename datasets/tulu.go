@@ -360,6 +360,27 @@ func openParquet(path string, opts Options) (*parquetFile, error) {
 	return p, nil
 }
 
+// CountParquetRows returns the row count in a Parquet file's footer.
+func CountParquetRows(path string) (int64, error) {
+	if formatOf(path) != "parquet" {
+		return 0, fmt.Errorf("input %s: not a Parquet file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("input %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("input %s: %w", path, err)
+	}
+	pf, err := openParquetFile(f, st.Size())
+	if err != nil {
+		return 0, fmt.Errorf("input %s: corrupt or not a Parquet file: %w", path, err)
+	}
+	return pf.NumRows(), nil
+}
+
 // openParquetFile turns parquet-go panics on garbage footers into errors.
 func openParquetFile(f io.ReaderAt, size int64) (pf *parquet.File, err error) {
 	defer func() {

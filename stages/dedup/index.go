@@ -29,7 +29,7 @@ type Params struct {
 	Verify      bool    // check LSH candidate pairs by exact Jaccard
 	Threshold   float64 // minimum Jaccard of a verified pair
 	MaxVerify   int     // earlier bucket members a row is checked against (≥ 1)
-	Partitions  int     // spill partitions per pass-2 table; pass-2 memory ≈ spill size / Partitions
+	Partitions  int     // spill partitions per pass-2 table; 0: auto (see AutoPartitions)
 	Workers     int     // signature workers; 0: GOMAXPROCS
 	BatchRows   int     // rows per pass-1 batch
 	FullRows    bool    // pass 1 also decodes and validates chosen/rejected
@@ -41,15 +41,14 @@ type Params struct {
 // 14 bands × 8 hashes) with Jaccard verification at 0.7.
 func DefaultParams() Params {
 	return Params{
-		Shingle:    ShingleOptions{NGram: 5, StripPunct: true, StripDiacritics: true},
-		Bands:      14,
-		BandRows:   8,
-		Seed:       1,
-		Verify:     true,
-		Threshold:  0.7,
-		MaxVerify:  8,
-		Partitions: 256,
-		BatchRows:  1024,
+		Shingle:   ShingleOptions{NGram: 5, StripPunct: true, StripDiacritics: true},
+		Bands:     14,
+		BandRows:  8,
+		Seed:      1,
+		Verify:    true,
+		Threshold: 0.7,
+		MaxVerify: 8,
+		BatchRows: 1024,
 	}
 }
 
@@ -66,8 +65,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("threshold: %g, want in [0, 1]", p.Threshold)
 	case p.MaxVerify < 1:
 		return fmt.Errorf("max_verify: %d, want ≥ 1", p.MaxVerify)
-	case p.Partitions < 1 || p.Partitions > 4096:
-		return fmt.Errorf("partitions: %d, want in [1, 4096]", p.Partitions)
+	case p.Partitions < 0 || p.Partitions > maxPartitions:
+		return fmt.Errorf("partitions: %d, want in [0, %d]", p.Partitions, maxPartitions)
 	}
 	return nil
 }
@@ -211,6 +210,43 @@ func find(parent map[uint32]uint32, x uint32) uint32 {
 	return root
 }
 
+const (
+	maxPartitions = 4096
+	// partitionBudget is the spill bytes auto partitioning aims to load at
+	// once in pass 2.
+	partitionBudget = 16 << 20
+)
+
+// AutoPartitions picks the number of spill partitions for an input of about
+// rows rows so that one band partition (14 × 12 bytes a row by default)
+// holds about 16 MB: 16 for small inputs, up to 4096 (about 400M rows).
+func AutoPartitions(rows int64, bands int) int {
+	need := rows * int64(bands) * bandRecSize / partitionBudget
+	p := 16
+	for int64(p) < need && p < maxPartitions {
+		p *= 2
+	}
+	return p
+}
+
+// estimateRows guesses the input's rows: Parquet footers' row counts, and
+// a JSONL file's size / 256.
+func estimateRows(files []string) int64 {
+	var n int64
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			continue
+		}
+		if rows, err := datasets.CountParquetRows(f); err == nil {
+			n += rows
+		} else {
+			n += st.Size() / 256
+		}
+	}
+	return n
+}
+
 // Spill record sizes.
 const (
 	exactRecSize = 8 + 8 + 4 // hash hi, hash lo, row
@@ -245,6 +281,9 @@ func Analyze(ctx context.Context, files []string, workDir string, p Params) (*Re
 	}
 	if p.BatchRows <= 0 {
 		p.BatchRows = 1024
+	}
+	if p.Partitions == 0 {
+		p.Partitions = AutoPartitions(estimateRows(files), p.Bands)
 	}
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return nil, fmt.Errorf("dedup work dir: %w", err)

@@ -86,7 +86,7 @@ hashes spill to disk-backed buckets under the run's _work/dedup.`,
 			{Key: KeyShardRows, Type: pipeline.TypeInt, Default: 100_000,
 				Description: "input rows per output prompts shard (the unit of commit and resume)"},
 			{Key: KeyPartitions, Type: pipeline.TypeInt, Default: def.Partitions,
-				Description: "spill partitions per bucket table; pass-2 memory is about 170 bytes x rows / partitions"},
+				Description: "spill partitions per bucket table (pass 2 loads one at a time: about 170 bytes x rows / partitions); 0: auto, about 16 MB each"},
 			{Key: KeyWorkers, Type: pipeline.TypeInt, Default: 0,
 				Description: "signature workers; 0: GOMAXPROCS"},
 		},
@@ -161,8 +161,13 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		return err
 	}
 	var total int64
-	if allParquet(files) {
-		total, _ = pipeline.CountRows(files...)
+	for _, f := range files {
+		n, err := datasets.CountParquetRows(f)
+		if err != nil {
+			total = 0 // JSONL (or a bad file, which pass 1 reports): unknown
+			break
+		}
+		total += n
 	}
 	prog := env.NewProgress("dedup: hash and sign", total)
 	p := s.Params
@@ -215,15 +220,6 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 func (s Stats) Summary() string {
 	return fmt.Sprintf("dedup: rows in %d, exact dups %d, near dups %d, clusters %d, rows out %d (candidate pairs %d, rejected by Jaccard %d)\n",
 		s.RowsIn, s.ExactDups, s.NearDups, s.Clusters, s.RowsOut, s.CandidatePairs, s.RejectedPairs)
-}
-
-func allParquet(files []string) bool {
-	for _, f := range files {
-		if !strings.EqualFold(filepath.Ext(f), ".parquet") {
-			return false
-		}
-	}
-	return true
 }
 
 // writePrompts streams rows [start, start+n) of file (global rows from base)
