@@ -1,0 +1,254 @@
+package judge
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/internal/lmstage"
+)
+
+// fakeJudgeBackend is a test double: generative replies are looked up by
+// the response text the prompt carries, and yes/no log-probs come from a
+// fixed table.
+type fakeJudgeBackend struct {
+	replies map[string]string // response text → reply
+	yes     float64           // P(" yes") given to every criterion
+	calls   int
+}
+
+func (f *fakeJudgeBackend) Generate(_ context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+	f.calls++
+	out := make([]backend.GenerateResponse, len(reqs))
+	for i, r := range reqs {
+		out[i] = backend.GenerateResponse{ID: r.ID, Model: "fake-judge"}
+		for resp, reply := range f.replies {
+			if strings.Contains(r.Messages[0].Content, "<response>\n"+resp+"\n</response>") {
+				out[i].Completions = []backend.Completion{{Text: reply, FinishReason: backend.FinishStop, Tokens: 3}}
+			}
+		}
+		if out[i].Completions == nil {
+			out[i].Failure = &backend.RowFailure{Reason: backend.FailureRejected, Message: "HTTP 400: prompt too long"}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeJudgeBackend) Score(_ context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
+	f.calls++
+	out := make([]backend.ScoreResponse, len(reqs))
+	for i, r := range reqs {
+		out[i] = backend.ScoreResponse{ID: r.ID, Model: "fake-judge"}
+		for range r.Suffixes {
+			lps := make([]float64, len(r.Candidates))
+			for j, c := range r.Candidates {
+				switch c {
+				case " yes":
+					lps[j] = math.Log(f.yes)
+				case " no":
+					lps[j] = math.Log(1 - f.yes)
+				default:
+					lps[j] = math.Inf(-1)
+				}
+			}
+			out[i].LogProbs = append(out[i].LogProbs, lps)
+		}
+	}
+	return out, nil
+}
+
+func newJudge(t *testing.T, mode string, fb *fakeJudgeBackend) *judge {
+	t.Helper()
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"model": "fake", "mode": mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := newFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &lmstage.Backend{Name: "fake", Model: "fake-judge", Generator: fb, Scorer: fb}
+	return &judge{Stage: st, b: b, version: st.prompts.Template(st.promptName()).Version}
+}
+
+func crit(ws ...float64) []schemas.Criterion {
+	out := make([]schemas.Criterion, len(ws))
+	for i, w := range ws {
+		out[i] = schemas.Criterion{Criterion: fmt.Sprintf("criterion %d", i), Weight: w}
+	}
+	return out
+}
+
+// result is the part of a judgment the tests compare.
+type result struct {
+	ID     string
+	Score  *float64
+	Reason string // score_missing_reason up to its first ':'
+	Per    []float64
+}
+
+func results(js []schemas.Judgment) []result {
+	out := make([]result, len(js))
+	for i, j := range js {
+		out[i] = result{ID: j.JudgmentID, Score: j.Score, Per: j.CriterionScores}
+		if j.ScoreMissingReason != nil {
+			out[i].Reason, _, _ = strings.Cut(*j.ScoreMissingReason, ":")
+		}
+	}
+	return out
+}
+
+func f64(v float64) *float64 { return &v }
+
+func TestJudgeBadInput(t *testing.T) {
+	ctx := context.Background()
+	failed := "backend rejected: too long"
+	resps := []Response{
+		{ID: "r-good", ItemID: "q", Question: "Q?", HasQuestion: true, Text: "good answer"},
+		{ID: "r-notjson", ItemID: "q", Question: "Q?", HasQuestion: true, Text: "rambling answer"},
+		{ID: "r-range", ItemID: "q", Question: "Q?", HasQuestion: true, Text: "overrated answer"},
+		{ID: "r-nan", ItemID: "q", Question: "Q?", HasQuestion: true, Text: "nan answer"},
+		{ID: "r-rejected", ItemID: "q", Question: "Q?", HasQuestion: true, Text: "unknown to the double"},
+		{ID: "r-failed", ItemID: "q", Question: "Q?", HasQuestion: true, Text: "", Failed: &failed},
+		{ID: "r-norubric", ItemID: "other", Question: "Q?", HasQuestion: true, Text: "good answer"},
+	}
+	byItem := map[string][]schemas.Rubric{"q": {{RubricID: "ok", ItemID: "q", Criteria: crit(0.25, 0.75)}}}
+	fb := &fakeJudgeBackend{yes: 0.8, replies: map[string]string{
+		"good answer":      `<think>hmm</think>{"reasoning": "fine", "score": 0.75}`,
+		"rambling answer":  "I think it is pretty good overall.",
+		"overrated answer": `{"reasoning": "great", "score": 1.5}`,
+		"nan answer":       `{"reasoning": "?", "score": NaN}`,
+	}}
+	got, unrubric, err := newJudge(t, schemas.JudgeGenerative, fb).judge(ctx, resps, byItem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []result{
+		{ID: "r-good|ok", Score: f64(0.75), Per: []float64{}},
+		{ID: "r-notjson|ok", Reason: "not_json", Per: []float64{}},
+		{ID: "r-range|ok", Reason: "score_out_of_range", Per: []float64{}},
+		{ID: "r-nan|ok", Reason: "score_not_finite", Per: []float64{}},
+		{ID: "r-rejected|ok", Reason: "backend rejected", Per: []float64{}},
+		{ID: "r-failed|ok", Reason: "response_failed", Per: []float64{}},
+	}
+	if d := cmp.Diff(want, results(got)); d != "" {
+		t.Errorf("generative judgments (-want +got):\n%s", d)
+	}
+	if unrubric != 1 {
+		t.Errorf("responses without a rubric = %d, want 1", unrubric)
+	}
+	for _, j := range got {
+		if j.JudgeModel != "fake-judge" || j.JudgeMode != schemas.JudgeGenerative || !strings.HasPrefix(j.PromptVersion, "judge_generative@v") {
+			t.Errorf("%s: identity %q %q %q", j.JudgmentID, j.JudgeModel, j.JudgeMode, j.PromptVersion)
+		}
+	}
+	if got[1].RawText != "I think it is pretty good overall." {
+		t.Errorf("raw text not kept: %q", got[1].RawText)
+	}
+}
+
+func TestJudgeRubricFailures(t *testing.T) {
+	ctx := context.Background()
+	resps := []Response{{ID: "r", ItemID: "q", Question: "Q?", HasQuestion: true, Text: "good answer"}}
+	byItem := map[string][]schemas.Rubric{"q": {
+		{RubricID: "a-ok", SampleIdx: 0, Criteria: crit(1, 3)},
+		{RubricID: "b-zero", SampleIdx: 1, Criteria: crit(0, 0)},
+		{RubricID: "c-empty", SampleIdx: 2, Criteria: []schemas.Criterion{}},
+		{RubricID: "d-negative", SampleIdx: 3, Criteria: crit(-1, 2)},
+	}}
+	for _, mode := range []string{schemas.JudgeYesNo, schemas.JudgeGenerative} {
+		t.Run(mode, func(t *testing.T) {
+			fb := &fakeJudgeBackend{yes: 0.8, replies: map[string]string{"good answer": `{"score": 0.5}`}}
+			got, _, err := newJudge(t, mode, fb).judge(ctx, resps, byItem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			okRow := result{ID: "r|a-ok", Score: f64(0.5), Per: []float64{}}
+			if mode == schemas.JudgeYesNo {
+				okRow = result{ID: "r|a-ok", Score: f64(0.8), Per: []float64{0.8, 0.8}}
+			}
+			want := []result{
+				okRow,
+				{ID: "r|b-zero", Reason: "zero_weights", Per: []float64{}},
+				{ID: "r|c-empty", Reason: "empty_rubric", Per: []float64{}},
+				{ID: "r|d-negative", Reason: "invalid_weight", Per: []float64{}},
+			}
+			if d := cmp.Diff(want, results(got), cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-12 })); d != "" {
+				t.Errorf("judgments (-want +got):\n%s", d)
+			}
+			for _, j := range got {
+				if j.Score != nil && math.IsNaN(*j.Score) {
+					t.Errorf("%s: NaN score", j.JudgmentID)
+				}
+			}
+			if fb.calls != 1 {
+				t.Errorf("backend calls = %d, want 1 (only the valid rubric is sent)", fb.calls)
+			}
+		})
+	}
+}
+
+func TestJudgeMissingQuestionIsAnError(t *testing.T) {
+	_, _, err := newJudge(t, schemas.JudgeYesNo, &fakeJudgeBackend{}).judge(context.Background(),
+		[]Response{{ID: "r", ItemID: "q", Text: "x"}},
+		map[string][]schemas.Rubric{"q": {{RubricID: "a", Criteria: crit(1, 1)}}})
+	if err == nil || !strings.Contains(err.Error(), "prompt q is not in the prompts input") {
+		t.Errorf("error = %v", err)
+	}
+}
+
+func TestJudgeEndpointDown(t *testing.T) {
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"model": "judge", "mode": schemas.JudgeYesNo, "backend": "openai",
+		"endpoints": []string{"http://127.0.0.1:1/v1"}, "max_attempts": 2, "request_timeout": "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := newFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lmstage.Open(st.backend, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	j := &judge{Stage: st, b: b, version: "v"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _, err = j.judge(ctx, []Response{{ID: "r", ItemID: "q", Question: "Q", HasQuestion: true, Text: "x"}},
+		map[string][]schemas.Rubric{"q": {{RubricID: "a", Criteria: crit(1, 1)}}})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "attempts failed") {
+		t.Errorf("error = %v, want the exhausted endpoint named", err)
+	}
+}
+
+func TestJudgeConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"no model", map[string]any{}, "stages.judge.model"},
+		{"openai without endpoints", map[string]any{"model": "m", "backend": "openai"}, "stages.judge.endpoints"},
+		{"n above 1", map[string]any{"model": "m", "n": 2}, "stages.judge.n"},
+		{"bad prompt override", map[string]any{"model": "m", "prompt_files": []string{"judge_yesno"}}, "role=path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := pipeline.StageConfig(Name, tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := newFromConfig(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %v, want it to name %q", err, tc.want)
+			}
+		})
+	}
+}
