@@ -265,3 +265,40 @@ func decode(t *testing.T, d DType, b []byte) []float64 {
 	}
 	return out
 }
+
+// TestWriteDirReplacesStaleFiles: saving a small checkpoint over a sharded one
+// (and back) leaves only the new files, so the old index cannot shadow them.
+func TestWriteDirReplacesStaleFiles(t *testing.T) {
+	dir := t.TempDir()
+	list := func() []string {
+		ents, _ := os.ReadDir(dir)
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
+	if err := WriteDir(dir, infos(sample), nil, 12, fetchFrom(sample)); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDir(dir, infos(sample), nil, 0, fetchFrom(sample)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"config.json", SingleFile}, list()); diff != "" {
+		t.Errorf("after single save (-want +got):\n%s", diff)
+	}
+	if err := WriteDir(dir, infos(sample), nil, 20, fetchFrom(sample)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range list() {
+		if n == SingleFile {
+			t.Errorf("stale %s left next to the shards", n)
+		}
+	}
+	c, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 )
 
@@ -157,16 +158,20 @@ func (c *Checkpoint) Close() error {
 // WriteDir writes tensors (in order) into dir as HF does: one
 // model.safetensors when they total at most maxShardBytes (or maxShardBytes
 // <= 0), else model-0000i-of-0000n.safetensors shards of at most maxShardBytes
-// each (a larger tensor gets a shard of its own) plus the index. Stale
-// safetensors files from an earlier save are not removed; callers write into
-// fresh directories.
+// each (a larger tensor gets a shard of its own) plus the index. Weight files
+// of an earlier save in dir that the new one does not use (a stale index
+// would win over a new model.safetensors) are removed once the new files are
+// in place; until then dir holds the old checkpoint intact.
 func WriteDir(dir string, tensors []Info, metadata map[string]string, maxShardBytes int64, fetch Fetch) error {
 	var total int64
 	for _, t := range tensors {
 		total += t.Bytes()
 	}
 	if maxShardBytes <= 0 || total <= maxShardBytes {
-		return Write(filepath.Join(dir, SingleFile), tensors, metadata, fetch)
+		if err := Write(filepath.Join(dir, SingleFile), tensors, metadata, fetch); err != nil {
+			return err
+		}
+		return removeStale(dir, map[string]bool{SingleFile: true})
 	}
 	var shards [][]Info
 	var cur []Info
@@ -181,11 +186,13 @@ func WriteDir(dir string, tensors []Info, metadata map[string]string, maxShardBy
 	}
 	shards = append(shards, cur)
 	idx := Index{Metadata: map[string]any{"total_size": total}, WeightMap: map[string]string{}}
+	keep := map[string]bool{IndexFile: true}
 	for i, sh := range shards {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
 		if err := Write(filepath.Join(dir, name), sh, metadata, fetch); err != nil {
 			return err
 		}
+		keep[name] = true
 		for _, t := range sh {
 			idx.WeightMap[t.Name] = name
 		}
@@ -195,8 +202,33 @@ func WriteDir(dir string, tensors []Info, metadata map[string]string, maxShardBy
 		return err
 	}
 	p := filepath.Join(dir, IndexFile)
-	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	return removeStale(dir, keep)
+}
+
+// removeStale deletes HF weight files in dir (model.safetensors, shards, the
+// index) that are not in keep.
+func removeStale(dir string, keep map[string]bool) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if keep[n] || !(n == SingleFile || n == IndexFile || shardName.MatchString(n)) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, n)); err != nil {
+			return fmt.Errorf("checkpoint %s: remove stale %s: %w", dir, n, err)
+		}
 	}
 	return nil
 }
+
+var shardName = regexp.MustCompile(`^model-\d+-of-\d+\.safetensors$`)
