@@ -133,9 +133,16 @@ func measure(ctx context.Context, cfg config, inFlight int) (result, error) {
 			lat := time.Since(start)
 			mu.Lock()
 			switch {
-			case err != nil:
+			case err != nil && ctx.Err() != nil:
 				if firstErr == nil {
 					firstErr = err
+				}
+			case err != nil:
+				// Retries exhausted: count it and go on, so the table
+				// shows failures instead of hiding the level.
+				failures++
+				if failures == 1 {
+					fmt.Fprintf(os.Stderr, "openai-bench: in flight %d: %v\n", inFlight, err)
 				}
 			case resps[0].Failure != nil:
 				failures++

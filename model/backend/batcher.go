@@ -19,7 +19,12 @@ import (
 // within their own call (the Batcher renames them inside a batch and
 // restores them), a caller whose context ends returns at once with its
 // error, and a batch is cancelled only when every caller in it has gone.
-// An error of the wrapped Generator fails every caller in that batch.
+// When a coalesced call fails, the Batcher bisects: it retries each half
+// on its own, so that one request that breaks the engine (or a batch too
+// big for memory) fails only its own caller, at the cost of O(log n) extra
+// calls. This relies on a row's result not depending on its batch, which
+// the engines guarantee. An error of a single-request call goes to its
+// caller.
 // A Batcher starts goroutines only while it has work, so it needs no Close.
 type Batcher struct {
 	g          Generator
@@ -111,7 +116,36 @@ func (b *Batcher) loop() {
 	}
 }
 
+// run runs one batch, bisecting on failure.
 func (b *Batcher) run(batch []*batchItem) {
+	err := b.try(batch)
+	if err == nil {
+		return
+	}
+	if len(batch) == 1 {
+		batch[0].done <- batchResult{err: err}
+		return
+	}
+	var live []*batchItem
+	for _, it := range batch {
+		if it.ctx.Err() == nil {
+			live = append(live, it)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	if len(live) == 1 {
+		b.run(live)
+		return
+	}
+	b.run(live[:len(live)/2])
+	b.run(live[len(live)/2:])
+}
+
+// try calls the generator on batch. On success it delivers every result
+// and returns nil; on failure it delivers nothing.
+func (b *Batcher) try(batch []*batchItem) error {
 	// The batch lives while any of its callers waits.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -131,22 +165,23 @@ func (b *Batcher) run(batch []*batchItem) {
 		reqs[i].ID = "batch-" + strconv.FormatUint(b.seq.Add(1), 36)
 	}
 	resps, err := b.g.Generate(ctx, reqs)
-	if err == nil && len(resps) != len(reqs) {
-		err = fmt.Errorf("batcher: generator returned %d responses for %d requests", len(resps), len(reqs))
+	if err != nil {
+		return err
+	}
+	if len(resps) != len(reqs) {
+		return fmt.Errorf("batcher: generator returned %d responses for %d requests", len(resps), len(reqs))
+	}
+	for i := range resps {
+		if resps[i].ID != reqs[i].ID {
+			return fmt.Errorf("batcher: response %d has id %q, want %q", i, resps[i].ID, reqs[i].ID)
+		}
 	}
 	for i, it := range batch {
-		if err != nil {
-			it.done <- batchResult{err: err}
-			continue
-		}
 		r := resps[i]
-		if r.ID != reqs[i].ID {
-			it.done <- batchResult{err: fmt.Errorf("batcher: response %d has id %q, want %q", i, r.ID, reqs[i].ID)}
-			continue
-		}
 		r.ID = it.req.ID
 		it.done <- batchResult{resp: r}
 	}
+	return nil
 }
 
 var _ Generator = (*Batcher)(nil)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -19,6 +20,7 @@ type gateGenerator struct {
 	entered chan struct{}
 	release chan struct{}
 	fail    error
+	poison  string // a call holding a request with this prompt fails
 }
 
 func (g *gateGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
@@ -36,6 +38,11 @@ func (g *gateGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([
 	}
 	if g.fail != nil {
 		return nil, g.fail
+	}
+	for _, r := range reqs {
+		if g.poison != "" && r.Prompt == g.poison {
+			return nil, fmt.Errorf("engine broke on %q", r.Prompt)
+		}
 	}
 	out := make([]GenerateResponse, len(reqs))
 	for i, r := range reqs {
@@ -100,6 +107,50 @@ func TestBatcherCoalescesQueuedCalls(t *testing.T) {
 	}
 	if diff := cmp.Diff([]int{1, 4, 2}, sizes); diff != "" {
 		t.Errorf("batch sizes (-want +got):\n%s", diff)
+	}
+}
+
+func TestBatcherBisectsAroundAPoisonRequest(t *testing.T) {
+	g := &gateGenerator{entered: make(chan struct{}), release: make(chan struct{}), poison: "p5"}
+	b := NewBatcher(g, 8, 1)
+	ctx := context.Background()
+	go b.Generate(ctx, []GenerateRequest{req("warm", "warm")})
+	<-g.entered
+	errs := make([]chan error, 8)
+	for i := range errs {
+		errs[i] = make(chan error, 1)
+		go func() {
+			r, err := b.Generate(ctx, []GenerateRequest{req("x", fmt.Sprint("p", i))})
+			if err == nil && r[0].Completions[0].Text != fmt.Sprint("re: p", i) {
+				err = fmt.Errorf("wrong answer %+v", r)
+			}
+			errs[i] <- err
+		}()
+	}
+	for b.Queued() < 8 {
+		runtime.Gosched()
+	}
+	close(g.release)
+	for i, ch := range errs {
+		err := <-ch
+		if i == 5 && (err == nil || err.Error() != `engine broke on "p5"`) {
+			t.Errorf("poison request: err = %v, want the engine's error", err)
+		}
+		if i != 5 && err != nil {
+			t.Errorf("request %d: %v; only the poison request may fail", i, err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sizes []int
+	for _, c := range g.calls {
+		sizes = append(sizes, len(c))
+	}
+	// warm, the batch of 8, then halves down to the poison request, in an
+	// order that depends on the queue's.
+	slices.Sort(sizes)
+	if diff := cmp.Diff([]int{1, 1, 1, 2, 2, 4, 4, 8}, sizes); diff != "" {
+		t.Errorf("call sizes (-want +got):\n%s", diff)
 	}
 }
 

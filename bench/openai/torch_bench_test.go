@@ -1,0 +1,67 @@
+//go:build e2e
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/serve"
+	"github.com/evolm/evolm/model/torchbe"
+)
+
+// BenchmarkThroughputTorch serves a tiny random Qwen3 checkpoint with the
+// torch engine and measures the `openai` backend against it as requests in
+// flight scale, with the server coalescing concurrent requests into batches
+// (batch=64) and without (batch=1, one engine call per request).
+//
+//	go test -tags e2e -run '^$' -bench ThroughputTorch -benchtime 128x ./bench/openai
+func BenchmarkThroughputTorch(b *testing.B) {
+	dir := b.TempDir()
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
+		b.Fatal(err)
+	}
+	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: "tiny"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(m.Close)
+	for _, batch := range []int{1, 64} {
+		h, err := serve.NewHandler(serve.Config{Generator: m, Model: "tiny", RenderChat: m.RenderChat, MaxBatch: batch,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- serve.Serve(ctx, ln, h, 10*time.Second) }()
+		url := "http://" + ln.Addr().String() + "/v1"
+		for _, k := range []int{1, 4, 16, 64} {
+			b.Run(fmt.Sprintf("batch=%d/inflight=%d", batch, k), func(b *testing.B) {
+				cfg := config{endpoints: []string{url}, model: "tiny", requests: b.N, maxTokens: 16,
+					prompt: "Write one sentence about the sea.", logprobs: -1}
+				b.ResetTimer()
+				r, err := measure(context.Background(), cfg, k)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(r.reqPerSec, "req/s")
+				b.ReportMetric(r.tokPerSec, "tok/s")
+				b.ReportMetric(ms(r.p50), "p50_ms")
+			})
+		}
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}
+}
