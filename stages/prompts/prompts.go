@@ -3,7 +3,8 @@
 //
 // Each role's prompt is a text/template file of the project's own under
 // templates/, embedded in the binary. A run may override any of them with a
-// file of its own (Load). Every template starts with a header comment
+// file of its own (Load, or LoadDir for every <role>.tmpl in a directory).
+// Every template starts with a header comment
 //
 //	{{- /* evolm-prompt name=<role> version=<n> ... */ -}}
 //
@@ -31,8 +32,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"text/template"
 )
 
@@ -162,6 +165,25 @@ func Load(overrides map[Name]string) (*Set, error) {
 		}
 	}
 	return s, nil
+}
+
+// LoadDir is Load with every <role>.tmpl file found in dir as an override;
+// roles without a file keep the embedded prompt. A .tmpl file that names no
+// role is an error, so a misspelt override is not silently ignored.
+func LoadDir(dir string) (*Set, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("prompt dir: %w", err)
+	}
+	overrides := map[Name]string{}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".tmpl")
+		if !ok || e.IsDir() {
+			continue
+		}
+		overrides[Name(name)] = filepath.Join(dir, e.Name())
+	}
+	return Load(overrides)
 }
 
 // check renders a template on its sample data.

@@ -143,6 +143,22 @@ func TestOverride(t *testing.T) {
 		t.Errorf("roles without an override must keep the embedded version")
 	}
 
+	odir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(odir, "question_inference.tmpl"), []byte("{{/* evolm-prompt name=question_inference version=2 */ -}}\nQ? {{.Answer}}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := LoadDir(odir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ds.QuestionInference("a"); got != "Q? a" || !strings.HasPrefix(ds.Template(QuestionInference).Version, "question_inference@v2+") {
+		t.Errorf("LoadDir override renders %q, version %q", got, ds.Template(QuestionInference).Version)
+	}
+	os.WriteFile(filepath.Join(odir, "judge_generativ.tmpl"), []byte("x"), 0o644)
+	if _, err := LoadDir(odir); err == nil || !strings.Contains(err.Error(), `unknown role "judge_generativ"`) {
+		t.Errorf("LoadDir with a misspelt file: err = %v", err)
+	}
+
 	tests := []struct {
 		name      string
 		overrides map[Name]string
