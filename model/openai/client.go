@@ -38,6 +38,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -166,9 +167,10 @@ func (c *Client) Model() string { return c.cfg.Model }
 type ExhaustedError struct {
 	ID       string
 	Attempts int
-	Endpoint string // endpoint of the last attempt
-	Status   int    // HTTP status of the last attempt; 0 when none arrived
-	Err      error  // last error
+	Tried    []string // endpoints attempted, in first-use order
+	Endpoint string   // endpoint of the last attempt
+	Status   int      // HTTP status of the last attempt; 0 when none arrived
+	Err      error    // last error
 }
 
 func (e *ExhaustedError) Error() string {
@@ -176,7 +178,11 @@ func (e *ExhaustedError) Error() string {
 	if e.Status != 0 {
 		st = fmt.Sprintf(" (HTTP %d)", e.Status)
 	}
-	return fmt.Sprintf("request %s: %d attempts failed; last at %s%s: %v", e.ID, e.Attempts, e.Endpoint, st, e.Err)
+	tried := ""
+	if len(e.Tried) > 1 {
+		tried = " at " + strings.Join(e.Tried, ", ")
+	}
+	return fmt.Sprintf("request %s: %d attempts failed%s; last at %s%s: %v", e.ID, e.Attempts, tried, e.Endpoint, st, e.Err)
 }
 
 func (e *ExhaustedError) Unwrap() error { return e.Err }
@@ -268,9 +274,13 @@ func (c *Client) call(ctx context.Context, id, path string, body any, decode fun
 		return fmt.Errorf("request %s: encode: %w", id, err)
 	}
 	var last *endpoint
+	var tried []string
 	for attempt := 1; ; attempt++ {
 		ep := c.pick(last)
 		last = ep
+		if !slices.Contains(tried, ep.base) {
+			tried = append(tried, ep.base)
+		}
 		aerr := c.attempt(ctx, ep, id, path, payload, decode)
 		if aerr == nil {
 			return nil
@@ -287,7 +297,7 @@ func (c *Client) call(ctx context.Context, id, path string, body any, decode fun
 			return fmt.Errorf("request %s at %s: %w", id, ep.base, aerr)
 		}
 		if attempt >= c.cfg.MaxAttempts {
-			return &ExhaustedError{ID: id, Attempts: attempt, Endpoint: ep.base, Status: ae.status, Err: ae.err}
+			return &ExhaustedError{ID: id, Attempts: attempt, Tried: tried, Endpoint: ep.base, Status: ae.status, Err: ae.err}
 		}
 		wait := c.backoff(attempt, ae.retryAfter)
 		c.log.LogAttrs(ctx, slog.LevelWarn, "openai: retrying request",

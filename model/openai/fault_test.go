@@ -382,6 +382,32 @@ func TestEndpointDownNamesEndpointAndLastError(t *testing.T) {
 	}
 }
 
+func TestAllEndpointsDown(t *testing.T) {
+	var downs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		downs = append(downs, "http://"+ln.Addr().String())
+		ln.Close()
+	}
+	client := testClient(t, downs, &logRecorder{}, func(c *Config) { c.MaxAttempts = 4; c.Balance = RoundRobin })
+	_, err := client.Generate(context.Background(), []backend.GenerateRequest{{ID: "r1", Prompt: "p", Sampling: backend.Sampling{MaxTokens: 1}}})
+	var ex *ExhaustedError
+	if !errors.As(err, &ex) {
+		t.Fatalf("err = %v, want *ExhaustedError", err)
+	}
+	if diff := cmp.Diff([]string{downs[0] + "/v1", downs[1] + "/v1"}, ex.Tried); diff != "" {
+		t.Errorf("endpoints tried (-want +got):\n%s", diff)
+	}
+	for _, d := range downs {
+		if !strings.Contains(err.Error(), d) {
+			t.Errorf("error %q does not name %s", err, d)
+		}
+	}
+}
+
 func TestCancelStopsRetrying(t *testing.T) {
 	srv := newFaultServer(map[string][]fault{"r": {hang, hang, hang, hang, hang}})
 	ts := httptest.NewServer(srv)
