@@ -276,17 +276,16 @@ func (c *Client) call(ctx context.Context, id, path string, body any, decode fun
 	var last *endpoint
 	var tried []string
 	for attempt := 1; ; attempt++ {
-		ep := c.pick(last)
-		last = ep
-		if !slices.Contains(tried, ep.base) {
-			tried = append(tried, ep.base)
-		}
-		aerr := c.attempt(ctx, ep, id, path, payload, decode)
+		ep, aerr := c.attempt(ctx, last, id, path, payload, decode)
 		if aerr == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("request %s: %w", id, context.Cause(ctx))
+		}
+		last = ep
+		if !slices.Contains(tried, ep.base) {
+			tried = append(tried, ep.base)
 		}
 		var rej *rejectedError
 		if errors.As(aerr, &rej) {
@@ -315,12 +314,15 @@ func (c *Client) call(ctx context.Context, id, path string, body any, decode fun
 }
 
 // attempt makes one HTTP request under the in-flight cap and the per-attempt
-// timeout.
-func (c *Client) attempt(ctx context.Context, ep *endpoint, id, path string, payload []byte, decode func([]byte) error) error {
+// timeout, at an endpoint chosen once a slot is free (so that the choice sees
+// current in-flight counts), avoiding `avoid` when it can. It returns the
+// endpoint used.
+func (c *Client) attempt(ctx context.Context, avoid *endpoint, id, path string, payload []byte, decode func([]byte) error) (*endpoint, error) {
 	if err := c.sem.Acquire(ctx, 1); err != nil {
-		return err
+		return nil, err
 	}
 	defer c.sem.Release(1)
+	ep := c.pick(avoid)
 	ep.inFlight.Add(1)
 	defer ep.inFlight.Add(-1)
 
@@ -328,7 +330,7 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, id, path string, pay
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, ep.base+path, bytes.NewReader(payload))
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
+		return ep, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", id)
@@ -338,9 +340,9 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, id, path string, pay
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil && actx.Err() != nil {
-			return &attemptError{err: fmt.Errorf("timeout after %v: %w", c.cfg.RequestTimeout, err)}
+			return ep, &attemptError{err: fmt.Errorf("timeout after %v: %w", c.cfg.RequestTimeout, err)}
 		}
-		return &attemptError{err: err}
+		return ep, &attemptError{err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -348,20 +350,20 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, id, path string, pay
 		if ctx.Err() == nil && actx.Err() != nil {
 			err = fmt.Errorf("timeout after %v reading body: %w", c.cfg.RequestTimeout, err)
 		}
-		return &attemptError{status: resp.StatusCode, err: fmt.Errorf("read body: %w", err)}
+		return ep, &attemptError{status: resp.StatusCode, err: fmt.Errorf("read body: %w", err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg := errorMessage(data)
 		if retryableStatus(resp.StatusCode) {
-			return &attemptError{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After")),
+			return ep, &attemptError{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After")),
 				err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)}
 		}
-		return &rejectedError{endpoint: ep.base, status: resp.StatusCode, message: msg}
+		return ep, &rejectedError{endpoint: ep.base, status: resp.StatusCode, message: msg}
 	}
 	if err := decode(data); err != nil {
-		return &attemptError{status: resp.StatusCode, err: fmt.Errorf("invalid JSON answer (%d bytes): %w", len(data), err)}
+		return ep, &attemptError{status: resp.StatusCode, err: fmt.Errorf("invalid JSON answer (%d bytes): %w", len(data), err)}
 	}
-	return nil
+	return ep, nil
 }
 
 func retryableStatus(s int) bool {
