@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -30,14 +31,15 @@ func main() {
 	tokPath := flag.String("tokenizer", "", "tokenizer.json")
 	corpus := flag.String("corpus", "", "JSON lines of documents")
 	passes := flag.Int("passes", 3, "timed passes (the best is reported)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the timed passes here")
 	flag.Parse()
-	if err := run(*tokPath, *corpus, *passes); err != nil {
+	if err := run(*tokPath, *corpus, *passes, *cpuProfile); err != nil {
 		fmt.Fprintln(os.Stderr, "tokenizer-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(tokPath, corpus string, passes int) error {
+func run(tokPath, corpus string, passes int, cpuProfile string) error {
 	tok, err := tokenizer.LoadFile(tokPath)
 	if err != nil {
 		return err
@@ -73,6 +75,17 @@ func run(tokPath, corpus string, passes int) error {
 		return tok.EncodeBatch(docs)
 	}
 	ids := encode() // warm-up: fills the merge cache, as HF's is after its warm-up
+	if cpuProfile != "" {
+		pf, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	best, bestCPU := time.Duration(1<<63-1), time.Duration(1<<63-1)
 	for range passes {
 		start, startCPU := time.Now(), cpuTime()

@@ -1,9 +1,6 @@
 package tokenizer
 
-import (
-	"container/heap"
-	"sync"
-)
+import "sync"
 
 // merge is one entry of the ranked merge table.
 type merge struct {
@@ -14,44 +11,66 @@ type merge struct {
 // bpe holds the byte-level BPE model.
 type bpe struct {
 	vocab        map[string]int32
-	merges       map[[2]int32]merge
+	merges       *pairTable
 	byteIDs      [256]int32 // id of each single-byte token
 	ignoreMerges bool
 	cache        *wordCache
 }
 
-// symbol is a node of the doubly linked list a word is merged in.
-type symbol struct {
-	id         int32
-	prev, next int32 // -1 at the ends
-	size       int32 // 0 once merged into its left neighbour
+// pairTable maps a pair of token ids to its merge: an open-addressing hash
+// table, about twice as fast as a Go map on the hot path of encoding.
+type pairTable struct {
+	keys  []uint64 // pairKey, 0 for an empty slot
+	vals  []merge
+	shift uint
+	n     int
 }
 
-type candidate struct {
-	pos  int32 // left symbol
-	rank int32
-	id   int32
-	// the pair as queued, to detect stale entries
-	left, right int32
-}
+func pairKey(a, b int32) uint64 { return (uint64(uint32(a))<<32 | uint64(uint32(b))) + 1 }
 
-type candidates []candidate
-
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
-	if c[i].rank != c[j].rank {
-		return c[i].rank < c[j].rank
+func newPairTable(n int) *pairTable {
+	size, shift := 1, uint(64)
+	for size < 2*n+2 {
+		size <<= 1
+		shift--
 	}
-	return c[i].pos < c[j].pos
+	return &pairTable{keys: make([]uint64, size), vals: make([]merge, size), shift: shift}
 }
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+
+func (t *pairTable) slot(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t.shift }
+
+// put inserts a merge unless the pair already has one (the first, lowest
+// rank, wins as in HF).
+func (t *pairTable) put(a, b int32, m merge) {
+	k := pairKey(a, b)
+	mask := uint64(len(t.keys) - 1)
+	for i := t.slot(k); ; i = (i + 1) & mask {
+		switch t.keys[i] {
+		case 0:
+			t.keys[i], t.vals[i] = k, m
+			t.n++
+			return
+		case k:
+			return
+		}
+	}
 }
+
+func (t *pairTable) get(a, b int32) (merge, bool) {
+	k := pairKey(a, b)
+	mask := uint64(len(t.keys) - 1)
+	for i := t.slot(k); ; i = (i + 1) & mask {
+		switch t.keys[i] {
+		case k:
+			return t.vals[i], true
+		case 0:
+			return merge{}, false
+		}
+	}
+}
+
+// noMerge is the rank of a pair without a merge.
+const noMerge = int32(1<<31 - 1)
 
 // encodeWord appends the ids of one pre-tokenized piece (raw bytes) to dst.
 // Merges apply lowest rank first, leftmost first among equal ranks, exactly
@@ -76,48 +95,52 @@ func (m *bpe) mergeWord(word string) []int {
 		}
 	}
 	n := len(word)
-	syms := make([]symbol, n)
+	// syms holds the current symbols; rank[i] and next[i] describe the pair
+	// (syms[i], syms[i+1]). Each step merges the lowest-ranked, leftmost
+	// pair: a linear scan, which beats a heap for the short pieces that
+	// dominate text, and only the two pairs around a merge are looked up again.
+	var symBuf, rankBuf, nextBuf [48]int32
+	syms, rank, next := symBuf[:0], rankBuf[:0], nextBuf[:0]
+	if n > len(symBuf) {
+		syms, rank, next = make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+	}
 	for i := 0; i < n; i++ {
-		syms[i] = symbol{id: m.byteIDs[word[i]], prev: int32(i - 1), next: int32(i + 1), size: 1}
+		syms = append(syms, m.byteIDs[word[i]])
 	}
-	syms[n-1].next = -1
-	var q candidates
+	pair := func(i int) (int32, int32) {
+		if mg, ok := m.merges.get(syms[i], syms[i+1]); ok {
+			return mg.rank, mg.id
+		}
+		return noMerge, 0
+	}
 	for i := 0; i+1 < n; i++ {
-		if mg, ok := m.merges[[2]int32{syms[i].id, syms[i+1].id}]; ok {
-			q = append(q, candidate{int32(i), mg.rank, mg.id, syms[i].id, syms[i+1].id})
-		}
+		r, id := pair(i)
+		rank, next = append(rank, r), append(next, id)
 	}
-	heap.Init(&q)
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(candidate)
-		l := &syms[c.pos]
-		if l.size == 0 || l.next < 0 || l.id != c.left || syms[l.next].id != c.right {
-			continue // stale: one side changed since it was queued
-		}
-		r := &syms[l.next]
-		l.id = c.id
-		l.size += r.size
-		r.size = 0
-		l.next = r.next
-		if l.next >= 0 {
-			syms[l.next].prev = c.pos
-		}
-		if l.prev >= 0 {
-			p := syms[l.prev]
-			if mg, ok := m.merges[[2]int32{p.id, l.id}]; ok {
-				heap.Push(&q, candidate{l.prev, mg.rank, mg.id, p.id, l.id})
+	for len(syms) > 1 {
+		best := 0
+		for i := 1; i < len(rank); i++ {
+			if rank[i] < rank[best] {
+				best = i
 			}
 		}
-		if l.next >= 0 {
-			nx := syms[l.next]
-			if mg, ok := m.merges[[2]int32{l.id, nx.id}]; ok {
-				heap.Push(&q, candidate{c.pos, mg.rank, mg.id, l.id, nx.id})
-			}
+		if rank[best] == noMerge {
+			break
+		}
+		syms[best] = next[best]
+		syms = append(syms[:best+1], syms[best+2:]...)
+		rank = append(rank[:best], rank[best+1:]...)
+		next = append(next[:best], next[best+1:]...)
+		if best > 0 {
+			rank[best-1], next[best-1] = pair(best - 1)
+		}
+		if best < len(rank) {
+			rank[best], next[best] = pair(best)
 		}
 	}
-	var ids []int
-	for i := int32(0); i >= 0; i = syms[i].next {
-		ids = append(ids, int(syms[i].id))
+	ids := make([]int, len(syms))
+	for i, s := range syms {
+		ids[i] = int(s)
 	}
 	return ids
 }

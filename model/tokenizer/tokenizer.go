@@ -119,7 +119,7 @@ func Load(r io.Reader) (*Tokenizer, error) {
 		return nil, err
 	}
 	t := &Tokenizer{raw: raw, nfc: nfc, addedByID: map[int]*AddedToken{}, addedByContent: map[string]int{}, specialSet: map[int]bool{}}
-	m := &bpe{vocab: f.Model.Vocab, merges: map[[2]int32]merge{}, ignoreMerges: f.Model.IgnoreMerges, cache: newWordCache(DefaultCacheSize)}
+	m := &bpe{vocab: f.Model.Vocab, ignoreMerges: f.Model.IgnoreMerges, cache: newWordCache(DefaultCacheSize)}
 	maxID := -1
 	for tok, id := range m.vocab {
 		if id < 0 {
@@ -138,6 +138,7 @@ func Load(r io.Reader) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.merges = newPairTable(len(pairs))
 	for i, p := range pairs {
 		a, ok1 := m.vocab[p[0]]
 		b, ok2 := m.vocab[p[1]]
@@ -145,9 +146,7 @@ func Load(r io.Reader) (*Tokenizer, error) {
 		if !ok1 || !ok2 || !ok3 {
 			return nil, fmt.Errorf("model.merges[%d]: %q + %q: a part or the merged token is not in model.vocab", i, p[0], p[1])
 		}
-		if _, dup := m.merges[[2]int32{a, b}]; !dup {
-			m.merges[[2]int32{a, b}] = merge{rank: int32(i), id: c}
-		}
+		m.merges.put(a, b, merge{rank: int32(i), id: c})
 	}
 	t.model = m
 	for i := range f.AddedTokens {
