@@ -5,7 +5,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -97,13 +96,16 @@ func WriteSpecDoc(w io.Writer, s Spec) error {
 	}
 	fmt.Fprintf(&b, "\nInputs:  %s\nOutputs: %s\n", orNone(s.Inputs), orNone(s.Outputs))
 	if len(s.Fields) > 0 {
-		b.WriteString("\nConfig (key under stages." + s.Name + ", env var, flag):\n")
-		tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+		b.WriteString("\nConfig (stages." + s.Name + ".<key>; env var; flag --<key> with - for _):\n")
 		fields := append([]Field(nil), s.Fields...)
 		sort.SliceStable(fields, func(i, j int) bool { return fields[i].Key < fields[j].Key })
+		kw, tw := 0, 0
+		for _, f := range fields {
+			kw, tw = max(kw, len(f.Key)), max(tw, len(f.Type))
+		}
 		for _, f := range fields {
 			key := "stages." + s.Name + "." + f.Key
-			fmt.Fprintf(tw, "  %s\t%s\t%s\tdefault %s\n", f.Key, f.Type, EnvName(key), fmtValue(f.Default))
+			fmt.Fprintf(&b, "  %-*s  %-*s  default %s  (%s)\n", kw, f.Key, tw, f.Type, fmtValue(f.Default), EnvName(key))
 			desc := f.Description
 			if len(f.Enum) > 0 {
 				desc += " One of: " + strings.Join(f.Enum, ", ") + "."
@@ -114,14 +116,33 @@ func WriteSpecDoc(w io.Writer, s Spec) error {
 			if f.Required {
 				desc += " Required."
 			}
-			fmt.Fprintf(tw, "    %s\t\t\t\n", desc)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
+			for _, line := range wrap(desc, 76) {
+				b.WriteString("      " + line + "\n")
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// wrap splits text into lines of at most width bytes, at spaces.
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(text) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 func orNone(s []string) string {

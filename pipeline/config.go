@@ -222,9 +222,6 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 		val, err := coerce(info.typ, v.Get(k))
 		if err == nil && info.field != nil {
 			err = info.field.checkEnum(val)
-			if err == nil && info.field.Required && isZero(val) {
-				err = errors.New("required, not set")
-			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("config key %s (from %s): %w", k, source[k], err))
@@ -269,6 +266,20 @@ func StageConfig(stage string, values map[string]any) (*Config, error) {
 		c.source[c.prefix+f.Key] = src
 	}
 	return c, nil
+}
+
+// checkRequired checks that every Required field of spec has a value in
+// cfg (the stage's section). RunStage calls it: other commands (stages,
+// config print) work without the stage's required values.
+func (s Spec) checkRequired(cfg *Config) error {
+	var errs []error
+	for _, f := range s.Fields {
+		if f.Required && isZero(cfg.Get(f.Key)) {
+			errs = append(errs, fmt.Errorf("config key %s%s: required, not set (flag --%s or env %s)",
+				cfg.prefix, f.Key, strings.ReplaceAll(f.Key, "_", "-"), EnvName(cfg.prefix+f.Key)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func suggest(key string, known map[string]keyInfo) string {

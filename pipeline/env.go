@@ -254,6 +254,9 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 	if !ok {
 		return fmt.Errorf("no stage %q (see `evolm stages`)", name)
 	}
+	if err := spec.checkRequired(cfg.Section("stages." + name)); err != nil {
+		return fmt.Errorf("stage %s: %w", name, err)
+	}
 	st, err := spec.New(cfg.Section("stages." + name))
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)

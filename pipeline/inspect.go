@@ -49,7 +49,21 @@ func inspectFile(ctx context.Context, w io.Writer, path string, size int64, n in
 		fmt.Fprintf(tw, "  #%d\t%d rows\t%d bytes compressed\t%d uncompressed\n", i, rg.NumRows(), rg.TotalCompressedSize(), rg.TotalByteSize())
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "schema:\n%s\n", indent(r.Schema().String()))
+	if parts := PathPartitions(path); len(parts) > 0 {
+		var ps []string
+		for _, p := range parts {
+			ps = append(ps, p.String())
+		}
+		fmt.Fprintf(w, "partitions: %s (columns of these names live in the path, not the file)\n", strings.Join(ps, ", "))
+	}
+	fmt.Fprintln(w, "schema:")
+	for _, f := range r.Schema().Fields() {
+		null := ""
+		if f.Nullable {
+			null = " (nullable)"
+		}
+		fmt.Fprintf(w, "  %s: %s%s\n", f.Name, f.Type, null)
+	}
 	kv := r.Metadata()
 	keys := make([]string, 0, len(kv))
 	for k := range kv {

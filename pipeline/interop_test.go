@@ -23,10 +23,39 @@ import (
 
 // interopTable is what interop_read.py expects of one table.
 type interopTable struct {
+	Columns    [][3]any                     `json:"columns"`              // (name, pyarrow type string, nullable) in order
 	Files      map[string][]json.RawMessage `json:"files"`                // run-relative path → rows
 	Partitions map[string]map[string]int    `json:"partitions,omitempty"` // "phase/step" → rows, logprobs
 	Roles      [][]any                      `json:"roles,omitempty"`
 	WeightSum  float64                      `json:"weight_sum,omitempty"`
+}
+
+// pyType renders an Arrow type the way pyarrow prints it.
+func pyType(t *testing.T, dt arrow.DataType) string {
+	switch dt := dt.(type) {
+	case *arrow.StringType:
+		return "string"
+	case *arrow.Int32Type:
+		return "int32"
+	case *arrow.Int64Type:
+		return "int64"
+	case *arrow.Float32Type:
+		return "float"
+	case *arrow.Float64Type:
+		return "double"
+	case *arrow.BooleanType:
+		return "bool"
+	case *arrow.ListType:
+		return "list<item: " + pyType(t, dt.Elem()) + ">"
+	case *arrow.StructType:
+		var parts []string
+		for _, f := range dt.Fields() {
+			parts = append(parts, f.Name+": "+pyType(t, f.Type))
+		}
+		return "struct<" + strings.Join(parts, ", ") + ">"
+	}
+	t.Fatalf("pyType: no pyarrow name for %s", dt)
+	return ""
 }
 
 // jsonRows renders a batch as JSON rows, the way Arrow itself prints it.
@@ -58,6 +87,9 @@ func TestInteropPeersReadRun(t *testing.T) {
 		tt := expected[table]
 		if tt == nil {
 			tt = &interopTable{Files: map[string][]json.RawMessage{}}
+			for _, f := range schema.Fields() {
+				tt.Columns = append(tt.Columns, [3]any{f.Name, pyType(t, f.Type), f.Nullable})
+			}
 			expected[table] = tt
 		}
 		rec := build()

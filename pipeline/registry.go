@@ -31,7 +31,7 @@ type Field struct {
 	Enum        []string  // allowed values (TypeString only); empty: any
 	Description string    // one line; shown in --help and `evolm stages`
 	Example     any       // optional, shown in docs
-	Required    bool      // a value (not the zero value) must be given
+	Required    bool      // running the stage needs a non-empty value (string, strings)
 }
 
 // Stage is one step of the pipeline.

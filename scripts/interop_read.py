@@ -3,9 +3,12 @@
 usage: interop_read.py RUN_DIR EXPECTED_JSON
 
 EXPECTED_JSON (written by pipeline/interop_test.go) maps each table to its
-files and, per file, the rows evolm put in it (as Arrow's JSON rendering of
-the in-memory batch). The Arrow types below are written here independently of
-the Go code, from DESIGN §3 and the schemas package's documentation.
+columns as evolm declares them (name, type as pyarrow prints it, nullable),
+its files and, per file, the rows evolm put in it (as Arrow's JSON rendering
+of the in-memory batch). Every column must read back in pyarrow with the
+declared type. TYPES below is written here independently of the Go code, from
+DESIGN §3: the columns it names must also have exactly these types (columns
+added later are checked against the declaration only).
 
 Prints "ok <n> checks" and exits 0, or raises on the first mismatch.
 """
@@ -34,7 +37,7 @@ TYPES = {
         "phase": (S, False), "step": (I64, False), "text": (S, False), "prompt_tokens": (I32, False),
         "completion_tokens": (I32, False), "finish_reason": (S, False), "token_logprobs": (pa.list_(F32), False),
         "model": (S, False), "checkpoint": (S, False), "seed": (I64, False), "temperature": (F64, False),
-        "top_p": (F64, False), "top_k": (I32, False), "error": (S, True),
+        "top_p": (F64, False), "top_k": (I32, False),
     },
     "pairs": {
         "pair_id": (S, False), "prompt_id": (S, False), "step": (I64, False), "question": (S, False),
@@ -89,6 +92,15 @@ def same_type(want, got):
     return want == got
 
 
+def type_str(t):
+    """pyarrow's type string with list element names normalized to "item"."""
+    if pa.types.is_list(t):
+        return f"list<item: {type_str(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "struct<" + ", ".join(f"{t.field(i).name}: {type_str(t.field(i).type)}" for i in range(t.num_fields)) + ">"
+    return str(t)
+
+
 def same_value(want, got):
     if isinstance(want, float) or isinstance(got, float):
         if want is None or got is None:
@@ -108,7 +120,12 @@ def partitions(rel):
 
 def check_pyarrow(run, expected):
     for table, spec in expected.items():
-        want = TYPES[table]
+        declared = {name: (typ, nullable) for name, typ, nullable in spec["columns"]}
+        for name, (typ, nullable) in TYPES[table].items():
+            check(name in declared, f"{table}: evolm does not declare column {name}")
+            check(type_str(typ) == declared[name][0] and declared[name][1] == nullable,
+                  f"{table}: evolm declares {name} as {declared[name]}, DESIGN wants {typ} nullable={nullable}")
+        want = [name for name, _, _ in spec["columns"]]
         for rel, rows in spec["files"].items():
             path = run / rel
             parts = partitions(rel)
@@ -118,10 +135,15 @@ def check_pyarrow(run, expected):
             schema = pf.schema_arrow
             check(schema.names == file_cols, f"{rel}: columns {schema.names}, want {file_cols}")
             for name in file_cols:
-                typ, nullable = want[name]
                 f = schema.field(name)
-                check(same_type(typ, f.type), f"{rel}: column {name} is {f.type}, want {typ}")
-                check(f.nullable == nullable, f"{rel}: column {name} nullable={f.nullable}, want {nullable}")
+                typ, nullable = declared[name]
+                check(type_str(f.type) == typ, f"{rel}: column {name} reads as {type_str(f.type)}, evolm declared {typ}")
+                check(f.nullable == nullable, f"{rel}: column {name} nullable={f.nullable}, declared {nullable}")
+                if name in TYPES[table]:
+                    check(same_type(TYPES[table][name][0], f.type), f"{rel}: column {name} is {f.type}, DESIGN wants {TYPES[table][name][0]}")
+            for name, (typ, nullable) in TYPES[table].items():
+                if name not in parts:
+                    check(name in schema.names, f"{rel}: no column {name}")
             md = schema.metadata or {}
             check(md.get(b"evolm.table") == table.encode(), f"{rel}: schema metadata evolm.table = {md.get(b'evolm.table')}")
             check(md.get(b"evolm.schema_version") == b"1", f"{rel}: schema version {md.get(b'evolm.schema_version')}")
