@@ -1,6 +1,7 @@
 package export
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -79,7 +80,7 @@ func TableShards(run *pipeline.Run, table string) ([]Shard, error) {
 	}
 	slices.SortFunc(out, func(a, b Shard) int {
 		if a.Step != b.Step {
-			return int(a.Step - b.Step)
+			return cmp.Compare(a.Step, b.Step)
 		}
 		if a.Phase != b.Phase {
 			return strings.Compare(a.Phase, b.Phase)

@@ -1,0 +1,299 @@
+// Package export is the `evolm export` stage: it joins a run's rollouts,
+// rubrics, judgments, pairs, prompts and steps into analysis tables that
+// DuckDB, polars and pandas read as they are.
+//
+// # Contract
+//
+// Inputs: the committed shards of every table (whichever stage committed
+// them; TableShards). rollouts, rubrics, judgments and steps are required: a
+// run without one of them is an error naming the run and the table
+// (ErrMissingTable). prompts and pairs are optional: without prompts the
+// prompt column is null; without pairs no pair rows are written.
+//
+// Outputs, one shard per step (so the join holds one step in memory, never
+// the run), each sorted and written through the pipeline's shard writer
+// (zstd, statistics, schema and provenance in the metadata). The shards are
+// named part-<step>.parquet, not put in Hive partition directories: every
+// file keeps its step and phase columns with their types (a step=000012
+// directory reads as a string in DuckDB), so a plain
+// read_parquet('runs/<run>/export_responses/*.parquet') is analysis-ready.
+//
+//   - export_responses/part-<step>.parquet: one row
+//     per policy response and judgment (a response judged twice has two
+//     rows; one never judged has one, with null score): the prompt, the
+//     response, its rubric (criteria, R_format), the judge's score and
+//     per-criterion scores, and the step's reward and KL. Sorted by
+//     prompt_id, sample_idx, judgment_id.
+//   - export_pairs/part-<step>.parquet: one row per
+//     (pair, candidate rubric): the pair (strategy, question, a+, a−, their
+//     steps), the rubric, the judge's scores of a+ and a− under it and the
+//     margin s(a+) − s(a−) (null when either is missing). A pair with no
+//     rubric has one row with null rubric columns. Sorted by pair_id,
+//     rubric_sample_idx.
+//   - export_steps/part-00000.parquet: the steps table, sorted by step and
+//     phase.
+//
+// Filters: steps ("10-20,25": ranges and single steps, inclusive) and phase
+// ("policy" writes responses, "rubric" pairs; empty: both). The steps table
+// is filtered by both.
+//
+// Joins: judgments.response_id = rollouts.rollout_id (responses) or
+// "<pair_id>/chosen" | "<pair_id>/rejected" (pairs); judgments.rubric_id =
+// rubrics.rubric_id; rubrics.item_id = pairs.pair_id for candidate rubrics;
+// steps by (step, phase). Rows of a table are matched within the same step.
+package export
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+)
+
+// Name is the stage's registered name.
+const Name = "export"
+
+// Output tables.
+const (
+	ResponsesTable = "export_responses"
+	PairsTable     = "export_pairs"
+	StepsTable     = "export_steps"
+)
+
+// Config keys of stages.export.
+const (
+	KeySteps = "steps"
+	KeyPhase = "phase"
+)
+
+func init() {
+	pipeline.Register(pipeline.Spec{
+		Name:    Name,
+		Summary: "join rollouts, rubrics, judgments, pairs and steps into analysis tables (one row per response, per pair)",
+		Description: `Writes export_responses (one row per policy response and judgment: prompt,
+response, rubric, score, step metrics), export_pairs (one row per pair and
+candidate rubric: strategy, both scores and the margin) and export_steps, one
+sorted zstd shard per step (part-<step>.parquet), streamed step by step. Every
+file carries its step and phase columns, so DuckDB
+(read_parquet('runs/<run>/export_responses/*.parquet')), polars and pandas read
+them as they are.`,
+		Inputs:  []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Steps.Name, schemas.Pairs.Name, schemas.Prompts.Name},
+		Outputs: []string{ResponsesTable, PairsTable, StepsTable},
+		Fields: []pipeline.Field{
+			{Key: KeySteps, Type: pipeline.TypeString, Default: "",
+				Description: "steps to export: comma-separated steps and inclusive ranges; empty: all", Example: "10-20,25"},
+			{Key: KeyPhase, Type: pipeline.TypeString, Default: "", Enum: []string{"", schemas.PhasePolicy, schemas.PhaseRubric},
+				Description: "phase to export: policy (responses) or rubric (pairs); empty: both"},
+		},
+		New: func(cfg *pipeline.Config) (pipeline.Stage, error) { return newExportFromConfig(cfg) },
+	})
+}
+
+// Stage is the export stage.
+type Stage struct {
+	Steps StepSet
+	Phase string
+}
+
+func newExportFromConfig(cfg *pipeline.Config) (*Stage, error) {
+	steps, err := ParseSteps(cfg.String(KeySteps))
+	if err != nil {
+		return nil, cfg.Errorf(KeySteps, "%v", err)
+	}
+	return &Stage{Steps: steps, Phase: cfg.String(KeyPhase)}, nil
+}
+
+// StepSet is a set of steps given as inclusive ranges; the zero value holds
+// every step.
+type StepSet struct{ ranges [][2]int64 }
+
+// ParseSteps parses "10-20,25" (spaces allowed); "" is every step.
+func ParseSteps(s string) (StepSet, error) {
+	var set StepSet
+	if strings.TrimSpace(s) == "" {
+		return set, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseInt(strings.TrimSpace(lo), 10, 64)
+		if err != nil || a < 0 {
+			return StepSet{}, fmt.Errorf("step %q in %q: want N or N-M with N, M ≥ 0", part, s)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseInt(strings.TrimSpace(hi), 10, 64); err != nil || b < a {
+				return StepSet{}, fmt.Errorf("range %q in %q: want N-M with 0 ≤ N ≤ M", part, s)
+			}
+		}
+		set.ranges = append(set.ranges, [2]int64{a, b})
+	}
+	return set, nil
+}
+
+// Has reports whether step is in the set.
+func (s StepSet) Has(step int64) bool {
+	if len(s.ranges) == 0 {
+		return true
+	}
+	for _, r := range s.ranges {
+		if step >= r[0] && step <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// Run writes the export tables.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
+	req := map[string][]Shard{}
+	for _, t := range []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Steps.Name} {
+		sh, err := TableShards(env.Run, t)
+		if err != nil {
+			return err
+		}
+		req[t] = sh
+	}
+	opt := map[string][]Shard{}
+	for _, t := range []string{schemas.Pairs.Name, schemas.Prompts.Name} {
+		sh, err := TableShards(env.Run, t)
+		if err != nil && !errors.Is(err, ErrMissingTable) {
+			return err
+		}
+		opt[t] = sh
+	}
+	steps, err := readAll(ctx, env, schemas.Steps, req[schemas.Steps.Name])
+	if err != nil {
+		return err
+	}
+	stepByKey := map[stepKey]*schemas.StepMetrics{}
+	var keptSteps []schemas.StepMetrics
+	for i := range steps {
+		st := &steps[i]
+		stepByKey[stepKey{st.Phase, st.Step}] = st
+		if s.Steps.Has(st.Step) && (s.Phase == "" || s.Phase == st.Phase) {
+			keptSteps = append(keptSteps, *st)
+		}
+	}
+	slices.SortFunc(keptSteps, func(a, b schemas.StepMetrics) int {
+		return cmp.Or(cmp.Compare(a.Step, b.Step), cmp.Compare(a.Phase, b.Phase))
+	})
+	j := &joiner{env: env, steps: stepByKey, prompts: opt[schemas.Prompts.Name]}
+
+	var tasks []pipeline.Task
+	byStep := func(shards []Shard, phase string) map[int64][]Shard {
+		m := map[int64][]Shard{}
+		for _, sh := range shards {
+			if sh.Step < 0 {
+				continue
+			}
+			if (phase == "" || sh.Phase == "" || sh.Phase == phase) && s.Steps.Has(sh.Step) {
+				m[sh.Step] = append(m[sh.Step], sh)
+			}
+		}
+		return m
+	}
+	for _, sh := range append(append(append([]Shard{}, req[schemas.Rollouts.Name]...), req[schemas.Rubrics.Name]...), req[schemas.Judgments.Name]...) {
+		if sh.Step < 0 {
+			return fmt.Errorf("run %s: shard %s has no step=… partition; export joins step by step", env.Run.Dir, sh.Rel)
+		}
+	}
+	if s.Phase != schemas.PhaseRubric {
+		rolls := byStep(req[schemas.Rollouts.Name], schemas.PhasePolicy)
+		rubs := byStep(req[schemas.Rubrics.Name], schemas.PhasePolicy)
+		judg := byStep(req[schemas.Judgments.Name], schemas.PhasePolicy)
+		for _, step := range slices.Sorted(mapKeys(rolls)) {
+			in := inputs(rolls[step], rubs[step], judg[step])
+			tasks = append(tasks, pipeline.Task{
+				Output: pipeline.ShardPath(ResponsesTable, int(step)),
+				Schema: ResponsesSchema, Inputs: in,
+				Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+					return j.responses(ctx, w, step, rolls[step], rubs[step], judg[step])
+				},
+			})
+		}
+	}
+	if s.Phase != schemas.PhasePolicy {
+		prs := byStep(opt[schemas.Pairs.Name], schemas.PhaseRubric)
+		rubs := byStep(req[schemas.Rubrics.Name], schemas.PhaseRubric)
+		judg := byStep(req[schemas.Judgments.Name], schemas.PhaseRubric)
+		for _, step := range slices.Sorted(mapKeys(prs)) {
+			in := inputs(prs[step], rubs[step], judg[step])
+			tasks = append(tasks, pipeline.Task{
+				Output: pipeline.ShardPath(PairsTable, int(step)),
+				Schema: PairsSchema, Inputs: in,
+				Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+					return j.pairs(ctx, w, step, prs[step], rubs[step], judg[step])
+				},
+			})
+		}
+	}
+	tasks = append(tasks, pipeline.Task{
+		Output: pipeline.ShardPath(StepsTable, 0), Schema: schemas.Steps.Schema(),
+		Inputs: inputs(req[schemas.Steps.Name]), Rows: int64(len(keptSteps)),
+		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+			rec := schemas.Steps.Build(env.Mem, keptSteps)
+			defer rec.Release()
+			return w.Write(rec)
+		},
+	})
+	return env.MapShards(ctx, tasks)
+}
+
+type stepKey struct {
+	phase string
+	step  int64
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func inputs(groups ...[]Shard) []string {
+	var out []string
+	for _, g := range groups {
+		for _, sh := range g {
+			out = append(out, sh.Path)
+		}
+	}
+	return out
+}
+
+// readAll reads every row of table t in shards (one step's worth, or a small
+// table).
+func readAll[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards []Shard) ([]T, error) {
+	var out []T
+	for _, sh := range shards {
+		for rec, err := range pipeline.ReadShard(ctx, sh.Path, env.ReadOptions(t.Schema())) {
+			if err != nil {
+				return nil, err
+			}
+			rows, err := t.Read(rec)
+			if err != nil {
+				return nil, fmt.Errorf("shard %s: %w", sh.Path, err)
+			}
+			out = append(out, rows...)
+		}
+	}
+	return out, nil
+}
+
+// promptTextSchema projects the prompts table onto the join key and text.
+var promptTextSchema = arrow.NewSchema([]arrow.Field{
+	{Name: "prompt_id", Type: arrow.BinaryTypes.String},
+	{Name: "prompt", Type: arrow.BinaryTypes.String},
+}, nil)
