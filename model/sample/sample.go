@@ -31,6 +31,9 @@ import (
 	"math"
 
 	"github.com/evolm/evolm/model/torch"
+	// Only for gts.None, the undefined tensor searchsorted's optional sorter
+	// needs; model/torch has no wrapper for it.
+	gts "github.com/sugarme/gotch/ts"
 )
 
 // Row is one row of a batch: its params and, unless it is greedy, its RNG.
@@ -110,10 +113,15 @@ func dist(s *torch.Scope, x *torch.Tensor, ps []Params, k kind, vocab int64) (pr
 		return nil, nil
 	}
 	temps := make([]float32, g)
+	unit := true
 	for i, p := range ps {
 		temps[i] = float32(p.Temperature)
+		unit = unit && p.Temperature == 1
 	}
-	z := s.Div(x, s.To(s.FromFloat32(temps, g, 1), dev, torch.Float32)) // (G, V)
+	z := x
+	if !unit {
+		z = s.Div(x, s.To(s.FromFloat32(temps, g, 1), dev, torch.Float32)) // (G, V)
+	}
 	switch k {
 	case kindPlain:
 		return s.Softmax(z, -1, torch.NoDType), nil
@@ -161,15 +169,24 @@ func Sample(s *torch.Scope, logits *torch.Tensor, rows []Row) (Result, error) {
 	}
 	c := s.Child()
 	defer c.Close()
-	x := c.Float32(logits)                    // (B, V)
-	lsm := c.LogSoftmax(x, -1, torch.NoDType) // (B, V) raw log-probs
-	tokens := c.Argmax(x, -1, false)          // (B) greedy choice; sampled rows overwritten below
+	x := logits // (B, V)
+	if x.DType() != torch.Float32 {
+		x = c.Float32(logits)
+	}
+	lse := c.Logsumexp(x, []int64{1}, true) // (B, 1): raw log-prob = x − lse
 	dev, err := torch.DeviceOf(logits)
 	if err != nil {
 		return Result{}, fmt.Errorf("sample: %w", err)
 	}
+	gs := groups(rows, vocab)
+	var tokens *torch.Tensor // (B)
+	if len(gs[kindGreedy]) > 0 {
+		tokens = c.Argmax(x, -1, false) // sampled rows are overwritten below
+	} else {
+		tokens = c.Zeros([]int64{b}, torch.Int64, dev)
+	}
 	for _, k := range []kind{kindPlain, kindSorted, kindTopK} {
-		idx := groups(rows, vocab)[k]
+		idx := gs[k]
 		if len(idx) == 0 {
 			continue
 		}
@@ -182,25 +199,37 @@ func Sample(s *torch.Scope, logits *torch.Tensor, rows []Row) (Result, error) {
 			// chosen token always has positive mass.
 			us[i] = float32(1 - rows[r].RNG.Float64())
 		}
-		ix := c.To(c.FromInt64(idx, g), dev, torch.Int64)
-		probs, order := dist(c, c.IndexSelect(x, 0, ix), ps, k, vocab) // (G, K)
-		cum := c.Cumsum(probs, -1)                                     // (G, K)
+		whole := g == b // every row is of this kind (idx is 0…B−1 in order)
+		var ix, sub *torch.Tensor
+		if whole {
+			sub = x
+		} else {
+			ix = c.To(c.FromInt64(idx, g), dev, torch.Int64)
+			sub = c.IndexSelect(x, 0, ix)
+		}
+		probs, order := dist(c, sub, ps, k, vocab) // (G, K)
+		cum := c.Cumsum(probs, -1)                 // (G, K)
 		kk, err := torch.Shape(probs)
 		if err != nil {
 			return Result{}, fmt.Errorf("sample: %w", err)
 		}
 		total := c.Narrow(cum, 1, kk[1]-1, 1)                                  // (G, 1)
 		thr := c.Mul(total, c.To(c.FromFloat32(us, g, 1), dev, torch.Float32)) // (G, 1)
-		below := c.Track(cum.LtTensor(thr, false))                             // (G, K)
-		pos := c.ClampMax(c.SumDim(c.ToDType(below, torch.Int64), []int64{1}, true), float64(kk[1]-1))
-		pos = c.ToDType(pos, torch.Int64) // (G, 1)
+		// The first column whose cumulative mass reaches thr: a binary search
+		// per row (counting cum < thr instead costs a pass over (G, K)).
+		pos := c.Track(thr.Searchsorted(cum, false, false, "left", gts.None, false)) // (G, 1)
+		pos = c.ToDType(c.ClampMax(pos, float64(kk[1]-1)), torch.Int64)              // (G, 1)
 		tok := pos
 		if order != nil {
 			tok = c.Gather(order, 1, pos) // (G, 1)
 		}
-		tokens = c.Track(tokens.IndexCopy(0, ix, c.Reshape(tok, g), false))
+		if whole {
+			tokens = c.Reshape(tok, g)
+		} else {
+			tokens = c.Track(tokens.IndexCopy(0, ix, c.Reshape(tok, g), false))
+		}
 	}
-	lp := c.Gather(lsm, 1, c.Unsqueeze(tokens, 1)) // (B, 1)
+	lp := c.Sub(c.Gather(x, 1, c.Unsqueeze(tokens, 1)), lse) // (B, 1)
 	if err := c.Err(); err != nil {
 		return Result{}, fmt.Errorf("sample: %w", err)
 	}
