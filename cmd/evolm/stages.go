@@ -3,5 +3,7 @@ package main
 // Stage packages register themselves with the pipeline in init(); importing
 // them here is what makes `evolm <stage>` exist. Add one line per stage.
 import (
+	_ "github.com/evolm/evolm/stages/analyze"
 	_ "github.com/evolm/evolm/stages/dedup"
+	_ "github.com/evolm/evolm/stages/export"
 )
