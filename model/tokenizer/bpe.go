@@ -94,6 +94,14 @@ func (m *bpe) mergeWord(word string) []int {
 			return []int{int(id)}
 		}
 	}
+	if len(word) > longPiece {
+		return m.mergeLong(word)
+	}
+	return m.mergeShort(word)
+}
+
+// mergeShort is mergeWord for short pieces.
+func (m *bpe) mergeShort(word string) []int {
 	n := len(word)
 	// syms holds the current symbols; rank[i] and next[i] describe the pair
 	// (syms[i], syms[i+1]). Each step merges the lowest-ranked, leftmost
@@ -141,6 +149,114 @@ func (m *bpe) mergeWord(word string) []int {
 	ids := make([]int, len(syms))
 	for i, s := range syms {
 		ids[i] = int(s)
+	}
+	return ids
+}
+
+// longPiece is the piece length (bytes) above which mergeLong's heap, with
+// O(n log n) work instead of the linear scan's O(n²), takes over: a 100 kB run
+// of one letter is a single piece.
+const longPiece = 128
+
+// candidate is a queued merge of the pair starting at symbol pos.
+type candidate struct {
+	pos, rank, id int32
+	left, right   int32 // the pair as queued, to detect stale entries
+}
+
+func (c candidate) less(d candidate) bool {
+	return c.rank < d.rank || c.rank == d.rank && c.pos < d.pos
+}
+
+// candHeap is a binary min-heap of candidates (typed, so no boxing).
+type candHeap []candidate
+
+func (h *candHeap) push(c candidate) {
+	*h = append(*h, c)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q[i].less(q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *candHeap) pop() candidate {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < len(q) && q[l].less(q[small]) {
+			small = l
+		}
+		if r := l + 1; r < len(q) && q[r].less(q[small]) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
+}
+
+// mergeLong is mergeWord for long pieces: symbols in a linked list and
+// candidate merges in a heap ordered by (rank, position), as HF does.
+func (m *bpe) mergeLong(word string) []int {
+	type symbol struct {
+		id         int32
+		prev, next int32 // -1 at the ends
+		alive      bool
+	}
+	n := len(word)
+	syms := make([]symbol, n)
+	for i := range syms {
+		syms[i] = symbol{id: m.byteIDs[word[i]], prev: int32(i - 1), next: int32(i + 1), alive: true}
+	}
+	syms[n-1].next = -1
+	var q candHeap
+	queue := func(pos int32) {
+		l := syms[pos]
+		if l.next < 0 {
+			return
+		}
+		r := syms[l.next]
+		if mg, ok := m.merges.get(l.id, r.id); ok {
+			q.push(candidate{pos, mg.rank, mg.id, l.id, r.id})
+		}
+	}
+	for i := int32(0); i+1 < int32(n); i++ {
+		queue(i)
+	}
+	for len(q) > 0 {
+		c := q.pop()
+		l := &syms[c.pos]
+		if !l.alive || l.next < 0 || l.id != c.left || syms[l.next].id != c.right {
+			continue // stale: a side changed since it was queued
+		}
+		r := &syms[l.next]
+		l.id = c.id
+		r.alive = false
+		l.next = r.next
+		if l.next >= 0 {
+			syms[l.next].prev = c.pos
+		}
+		if l.prev >= 0 {
+			queue(l.prev)
+		}
+		queue(c.pos)
+	}
+	var ids []int
+	for i := int32(0); i >= 0; i = syms[i].next {
+		ids = append(ids, int(syms[i].id))
 	}
 	return ids
 }

@@ -49,6 +49,7 @@ var corpus = []string{
 	strings.Repeat(" ", 50) + "x" + strings.Repeat("\n", 10) + strings.Repeat("\t", 7),
 	strings.Repeat("a", 300),
 	strings.Repeat("ab", 200),
+	strings.Repeat("a", 20000) + strings.Repeat(" ", 5000) + "x" + strings.Repeat("!", 3000),
 	strings.Repeat("\u0301", 40) + "e" + strings.Repeat("\u0316\u0301", 20),
 }
 

@@ -329,17 +329,18 @@ func (t *Tokenizer) EncodeBatch(texts []string) [][]int {
 
 // Decode turns ids back into text. With skipSpecial, added tokens marked
 // special are dropped. Byte sequences that are not valid UTF-8 (a character
-// cut between ids) become U+FFFD as in HF. An id outside the vocabulary is
-// an error.
+// cut between ids) become U+FFFD as in HF. An id outside the vocabulary
+// (models pad their embedding past the tokenizer, and a random or badly
+// trained model can sample such ids) is skipped, as HF tokenizers does.
 func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 	var b []byte
-	for i, id := range ids {
+	for _, id := range ids {
 		if skipSpecial && t.specialSet[id] {
 			continue
 		}
 		tok, ok := t.IDToToken(id)
 		if !ok {
-			return "", fmt.Errorf("decode: ids[%d] = %d is not in the vocabulary", i, id)
+			continue
 		}
 		b = tokenBytes(b, tok)
 	}
@@ -350,13 +351,13 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 // streaming detokenizers that must wait for a character to complete.
 func (t *Tokenizer) DecodeBytes(ids []int, skipSpecial bool) ([]byte, error) {
 	var b []byte
-	for i, id := range ids {
+	for _, id := range ids {
 		if skipSpecial && t.specialSet[id] {
 			continue
 		}
 		tok, ok := t.IDToToken(id)
 		if !ok {
-			return nil, fmt.Errorf("decode: ids[%d] = %d is not in the vocabulary", i, id)
+			continue
 		}
 		b = tokenBytes(b, tok)
 	}
