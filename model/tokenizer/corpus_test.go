@@ -51,6 +51,7 @@ var corpus = []string{
 	strings.Repeat("ab", 200),
 	strings.Repeat("a", 20000) + strings.Repeat(" ", 5000) + "x" + strings.Repeat("!", 3000),
 	strings.Repeat("\u0301", 40) + "e" + strings.Repeat("\u0316\u0301", 20),
+	"o" + strings.Repeat("\u0301\u0323\u0345\u0334\u05b0", 2000),
 }
 
 // atoms the fuzzer draws from, by kind.

@@ -168,10 +168,25 @@ func nfcSlow(s string) string {
 		for j < len(rs) && cc[j] != 0 {
 			j++
 		}
-		for a := i + 1; a < j; a++ { // insertion sort: stable
-			for b := a; b > i && cc[b-1] > cc[b]; b-- {
-				cc[b-1], cc[b] = cc[b], cc[b-1]
-				rs[b-1], rs[b] = rs[b], rs[b-1]
+		if j-i <= 32 {
+			for a := i + 1; a < j; a++ { // insertion sort: stable
+				for b := a; b > i && cc[b-1] > cc[b]; b-- {
+					cc[b-1], cc[b] = cc[b], cc[b-1]
+					rs[b-1], rs[b] = rs[b], rs[b-1]
+				}
+			}
+		} else { // long runs (adversarial input): O(n log n)
+			type mark struct {
+				r rune
+				c uint8
+			}
+			run := make([]mark, j-i)
+			for k := range run {
+				run[k] = mark{rs[i+k], cc[i+k]}
+			}
+			slices.SortStableFunc(run, func(a, b mark) int { return int(a.c) - int(b.c) })
+			for k, mk := range run {
+				rs[i+k], cc[i+k] = mk.r, mk.c
 			}
 		}
 		i = j
