@@ -254,7 +254,8 @@ const (
 )
 
 // Analyze runs passes 1 and 2 over files (Tulu-layout Parquet or JSONL, read
-// in order) using workDir for spill files, which it removes when done.
+// in order; each must hold rows and pass the loader's checks) using workDir
+// for spill files, which it removes when done.
 //
 // Pass 1 streams the prompts once. Workers normalize each prompt, hash it,
 // cut it into word shingles and compute its MinHash signature; a single
@@ -318,15 +319,13 @@ func Analyze(ctx context.Context, files []string, workDir string, p Params) (*Re
 // --- spill files -------------------------------------------------------------
 
 type spill struct {
-	dir              string
-	parts            int
-	exact, band      []*os.File
-	exactW, bandW    []*bufio.Writer
-	shData, shIdx    *os.File
-	shDataW, shIdxW  *bufio.Writer
-	shOff            uint64
-	shDataR, shIdxR  *os.File
-	closedForWriting bool
+	dir             string
+	parts           int
+	exact, band     []*os.File
+	exactW, bandW   []*bufio.Writer
+	shData, shIdx   *os.File
+	shDataW, shIdxW *bufio.Writer
+	shOff           uint64
 }
 
 func newSpill(dir string, parts int) (*spill, error) {
@@ -382,7 +381,6 @@ func (sp *spill) finishWrites() error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("dedup spill: %w", err)
 	}
-	sp.closedForWriting = true
 	return nil
 }
 
