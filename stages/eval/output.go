@@ -1,0 +1,131 @@
+package eval
+
+import (
+	"context"
+	"math"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+)
+
+// Output tables.
+const (
+	ResultsTable = "eval_results" // one row per (benchmark, subset) and the overall rows
+	ItemsTable   = "eval_items"   // one row per scored item
+)
+
+func meta(name string) *arrow.Metadata {
+	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{name, "1"})
+	return &md
+}
+
+// ResultsSchema is the schema of eval_results. Scores are fractions in
+// [0, 1] (Ties can be slightly outside: its margin term is in (−1, 1)); null
+// where undefined.
+var ResultsSchema = arrow.NewSchema([]arrow.Field{
+	{Name: "benchmark", Type: arrow.BinaryTypes.String},
+	{Name: "subset", Type: arrow.BinaryTypes.String},
+	{Name: "metric", Type: arrow.BinaryTypes.String},
+	{Name: "n", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "score", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+	{Name: "ci_low", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+	{Name: "ci_high", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+	{Name: "ci_level", Type: arrow.PrimitiveTypes.Float64},
+	{Name: "bootstrap_samples", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "bootstrap_seed", Type: arrow.PrimitiveTypes.Int64},
+}, meta(ResultsTable))
+
+// ItemsSchema is the schema of eval_items.
+var ItemsSchema = arrow.NewSchema([]arrow.Field{
+	{Name: "benchmark", Type: arrow.BinaryTypes.String},
+	{Name: "item_id", Type: arrow.BinaryTypes.String},
+	{Name: "subset", Type: arrow.BinaryTypes.String},
+	{Name: "num_correct", Type: arrow.PrimitiveTypes.Int32},
+	{Name: "scores", Type: arrow.ListOf(arrow.PrimitiveTypes.Float64)}, // NaN where missing
+	{Name: "decision_original", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "decision_swapped", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "result", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+}, meta(ItemsTable))
+
+func appendOpt(b *array.Float64Builder, v float64) {
+	if math.IsNaN(v) {
+		b.AppendNull()
+	} else {
+		b.Append(v)
+	}
+}
+
+// BuildResults turns a report's scores into a batch (the caller releases it).
+func BuildResults(mem memory.Allocator, r Report) arrow.RecordBatch {
+	b := array.NewRecordBuilder(mem, ResultsSchema)
+	defer b.Release()
+	for _, s := range r.Scores {
+		b.Field(0).(*array.StringBuilder).Append(s.Benchmark)
+		b.Field(1).(*array.StringBuilder).Append(s.Subset)
+		b.Field(2).(*array.StringBuilder).Append(s.Metric)
+		b.Field(3).(*array.Int64Builder).Append(int64(s.N))
+		appendOpt(b.Field(4).(*array.Float64Builder), s.Score)
+		appendOpt(b.Field(5).(*array.Float64Builder), s.CILow)
+		appendOpt(b.Field(6).(*array.Float64Builder), s.CIHigh)
+		b.Field(7).(*array.Float64Builder).Append(r.Bootstrap.Level)
+		b.Field(8).(*array.Int64Builder).Append(int64(r.Bootstrap.Samples))
+		b.Field(9).(*array.Int64Builder).Append(int64(r.Bootstrap.Seed))
+	}
+	return b.NewRecordBatch()
+}
+
+// BuildItems turns a report's items into a batch (the caller releases it).
+func BuildItems(mem memory.Allocator, r Report) arrow.RecordBatch {
+	b := array.NewRecordBuilder(mem, ItemsSchema)
+	defer b.Release()
+	for _, it := range r.Items {
+		b.Field(0).(*array.StringBuilder).Append(it.Benchmark)
+		b.Field(1).(*array.StringBuilder).Append(it.ItemID)
+		b.Field(2).(*array.StringBuilder).Append(it.Subset)
+		b.Field(3).(*array.Int32Builder).Append(int32(it.NumCorrect))
+		lb := b.Field(4).(*array.ListBuilder)
+		lb.Append(true)
+		lb.ValueBuilder().(*array.Float64Builder).AppendValues(it.Scores, nil)
+		for k, d := range []Decision{it.Original, it.Swapped} {
+			sb := b.Field(5 + k).(*array.StringBuilder)
+			if it.Benchmark == BenchJudgeBench {
+				sb.Append(string(d))
+			} else {
+				sb.AppendNull()
+			}
+		}
+		appendOpt(b.Field(7).(*array.Float64Builder), it.Result)
+	}
+	return b.NewRecordBatch()
+}
+
+// benchIndex numbers the shards of each benchmark: eval_results/part-0000i.
+var benchIndex = map[string]int{BenchRewardBench2: 0, BenchJudgeBench: 1, BenchPairwise: 2}
+
+// WriteReports writes each report as eval_results/part-<b>.parquet and
+// eval_items/part-<b>.parquet (b: 0 RewardBench-2, 1 JudgeBench, 2 pairwise)
+// through env.MapShards; inputs are the benchmark files, for provenance.
+func WriteReports(ctx context.Context, env *pipeline.Env, inputs []string, reports ...Report) error {
+	var tasks []pipeline.Task
+	for _, r := range reports {
+		i := benchIndex[r.Benchmark]
+		tasks = append(tasks,
+			pipeline.Task{Output: pipeline.ShardPath(ResultsTable, i), Schema: ResultsSchema, Inputs: inputs, Rows: int64(len(r.Scores)),
+				Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+					rec := BuildResults(env.Mem, r)
+					defer rec.Release()
+					return w.Write(rec)
+				}},
+			pipeline.Task{Output: pipeline.ShardPath(ItemsTable, i), Schema: ItemsSchema, Inputs: inputs, Rows: int64(len(r.Items)),
+				Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+					rec := BuildItems(env.Mem, r)
+					defer rec.Release()
+					return w.Write(rec)
+				}})
+	}
+	return env.MapShards(ctx, tasks)
+}
