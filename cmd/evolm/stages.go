@@ -5,5 +5,6 @@ package main
 import (
 	_ "github.com/evolm/evolm/stages/analyze"
 	_ "github.com/evolm/evolm/stages/dedup"
+	_ "github.com/evolm/evolm/stages/eval"
 	_ "github.com/evolm/evolm/stages/export"
 )
