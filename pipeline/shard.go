@@ -205,6 +205,11 @@ func (w *ShardWriter) Write(rec arrow.RecordBatch) error {
 		}
 		rec = array.NewRecordBatch(w.stored, cols, rec.NumRows())
 		defer rec.Release()
+	} else if !rec.Schema().Equal(w.stored) {
+		// Batches read from Parquet carry field metadata and "element" list
+		// names; pqarrow wants the writer's schema exactly.
+		rec = array.NewRecordBatch(w.stored, rec.Columns(), rec.NumRows())
+		defer rec.Release()
 	}
 	if err := w.fw.WriteBuffered(rec); err != nil {
 		return fmt.Errorf("shard %s: write at row %d: %w", w.path, w.rows, err)

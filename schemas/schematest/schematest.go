@@ -162,3 +162,53 @@ func DedupReport(n int) []schemas.DedupCluster {
 	}
 	return out
 }
+
+var words = []string{"the", "model", "answer", "is", "because", "we", "compute", "first", "then", "so",
+	"rubric", "criterion", "weight", "score", "response", "question", "therefore", "x", "=", "42",
+	"step", "policy", "reward", "and", "of", "to", "in", "a", "that", "this"}
+
+// BenchRollouts returns rows [start, start+n) of a deterministic
+// rollouts-like table with realistic sizes: completions of 16–96 words with
+// one token id and log-prob per word, 8 samples per prompt, 64 prompts per step. Row i is
+// the same whatever the range, so a table can be generated in chunks.
+func BenchRollouts(start, n int) []schemas.Rollout {
+	out := make([]schemas.Rollout, n)
+	for k := range out {
+		i := start + k
+		h := uint64(i)*0x9e3779b97f4a7c15 + 1
+		next := func() uint64 { h ^= h << 13; h ^= h >> 7; h ^= h << 17; return h }
+		nw := 16 + int(next()%81)
+		var b []byte
+		lp := make([]float32, nw)
+		ids := make([]int64, nw)
+		for j := range nw {
+			ids[j] = int64(next() % 151936)
+			if j > 0 {
+				b = append(b, ' ')
+			}
+			b = append(b, words[next()%uint64(len(words))]...)
+			lp[j] = -float32(next()%4096) / 512
+		}
+		out[k] = schemas.Rollout{
+			RolloutID:        fmt.Sprintf("r%09d", i),
+			PromptID:         fmt.Sprintf("%032x", uint64(i/8)*0x9e3779b97f4a7c15),
+			SampleIdx:        int32(i % 8),
+			Role:             schemas.RolePolicy,
+			Phase:            schemas.PhasePolicy,
+			Step:             int64(i / 512),
+			Text:             string(b),
+			PromptTokens:     int32(40 + next()%400),
+			CompletionTokens: int32(nw),
+			FinishReason:     []string{"stop", "stop", "stop", "length"}[next()%4],
+			TokenLogprobs:    lp,
+			TokenIDs:         ids,
+			Model:            "Qwen/Qwen3-8B",
+			Checkpoint:       fmt.Sprintf("step-%06d", (i/512)/25*25),
+			Seed:             int64(i),
+			Temperature:      1.0,
+			TopP:             1.0,
+			TopK:             0,
+		}
+	}
+	return out
+}
