@@ -10,7 +10,9 @@ One invocation:
      14 bands x 8 hashes, seed 1, numbers not normalized;
   3. runs `evolm dedup` with the same parameters and no Jaccard verification
      (datatrove has none), then again with its default verification;
-  4. prints throughput (rows/s, wall clock, each side), the ratio, peak RSS,
+  4. prints throughput (rows/s, wall clock, each side), the ratio, peak RSS
+     (of `evolm dedup`, whose binary links libtorch, and of the same stage in
+     bench/dedup/dedupcmd, which does not),
      and cluster agreement with datatrove: precision/recall of our removed
      rows against datatrove's, pairwise same-cluster precision/recall, and
      both against the planted ground truth.
@@ -263,7 +265,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     env = go_env()
     bin_dir = os.path.join(work, "bin")
-    for name, pkg in [("evolm", "./cmd/evolm"), ("gencorpus", "./bench/dedup/gencorpus")]:
+    for name, pkg in [("evolm", "./cmd/evolm"), ("gencorpus", "./bench/dedup/gencorpus"), ("dedupcmd", "./bench/dedup/dedupcmd")]:
         subprocess.run(["go", "build", "-o", os.path.join(bin_dir, name), pkg], cwd=ROOT, env=env, check=True)
 
     corpus = os.path.join(work, "corpus")
@@ -312,6 +314,14 @@ def main():
         print(f"{label}: {wall:.1f}s, {args.n / wall:,.0f} rows/s, peak RSS {rss:.0f} MB "
               f"({rss - base_rss:.0f} MB above the binary's baseline), removed {len(removed)}", flush=True)  # fmt: skip
 
+    # The same stage without libtorch linked: its own peak RSS.
+    wall, rss = run_measured(
+        [os.path.join(bin_dir, "dedupcmd"), "-run-dir", os.path.join(work, "ours_stage"), "input=" + corpus,
+         "verify=false", "messages=false"], env)  # fmt: skip
+    results["ours"]["stage_only_peak_rss_mb"] = rss
+    results["ours"]["stage_only_wall_s"] = wall
+    print(f"ours (stage only, no libtorch linked): {wall:.1f}s, peak RSS {rss:.0f} MB", flush=True)
+
     dt_work = os.path.join(work, "datatrove")
     shutil.rmtree(dt_work, ignore_errors=True)
     wall, rss = run_measured([sys.executable, os.path.abspath(__file__), "--datatrove-run", corpus, dt_work, str(args.workers)])
@@ -327,7 +337,8 @@ def main():
     print()
     print(f"{'':28s}{'ours (LSH)':>14s}{'ours (+Jaccard)':>17s}{'datatrove':>12s}")
     for key, fmt in [("rows_per_s", "{:,.0f}"), ("wall_s", "{:.1f}"), ("peak_rss_mb", "{:.0f}"),
-                     ("peak_rss_above_baseline_mb", "{:.0f}"), ("removed", "{}")]:  # fmt: skip
+                     ("peak_rss_above_baseline_mb", "{:.0f}"), ("stage_only_peak_rss_mb", "{:.0f}"),
+                     ("removed", "{}")]:  # fmt: skip
         vals = [fmt.format(results[k][key]) if key in results[k] else "-" for k in ("ours", "ours_verified", "datatrove")]
         print(f"{key:28s}{vals[0]:>14s}{vals[1]:>17s}{vals[2]:>12s}")
     for label in ("ours", "ours_verified"):
