@@ -25,13 +25,13 @@ const (
 
 // Field describes one config field of a stage, under stages.<stage>.<Key>.
 type Field struct {
-	Key         string    // snake_case, e.g. "threshold"; also the flag name with _ → -
-	Type        FieldType //
-	Default     any       // of the Go type the accessor returns (string, int, float64, bool, time.Duration, []string)
-	Enum        []string  // allowed values (TypeString only); empty: any
-	Description string    // one line; shown in --help and `evolm stages`
-	Example     any       // optional, shown in docs
-	Required    bool      // running the stage needs a non-empty value (string, strings)
+	Key         string    `json:"key"`                // snake_case, e.g. "threshold"; also the flag name with _ → -
+	Type        FieldType `json:"type"`               //
+	Default     any       `json:"default"`            // of the Go type the accessor returns (string, int, float64, bool, time.Duration, []string)
+	Enum        []string  `json:"enum,omitempty"`     // allowed values (TypeString only); empty: any
+	Description string    `json:"description"`        // one line; shown in --help and `evolm stages`
+	Example     any       `json:"example,omitempty"`  // optional, shown in docs
+	Required    bool      `json:"required,omitempty"` // running the stage needs a non-empty value (string, strings)
 }
 
 // Stage is one step of the pipeline.
@@ -58,16 +58,16 @@ func (f StageFunc) Run(ctx context.Context, env *Env) error { return f(ctx, env)
 // constructor. The CLI generates `evolm <name>`, its flags and its --help
 // from the spec.
 type Spec struct {
-	Name        string   // lower-case command name, e.g. "dedup"
-	Summary     string   // one line
-	Description string   // paragraphs for --help
-	Inputs      []string // tables (or "external") it reads
-	Outputs     []string // tables it writes
-	Fields      []Field
+	Name        string   `json:"name"`        // lower-case command name, e.g. "dedup"
+	Summary     string   `json:"summary"`     // one line
+	Description string   `json:"description"` // paragraphs for --help
+	Inputs      []string `json:"inputs"`      // tables (or "external") it reads
+	Outputs     []string `json:"outputs"`     // tables it writes
+	Fields      []Field  `json:"fields"`
 	// New builds the stage from its config section (stages.<name>), already
 	// merged and type-checked against Fields. It checks cross-field rules and
 	// returns an error naming the key on a bad value.
-	New func(cfg *Config) (Stage, error)
+	New func(cfg *Config) (Stage, error) `json:"-"`
 }
 
 var (

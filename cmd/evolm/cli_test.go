@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/schemas/schematest"
+)
+
+// cliTestStage is a test double registered as "clitest": it writes the
+// sample steps rows into one shard.
+type cliTestStage struct{ rows int }
+
+func init() {
+	pipeline.Register(pipeline.Spec{
+		Name:        "clitest",
+		Summary:     "test double for the CLI tests",
+		Description: "Writes generated steps rows.",
+		Outputs:     []string{"steps"},
+		Fields: []pipeline.Field{
+			{Key: "rows", Type: pipeline.TypeInt, Default: 10, Description: "rows to write"},
+			{Key: "label_mode", Type: pipeline.TypeString, Default: "a", Enum: []string{"a", "b"}, Description: "an enum", Example: "b"},
+			{Key: "tag", Type: pipeline.TypeString, Default: "", Description: "a required string", Required: true},
+		},
+		New: func(cfg *pipeline.Config) (pipeline.Stage, error) {
+			if cfg.Int("rows") < 0 {
+				return nil, cfg.Errorf("rows", "must be ≥ 0")
+			}
+			return cliTestStage{rows: cfg.Int("rows")}, nil
+		},
+	})
+}
+
+func (s cliTestStage) Run(ctx context.Context, env *pipeline.Env) error {
+	return env.MapShards(ctx, []pipeline.Task{{
+		Output: pipeline.ShardPath("steps", 0), Schema: schemas.Steps.Schema(),
+		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+			rec := schemas.Steps.Build(env.Mem, schematest.Steps(s.rows))
+			defer rec.Release()
+			return w.Write(rec)
+		},
+	}})
+}
+
+// run executes the CLI in-process and returns stdout and the error.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newRootCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestStagesCommand(t *testing.T) {
+	out, err := run(t, "stages", "clitest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"clitest: test double for the CLI tests", "Outputs: steps",
+		"label_mode", `default "a"`, "EVOLM_STAGES_CLITEST_LABEL_MODE", "One of: a, b.", `Example: "b".`, "Required."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("`evolm stages clitest` lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, "stages", "--json")
+	if err != nil || !strings.Contains(out, `"name": "clitest"`) {
+		t.Errorf("stages --json: %v\n%s", err, out)
+	}
+	if _, err := run(t, "stages", "nosuch"); err == nil || !strings.Contains(err.Error(), `no stage "nosuch"`) {
+		t.Errorf("stages nosuch: %v", err)
+	}
+}
+
+func TestStageCommandHelpAndFlags(t *testing.T) {
+	out, err := run(t, "clitest", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Writes generated steps rows.", "--rows int", "--label-mode string", "(default 10)", "--run-dir string"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("help lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestConfigPrint(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfgFile, []byte("stages:\n  clitest:\n    rows: 3\n    label_mode: b\nlog:\n  level: warn\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("EVOLM_STAGES_CLITEST_ROWS", "4")
+	out, err := run(t, "--config", cfgFile, "--parallelism", "7", "config", "print")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"    rows: 4\n", "    label_mode: b\n", "  level: warn\n", "  parallelism: 7\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config print lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, "config", "print", "--section", "stages.clitest")
+	if err != nil || !strings.HasPrefix(out, "label_mode: a\nrows: 4\n") {
+		t.Errorf("config print --section: %v\n%s", err, out)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("stages:\n  clitest:\n    rowz: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", bad, "config", "print"}, "bad.yaml: unknown key stages.clitest.rowz (did you mean stages.clitest.rows?)"},
+		{[]string{"clitest", "--run-dir", dir, "--label-mode", "c", "--tag", "x"}, `config key stages.clitest.label_mode (from flag --label-mode): "c" is not one of a, b`},
+		{[]string{"clitest", "--run-dir", dir}, "config key stages.clitest.tag: required, not set (flag --tag or env EVOLM_STAGES_CLITEST_TAG)"},
+		{[]string{"clitest", "--run-dir", dir, "--tag", "x", "--rows", "-1"}, "config key stages.clitest.rows (from flag --rows): must be ≥ 0"},
+		{[]string{"--log-level", "loud", "config", "print"}, "config key log.level"},
+		{[]string{"inspect", filepath.Join(dir, "nope.parquet")}, "nope.parquet"},
+	}
+	for _, tc := range tests {
+		_, err := run(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("evolm %s: err = %v\nwant it to contain %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}
+
+func TestRunStageAndInspect(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if _, err := run(t, "clitest", "--run-dir", dir, "--rows", "12", "--tag", "x", "--progress", "off", "--log-level", "warn"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "inspect", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"clitest: 1 shards, 12 rows", "steps", "12 rows"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect dir lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, "inspect", "-n", "2", filepath.Join(dir, "steps", "part-00000.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rows:       12", "row groups: 1", "  format_rate: float64 (nullable)", "evolm.stage: clitest",
+		"evolm.schema_version: 1", "first 2 rows:", `"step":1`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect file lacks %q:\n%s", want, out)
+		}
+	}
+}
