@@ -7,3 +7,6 @@ func ResetRegistryErrs() {
 	defer regMu.Unlock()
 	regErrs = nil
 }
+
+// ReportNow makes p report as its ticker would.
+func ReportNow(p *Progress) { p.report(false) }
