@@ -55,6 +55,10 @@ EVOLM_* env vars (stages.dedup.threshold → EVOLM_STAGES_DEDUP_THRESHOLD) and f
 	}
 	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd(), newModelCmd())
 	for _, spec := range pipeline.Specs() {
+		if custom, ok := customCommands[spec.Name]; ok {
+			root.AddCommand(custom(a, spec))
+			continue
+		}
 		root.AddCommand(newStageCmd(a, spec))
 	}
 	return root

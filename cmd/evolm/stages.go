@@ -7,4 +7,8 @@ import (
 	_ "github.com/evolm/evolm/stages/dedup"
 	_ "github.com/evolm/evolm/stages/eval"
 	_ "github.com/evolm/evolm/stages/export"
+	_ "github.com/evolm/evolm/stages/judge"
+	_ "github.com/evolm/evolm/stages/loop"
+	_ "github.com/evolm/evolm/stages/rollout"
+	_ "github.com/evolm/evolm/stages/rubrics"
 )

@@ -1,0 +1,44 @@
+package judge
+
+import (
+	"context"
+
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/internal/lmstage"
+	"github.com/evolm/evolm/stages/prompts"
+)
+
+// Options configure a Judge used outside the stage: by the co-evolution
+// loop, replay and eval, which hold responses and rubrics in memory.
+type Options struct {
+	Mode      string             // schemas.JudgeGenerative or schemas.JudgeYesNo
+	Prompts   *prompts.Set       // role prompts (the judge's is used)
+	Spec      lmstage.SampleSpec // phase, step, sampling and base seed of the judge calls; N is 1
+	BatchRows int                // requests per backend call
+	YesNo     *prompts.YesNo     // yes/no candidates; nil: prompts.DefaultYesNo
+}
+
+// Judge scores responses under rubrics with the stage's rules (see the
+// package doc): one judgment per (response, rubric of its item), failures
+// recorded per row.
+type Judge struct{ j *judge }
+
+// New returns a Judge calling b.
+func New(b *lmstage.Backend, o Options) *Judge {
+	yn := prompts.DefaultYesNo
+	if o.YesNo != nil {
+		yn = *o.YesNo
+	}
+	o.Spec.N, o.Spec.Role = 1, schemas.RoleJudge
+	st := &Stage{mode: o.Mode, spec: o.Spec, prompts: o.Prompts, yn: yn, backend: lmstage.BackendConfig{BatchRows: max(o.BatchRows, 1)}}
+	return &Judge{j: &judge{Stage: st, b: b, version: o.Prompts.Template(st.promptName()).Version}}
+}
+
+// PromptVersion is the version of the judge prompt in use.
+func (j *Judge) PromptVersion() string { return j.j.version }
+
+// Judge returns one judgment per (response, rubric in byItem[response.ItemID])
+// and the number of responses whose item has no rubric.
+func (j *Judge) Judge(ctx context.Context, resps []Response, byItem map[string][]schemas.Rubric) ([]schemas.Judgment, int, error) {
+	return j.j.judge(ctx, resps, byItem)
+}

@@ -1,0 +1,157 @@
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/evolm/evolm/pipeline"
+)
+
+// state is checkpoints/step-NNNNNN/state.json.
+type state struct {
+	Version    int    `json:"version"`
+	NextStep   int    `json:"next_step"`   // the first step the resumed run computes
+	Seed       int64  `json:"seed"`        // base seed (all draws derive from it and the step)
+	ConfigHash string `json:"config_hash"` // stages.run section hash
+	// DataPosition is the prompt-stream position of NextStep (NextStep ×
+	// prompts_per_step), recorded for inspection: the loop derives it.
+	DataPosition int    `json:"data_position"`
+	Shared       bool   `json:"shared_model"`
+	CodeVersion  string `json:"code_version"`
+}
+
+const stateVersion = 1
+
+var ckptRE = regexp.MustCompile(`^step-(\d{6})$`)
+
+func ckptName(step int) string   { return fmt.Sprintf("step-%06d", step) }
+func ckptDir(name string) string { return "checkpoints/" + name }
+
+// latestCheckpoint finds the newest complete checkpoint (one with
+// state.json, written last) and returns the step to resume at and its name
+// ("" and 0 when there is none). Temp directories of an interrupted
+// checkpoint are removed.
+func (l *loop) latestCheckpoint() (int, string, error) {
+	dir := l.env.Run.Path("checkpoints")
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("checkpoints: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if len(e.Name()) > 0 && e.Name()[0] == '.' {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return 0, "", fmt.Errorf("checkpoints: removing interrupted %s: %w", e.Name(), err)
+			}
+			l.env.Log.Info("removed an interrupted checkpoint", "dir", e.Name())
+			continue
+		}
+		if ckptRE.MatchString(e.Name()) {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for i := len(names) - 1; i >= 0; i-- {
+		p := filepath.Join(dir, names[i], "state.json")
+		b, err := os.ReadFile(p)
+		if os.IsNotExist(err) {
+			l.env.Log.Warn("checkpoint without state.json ignored", "checkpoint", names[i])
+			continue
+		}
+		if err != nil {
+			return 0, "", fmt.Errorf("checkpoint %s: %w", p, err)
+		}
+		var st state
+		if err := json.Unmarshal(b, &st); err != nil {
+			return 0, "", fmt.Errorf("checkpoint %s: corrupt state.json: %w", p, err)
+		}
+		if st.Version != stateVersion {
+			return 0, "", fmt.Errorf("checkpoint %s: state version %d, want %d", p, st.Version, stateVersion)
+		}
+		if st.Seed != l.cfg.Seed {
+			return 0, "", fmt.Errorf("checkpoint %s was made with seed %d, config has %d: resume with the run's own config (evolm run --resume %s)", p, st.Seed, l.cfg.Seed, l.env.Run.Dir)
+		}
+		if st.Shared != (l.cfg.RubricModel == "") {
+			return 0, "", fmt.Errorf("checkpoint %s: shared_model=%v does not match the config's rubric_model", p, st.Shared)
+		}
+		n, _ := strconv.Atoi(ckptRE.FindStringSubmatch(names[i])[1])
+		if n != st.NextStep {
+			return 0, "", fmt.Errorf("checkpoint %s: directory says step %d, state.json says %d", p, n, st.NextStep)
+		}
+		return st.NextStep, names[i], nil
+	}
+	return 0, "", nil
+}
+
+// checkpoint writes checkpoints/step-NNNNNN for the state after step next−1:
+// models (HF format), optimizer states, the replay buffer, then state.json;
+// in a temp directory renamed into place.
+func (l *loop) checkpoint(ctx context.Context, next int) error {
+	name := ckptName(next)
+	final := l.env.Run.Path(ckptDir(name))
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(final), "."+name+".tmp-")
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	defer os.RemoveAll(tmp) // no-op after the rename
+	roles := map[string]*role{"policy": l.policy}
+	if l.rubric != l.policy {
+		roles["rubric_generator"] = l.rubric
+	}
+	for rname, r := range roles {
+		if _, err := r.tr.Save(ctx, filepath.Join(tmp, rname)); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", name, err)
+		}
+		if err := r.tr.Optimizer().Save(filepath.Join(tmp, rname+"_optimizer.safetensors")); err != nil {
+			return fmt.Errorf("checkpoint %s: optimizer: %w", name, err)
+		}
+	}
+	if err := l.buf.Save(filepath.Join(tmp, "replay.parquet"), l.env.Mem); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	st := state{Version: stateVersion, NextStep: next, Seed: l.cfg.Seed, ConfigHash: l.env.Config.Hash(),
+		DataPosition: next * l.cfg.PromptsPerStep, Shared: l.rubric == l.policy, CodeVersion: pipeline.CodeVersion()}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := pipeline.WriteFileAtomic(filepath.Join(tmp, "state.json"), append(b, '\n')); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	if err := os.RemoveAll(final); err != nil { // a stale one from a recomputed step
+		return fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", name, err)
+	}
+	if err := syncDir(filepath.Dir(final)); err != nil {
+		return err
+	}
+	l.ckpt = name
+	l.env.Log.Info("checkpoint", "dir", final, "next_step", next)
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

@@ -1,0 +1,439 @@
+package loop
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/torch"
+	"github.com/evolm/evolm/model/torchbe"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/grpo"
+	"github.com/evolm/evolm/stages/internal/lmstage"
+	"github.com/evolm/evolm/stages/judge"
+	"github.com/evolm/evolm/stages/pairs"
+	"github.com/evolm/evolm/stages/prompts"
+)
+
+type stage struct {
+	cfg *Config
+	set *prompts.Set
+}
+
+func newFromConfig(cfg *pipeline.Config) (*stage, error) {
+	c, err := FromConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	set, err := lmstage.Prompts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &stage{cfg: c, set: set}, nil
+}
+
+// role is one trained role's model, trainer and backend view.
+type role struct {
+	m  *torchbe.Model
+	tr *grpo.Trainer
+	b  *lmstage.Backend
+}
+
+// loop is one running co-evolution loop.
+type loop struct {
+	cfg     *Config
+	env     *pipeline.Env
+	set     *prompts.Set
+	prompts []schemas.Prompt
+	order   []int // current epoch's prompt order
+	epoch   int
+
+	policy, rubric *role // the same *role when the model is shared
+	judge          *lmstage.Backend
+	buf            *pairs.Buffer
+	ckpt           string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
+	prog           *pipeline.Progress
+}
+
+// Run implements pipeline.Stage.
+func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
+	l := &loop{cfg: s.cfg, env: env, set: s.set, ckpt: "initial"}
+	if err := l.loadPrompts(ctx); err != nil {
+		return err
+	}
+	if err := l.snapshotConfig(); err != nil {
+		return err
+	}
+	start, ck, err := l.latestCheckpoint()
+	if err != nil {
+		return err
+	}
+	if start >= s.cfg.Steps {
+		env.Log.Info("run already complete", "steps", s.cfg.Steps, "checkpoint", ck)
+		return nil
+	}
+	if err := l.open(ctx, ck); err != nil {
+		l.close()
+		return err
+	}
+	defer l.close()
+	if ck != "" {
+		env.Log.Info("resuming from checkpoint", "checkpoint", ck, "next_step", start)
+	}
+	l.prog = env.NewProgress("steps", int64(s.cfg.Steps))
+	l.prog.Add(int64(start))
+	defer l.prog.Done()
+	for step := start; step < s.cfg.Steps; step++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		var m schemas.StepMetrics
+		if s.cfg.Phase(step) == schemas.PhasePolicy {
+			m, err = l.policyStep(ctx, step)
+		} else {
+			m, err = l.rubricStep(ctx, step)
+		}
+		if err != nil {
+			return fmt.Errorf("step %d (%s): %w", step, s.cfg.Phase(step), err)
+		}
+		m.ElapsedS = time.Since(t0).Seconds()
+		if err := write(l, schemas.Steps, []schemas.StepMetrics{m}, step, m.Phase); err != nil {
+			return err
+		}
+		env.Log.Info("step", "step", step, "phase", m.Phase, "reward", round(m.RewardMean), "loss", round(m.Loss),
+			"kl", round(m.KL), "clip", round(m.ClipFrac), "grad_norm", round(m.GradNorm), "zero_std", round(m.ZeroStdFrac),
+			"elapsed_s", round(m.ElapsedS))
+		l.prog.Add(1)
+		if (step+1)%s.cfg.CheckpointEvery == 0 || step+1 == s.cfg.Steps {
+			if err := l.checkpoint(ctx, step+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func round(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+// loadPrompts reads the whole prompt stream (prompts are small next to the
+// model; the stream must be indexable to make the data position a function
+// of the step).
+func (l *loop) loadPrompts(ctx context.Context) error {
+	files, err := lmstage.Inputs(l.env, l.cfg.Input, "dedup", schemas.Prompts.Name)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		for rec, err := range pipeline.ReadShard(ctx, f, l.env.ReadOptions(schemas.Prompts.Schema())) {
+			if err != nil {
+				return err
+			}
+			rows, err := schemas.Prompts.Read(rec)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			l.prompts = append(l.prompts, rows...)
+		}
+	}
+	if len(l.prompts) == 0 {
+		return fmt.Errorf("prompts %v hold no rows", files)
+	}
+	l.epoch = -1
+	return nil
+}
+
+// batch returns the prompts of step: positions step·P … step·P+P−1 of the
+// stream, which visits every prompt once per epoch in a seeded order.
+func (l *loop) batch(step int) []schemas.Prompt {
+	n, p := len(l.prompts), l.cfg.PromptsPerStep
+	out := make([]schemas.Prompt, p)
+	for i := range out {
+		pos := step*p + i
+		if e := pos / n; e != l.epoch {
+			l.epoch = e
+			l.order = rand.New(rand.NewPCG(uint64(l.cfg.Seed), uint64(e))).Perm(n)
+		}
+		out[i] = l.prompts[l.order[pos%n]]
+	}
+	return out
+}
+
+// snapshotConfig keeps the run's merged config in the run directory, so
+// `evolm run --resume DIR` continues with the same settings.
+func (l *loop) snapshotConfig() error {
+	path := l.env.Run.Path("config.yaml")
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	b, err := l.env.Global.YAML()
+	if err != nil {
+		return err
+	}
+	return pipeline.WriteFileAtomic(path, b)
+}
+
+// open loads the models (from checkpoint ck when set), trainers, the judge
+// and the replay buffer.
+func (l *loop) open(ctx context.Context, ck string) error {
+	var err error
+	if l.policy, err = l.openRole("policy", l.cfg.PolicyModel, ck); err != nil {
+		return err
+	}
+	l.rubric = l.policy
+	if l.cfg.RubricModel != "" {
+		if l.rubric, err = l.openRole("rubric_generator", l.cfg.RubricModel, ck); err != nil {
+			return err
+		}
+	}
+	if l.judge, err = lmstage.Open(l.cfg.Judge, l.env.Log); err != nil {
+		return fmt.Errorf("judge: %w", err)
+	}
+	if ck == "" {
+		l.buf, err = pairs.NewBuffer(l.cfg.ReplaySize)
+		return err
+	}
+	l.ckpt = ck
+	path := l.env.Run.Path(ckptDir(ck) + "/replay.parquet")
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("checkpoint %s: replay buffer %s is missing: the checkpoint is incomplete; remove it to resume from an earlier one", ck, path)
+	}
+	l.buf, err = pairs.LoadBuffer(ctx, path, l.cfg.ReplaySize, l.env.Mem)
+	return err
+}
+
+func (l *loop) openRole(name, initial, ck string) (*role, error) {
+	dir := initial
+	if ck != "" {
+		dir = l.env.Run.Path(ckptDir(ck) + "/" + name)
+	}
+	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: name, Device: l.cfg.Device, DType: l.cfg.DType,
+		Threads: l.cfg.Threads, MaxBatch: l.cfg.MaxBatch, DisableThinking: l.cfg.DisableThinking})
+	if err != nil {
+		return nil, fmt.Errorf("%s model: %w", name, err)
+	}
+	var ref model.CausalLM
+	if l.cfg.Trainer.Loss.Beta != 0 {
+		dev, err := torch.ParseDevice(l.cfg.Device)
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		var dt torch.DType
+		if l.cfg.DType != "" {
+			if dt, err = torch.ParseDType(l.cfg.DType); err != nil {
+				m.Close()
+				return nil, err
+			}
+		}
+		if ref, err = model.Load(initial, model.LoadOptions{Device: dev, DType: dt}); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("%s reference model: %w", name, err)
+		}
+	}
+	tr, err := grpo.NewTrainer(m.LM(), ref, l.cfg.Trainer, model.SaveOptions{TokenizerDir: initial})
+	if err != nil {
+		if ref != nil {
+			ref.Close()
+		}
+		m.Close()
+		return nil, fmt.Errorf("%s trainer: %w", name, err)
+	}
+	if ck != "" {
+		opt := l.env.Run.Path(ckptDir(ck) + "/" + name + "_optimizer.safetensors")
+		if err := tr.Optimizer().Load(opt); err != nil {
+			tr.Close()
+			m.Close()
+			return nil, fmt.Errorf("checkpoint %s: %w", ck, err)
+		}
+	}
+	return &role{m: m, tr: tr, b: &lmstage.Backend{Name: lmstage.BackendTorch, Model: m.ID(), Generator: m, Scorer: m}}, nil
+}
+
+func (l *loop) close() {
+	for _, r := range []*role{l.policy, l.rubric} {
+		if r != nil && r.tr != nil {
+			r.tr.Close()
+			r.m.Close()
+			r.tr = nil
+		}
+	}
+	if l.judge != nil {
+		l.judge.Close()
+	}
+}
+
+// write commits rows as the step's shard of table t (plus extra partitions).
+func write[T any](l *loop, t *schemas.Table[T], rows []T, step int, phase string, extra ...pipeline.Partition) error {
+	parts := append([]pipeline.Partition{pipeline.Phase(phase), pipeline.Step(step)}, extra...)
+	rel := pipeline.ShardPath(t.Name, 0, parts...)
+	prov := l.env.Provenance()
+	w, err := pipeline.CreateShard(l.env.Run.Path(rel), t.Schema(), pipeline.WriteOptions{
+		Mem: l.env.Mem, Provenance: prov, RowGroupRows: l.env.RowGroupRows, CompressionLevel: l.env.Compression})
+	if err != nil {
+		return err
+	}
+	rec := t.Build(l.env.Mem, rows)
+	defer rec.Release()
+	if err := w.Write(rec); err != nil {
+		_ = w.Abort()
+		return err
+	}
+	_, err = l.env.Run.Commit(w, rel, prov, "")
+	return err
+}
+
+func (l *loop) spec(role string, phase string, step, n int, temp float64) lmstage.SampleSpec {
+	return lmstage.SampleSpec{
+		Role: role, Phase: phase, Step: int64(step), N: n, BaseSeed: l.cfg.Seed, Checkpoint: l.ckpt,
+		Sampling: backend.Sampling{MaxTokens: l.cfg.MaxNewTokens, Temperature: temp, TopP: l.cfg.TopP},
+	}
+}
+
+func (l *loop) newJudge(phase string, step int) *judge.Judge {
+	return judge.New(l.judge, judge.Options{
+		Mode: l.cfg.JudgeMode, Prompts: l.set, BatchRows: l.cfg.Judge.BatchRows,
+		Spec: lmstage.SampleSpec{Phase: phase, Step: int64(step), BaseSeed: l.cfg.Seed,
+			Sampling: backend.Sampling{MaxTokens: l.cfg.JudgeMaxTokens, Temperature: l.cfg.JudgeTemp}},
+	})
+}
+
+// judgingRubric is the rubric the judge applies (see invalid_rubric).
+func (l *loop) judgingRubric(r schemas.Rubric) schemas.Rubric {
+	if r.FormatOK || l.cfg.InvalidRubric == "skip" {
+		return r
+	}
+	if len(r.Criteria) > 0 {
+		total := 0.0
+		for _, c := range r.Criteria {
+			total += c.Weight
+		}
+		if total > 0 {
+			return r
+		}
+	}
+	text := schemas.StripThink(r.RawText)
+	if text == "" {
+		return r // stays empty: the judge records empty_rubric
+	}
+	r.Criteria = []schemas.Criterion{{Criterion: text, Weight: 1}}
+	return r
+}
+
+// rubricItems renders the rubric generator's message for each question.
+func (l *loop) rubricItems(ids, questions []string) ([]lmstage.Item, error) {
+	items := make([]lmstage.Item, len(ids))
+	for i := range ids {
+		msg, err := l.set.RubricForQuestion(questions[i])
+		if err != nil {
+			return nil, err
+		}
+		items[i] = lmstage.Item{ID: ids[i], Messages: []backend.Message{{Role: "user", Content: msg}}}
+	}
+	return items, nil
+}
+
+// trainSample turns a rollout into a GRPO sample; ok is false for a row
+// with no tokens to train on.
+func trainSample(r *role, msgs []backend.Message, ro *schemas.Rollout, adv float64) (backend.TrainSample, bool, error) {
+	if ro.Error != nil || len(ro.TokenIDs) == 0 {
+		return backend.TrainSample{}, false, nil
+	}
+	text, err := r.m.RenderChat(msgs)
+	if err != nil {
+		return backend.TrainSample{}, false, err
+	}
+	ts := backend.TrainSample{PromptTokenIDs: r.m.Tokenizer().Encode(text), Advantage: adv}
+	for _, id := range ro.TokenIDs {
+		ts.CompletionTokenIDs = append(ts.CompletionTokenIDs, int(id))
+	}
+	if len(ro.TokenLogprobs) == len(ro.TokenIDs) {
+		for _, lp := range ro.TokenLogprobs {
+			ts.OldLogProbs = append(ts.OldLogProbs, float64(lp))
+		}
+	}
+	return ts, true, nil
+}
+
+// update runs one GRPO step on r (when any sample carries a signal) and
+// fills m's training fields.
+func (l *loop) update(ctx context.Context, r *role, samples []backend.TrainSample, m *schemas.StepMetrics) error {
+	m.LR = l.cfg.Trainer.LR
+	if len(samples) == 0 {
+		l.env.Log.Warn("no group with a reward signal this step; no update", "step", m.Step, "phase", m.Phase)
+		return nil
+	}
+	st, err := r.tr.TrainStep(ctx, samples)
+	if err != nil {
+		return err
+	}
+	m.Loss, m.KL, m.ClipFrac, m.GradNorm = st.Loss, st.KL, st.ClipFrac, st.GradNorm
+	return nil
+}
+
+// groupStats accumulates reward statistics over the groups of a step.
+type groupStats struct {
+	rewards      []float64
+	groups, zero int
+}
+
+func (g *groupStats) fill(m *schemas.StepMetrics) {
+	if len(g.rewards) > 0 {
+		mean := 0.0
+		for _, r := range g.rewards {
+			mean += r
+		}
+		mean /= float64(len(g.rewards))
+		ss := 0.0
+		for _, r := range g.rewards {
+			ss += (r - mean) * (r - mean)
+		}
+		m.RewardMean, m.RewardStd = mean, math.Sqrt(ss/float64(len(g.rewards)))
+	}
+	if g.groups > 0 {
+		m.ZeroStdFrac = float64(g.zero) / float64(g.groups)
+	}
+}
+
+// lengthEntropy fills the response length and the sampled-token entropy
+// estimate from rollouts.
+func lengthEntropy(rs []schemas.Rollout, m *schemas.StepMetrics) {
+	var toks, nll float64
+	var n, nt int
+	for _, r := range rs {
+		if r.Error != nil {
+			continue
+		}
+		toks += float64(r.CompletionTokens)
+		n++
+		for _, lp := range r.TokenLogprobs {
+			nll -= float64(lp)
+			nt++
+		}
+	}
+	if n > 0 {
+		m.RespLenMean = toks / float64(n)
+	}
+	if nt > 0 {
+		m.Entropy = nll / float64(nt)
+	}
+}
+
+func missingRate(js []schemas.Judgment) float64 {
+	if len(js) == 0 {
+		return 0
+	}
+	n := 0
+	for _, j := range js {
+		if j.Score == nil {
+			n++
+		}
+	}
+	return float64(n) / float64(len(js))
+}
