@@ -194,6 +194,10 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}
 	defer b.Close()
 	j := &judge{Stage: s, b: b, version: s.prompts.Template(s.promptName()).Version}
+	respSchema := schemas.Rollouts.Schema()
+	if s.source == SourcePairs {
+		respSchema = schemas.Pairs.Schema()
+	}
 	schema := lmstage.WithMeta(schemas.Judgments.Schema(), lmstage.Provenance(b, s.prompts, s.promptName()))
 	tasks := make([]pipeline.Task, len(respFiles))
 	for i, f := range respFiles {
@@ -201,7 +205,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 			Output: pipeline.ShardPath(schemas.Judgments.Name, i, parts...),
 			Schema: schema, Inputs: append([]string{f}, rubFiles...),
 			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-				return pipeline.MapBatches(ctx, f, env.ReadOptions(nil), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+				return pipeline.MapBatches(ctx, f, env.ReadOptions(respSchema), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 					resps, err := s.read(rec, questions)
 					if err != nil {
 						return nil, err

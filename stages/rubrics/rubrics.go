@@ -130,6 +130,11 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	defer b.Close()
 	meta := lmstage.Provenance(b, s.prompts, s.role())
 
+	inSchema := schemas.Prompts.Schema()
+	if s.source == SourcePairs {
+		inSchema = schemas.Pairs.Schema()
+	}
+
 	// Pass 1: the generator's samples.
 	genSchema := lmstage.WithMeta(schemas.Rollouts.Schema(), meta)
 	genParts := append(s.spec.Partitions(), pipeline.Partition{Key: "role", Value: s.spec.Role})
@@ -143,7 +148,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 			Output: pipeline.ShardPath(schemas.Rollouts.Name, i, genParts...),
 			Schema: genSchema, Inputs: []string{f}, Rows: rows * int64(s.spec.N),
 			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-				return pipeline.MapBatches(ctx, f, env.ReadOptions(nil), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+				return pipeline.MapBatches(ctx, f, env.ReadOptions(inSchema), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 					items, err := s.items(rec)
 					if err != nil {
 						return nil, err
