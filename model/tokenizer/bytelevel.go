@@ -6,13 +6,17 @@ import "unicode/utf8"
 // themselves, the other 68 bytes to U+0100 upwards in byte order.
 var byteToRune [256]rune
 
-// runeToByte inverts byteToRune; it is -1 for runes outside the alphabet.
-var runeToByte = map[rune]byte{}
+// runeToByte inverts byteToRune (all of whose runes are below 0x144); -1
+// marks runes outside the alphabet.
+var runeToByte [0x144]int16
 
 // byteStr[b] is string(byteToRune[b]), precomputed.
 var byteStr [256]string
 
 func init() {
+	for i := range runeToByte {
+		runeToByte[i] = -1
+	}
 	n := rune(0)
 	for b := 0; b < 256; b++ {
 		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE && b <= 0xFF {
@@ -21,7 +25,7 @@ func init() {
 			byteToRune[b] = 256 + n
 			n++
 		}
-		runeToByte[byteToRune[b]] = byte(b)
+		runeToByte[byteToRune[b]] = int16(b)
 		byteStr[b] = string(byteToRune[b])
 	}
 }
@@ -31,11 +35,10 @@ func init() {
 func tokenBytes(dst []byte, tok string) []byte {
 	start := len(dst)
 	for _, r := range tok {
-		b, ok := runeToByte[r]
-		if !ok {
+		if r >= rune(len(runeToByte)) || runeToByte[r] < 0 {
 			return append(dst[:start], tok...)
 		}
-		dst = append(dst, b)
+		dst = append(dst, byte(runeToByte[r]))
 	}
 	return dst
 }

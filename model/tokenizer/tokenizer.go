@@ -48,6 +48,7 @@ type Tokenizer struct {
 	nfc            bool
 	model          *bpe
 	idToToken      []string // byte-level form for vocab tokens, content for added tokens
+	idBytes        []string // what each id decodes to
 	added          []*AddedToken
 	addedByID      map[int]*AddedToken
 	addedByContent map[string]int
@@ -181,6 +182,12 @@ func Load(r io.Reader) (*Tokenizer, error) {
 		}
 	}
 	t.rawMatch, t.normMatch = newMatcher(rawToks), newMatcher(normToks)
+	t.idBytes = make([]string, len(t.idToToken))
+	var buf []byte
+	for id, tok := range t.idToToken {
+		buf = tokenBytes(buf[:0], tok)
+		t.idBytes[id] = string(buf)
+	}
 	seen := map[int]bool{}
 	for _, id := range m.vocab {
 		seen[int(id)] = true
@@ -331,35 +338,26 @@ func (t *Tokenizer) EncodeBatch(texts []string) [][]int {
 // special are dropped. Byte sequences that are not valid UTF-8 (a character
 // cut between ids) become U+FFFD as in HF. An id outside the vocabulary
 // (models pad their embedding past the tokenizer, and a random or badly
-// trained model can sample such ids) is skipped, as HF tokenizers does.
+// trained model can sample such ids) is skipped, as HF tokenizers does. The
+// error is always nil; it stays in the signature for callers' sake.
 func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
-	var b []byte
-	for _, id := range ids {
-		if skipSpecial && t.specialSet[id] {
-			continue
-		}
-		tok, ok := t.IDToToken(id)
-		if !ok {
-			continue
-		}
-		b = tokenBytes(b, tok)
+	b, err := t.DecodeBytes(ids, skipSpecial)
+	if err != nil {
+		return "", err
 	}
 	return lossyString(b), nil
 }
 
 // DecodeBytes returns the raw bytes of ids without UTF-8 repair, for
-// streaming detokenizers that must wait for a character to complete.
+// streaming detokenizers that must wait for a character to complete. Ids
+// outside the vocabulary are skipped as in Decode.
 func (t *Tokenizer) DecodeBytes(ids []int, skipSpecial bool) ([]byte, error) {
-	var b []byte
+	b := make([]byte, 0, 4*len(ids))
 	for _, id := range ids {
-		if skipSpecial && t.specialSet[id] {
+		if id < 0 || id >= len(t.idBytes) || skipSpecial && t.specialSet[id] {
 			continue
 		}
-		tok, ok := t.IDToToken(id)
-		if !ok {
-			continue
-		}
-		b = tokenBytes(b, tok)
+		b = append(b, t.idBytes[id]...)
 	}
 	return b, nil
 }
