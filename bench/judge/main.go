@@ -133,8 +133,9 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return err
 	}
 	n := float64(cfg.requests * cfg.criteria)
+	fmt.Fprintf(w, "model %s (%d parameters): %d requests × %d criteria, prefix ≈ %d tokens, suffix ≈ %d tokens\n",
+		m.ID(), m.LM().Config().NumParams(), cfg.requests, cfg.criteria, prefixTok, suffixTok)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "model %s: %d requests × %d criteria, prefix ≈ %d tokens, suffix ≈ %d tokens\t\n", m.ID(), cfg.requests, cfg.criteria, prefixTok, suffixTok)
 	fmt.Fprintf(tw, "method\tms/request\tcriteria/s\tspeed-up\t\n")
 	fmt.Fprintf(tw, "naive forward per criterion\t%.1f\t%.1f\t1.00\t\n", float64(naive.Milliseconds())/float64(cfg.requests), n/naive.Seconds())
 	fmt.Fprintf(tw, "prefix reuse\t%.1f\t%.1f\t%.2f\t\n", float64(reuse.Milliseconds())/float64(cfg.requests), n/reuse.Seconds(), naive.Seconds()/reuse.Seconds())
