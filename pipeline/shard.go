@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -77,6 +78,7 @@ type ShardWriter struct {
 	dropped   []int         // indices in schema of partition columns
 	values    []string      // their partition values
 	f         *os.File
+	buf       *bufio.Writer
 	sink      *hashingWriter
 	fw        *pqarrow.FileWriter
 	rows      int64
@@ -142,14 +144,15 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 		parquet.WithCreatedBy("evolm "+CodeVersion()),
 	)
 	arrProps := pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem))
-	sink := &hashingWriter{w: f, h: sha256.New()}
+	buf := bufio.NewWriterSize(f, 1<<20)
+	sink := &hashingWriter{w: buf, h: sha256.New()}
 	fw, err := pqarrow.NewFileWriter(stored, sink, props, arrProps)
 	if err != nil {
 		f.Close()
 		os.Remove(tmp)
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
-	inputs, _ := json.Marshal(opts.Provenance.Inputs)
+	inputs, _ := json.Marshal(append([]string{}, opts.Provenance.Inputs...))
 	kv := [][2]string{
 		{MetaStage, opts.Provenance.Stage},
 		{MetaConfigHash, opts.Provenance.ConfigHash},
@@ -163,7 +166,7 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 			return nil, fmt.Errorf("shard %s: metadata %s: %w", path, p[0], err)
 		}
 	}
-	return &ShardWriter{path: path, tmp: tmp, schema: schema, stored: stored, dropped: dropped, values: values, f: f, sink: sink, fw: fw}, nil
+	return &ShardWriter{path: path, tmp: tmp, schema: schema, stored: stored, dropped: dropped, values: values, f: f, buf: buf, sink: sink, fw: fw}, nil
 }
 
 // Path is where the shard appears on Commit.
@@ -235,6 +238,9 @@ func (w *ShardWriter) Commit() (ShardInfo, error) {
 		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
 	}
 	if err := w.fw.Close(); err != nil {
+		return fail(err)
+	}
+	if err := w.buf.Flush(); err != nil {
 		return fail(err)
 	}
 	if err := w.f.Sync(); err != nil {
