@@ -26,9 +26,9 @@ type Scored struct {
 	Lens     []int         // (B) completion lengths
 }
 
-// logitChunk bounds the (B, chunk, V) float32 logits materialized at once
-// when grad is off.
-const logitChunk = 128
+// logitBudget bounds the float32 logits (B × chunk × V elements, 256 MiB)
+// materialized at once when grad is off.
+const logitBudget = 1 << 26
 
 // Score computes per-token log-probs of each row's completion under m in
 // one batched forward pass, in the caller's grad mode: with grad on (GRPO's
@@ -102,7 +102,7 @@ func Score(s *torch.Scope, m model.CausalLM, rows []Continuation, entropy bool) 
 	cm := c.To(c.FromFloat32(cmask, B, int64(T)), dev, torch.Float32)
 	chunk := int64(T)
 	if !torch.GradEnabled() {
-		chunk = logitChunk
+		chunk = max(1, min(chunk, logitBudget/(B*int64(vocab))))
 	}
 	var lps, ents []*torch.Tensor
 	for t0 := int64(0); t0 < int64(T); t0 += chunk {
