@@ -67,8 +67,10 @@ def hf_side(model_dir, w, threads, passes):
     torch.set_num_threads(threads)
     m = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
     m.eval()
-    m.generation_config.eos_token_id = None
-    m.generation_config.bos_token_id = None
+    # A blank generation config: otherwise generate() fills every argument
+    # left at its default (temperature 1, top_k …) from the checkpoint's
+    # generation_config.json (Qwen's sampling defaults, EOS).
+    m.generation_config = GenerationConfig()
     res = {"threads": torch.get_num_threads()}
 
     def prefill():
