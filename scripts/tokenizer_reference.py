@@ -6,6 +6,8 @@ Each input line is a JSON string. Each output line is a JSON object:
   {"ids": [...],          # encode(s, add_special_tokens=False)
    "ids_split": [...],    # the same with encode_special_tokens=True
    "nfc": "...",          # the file's normalizer applied to s
+   "pieces": [...],       # the pre-tokenizer's pieces of nfc (byte-level
+                          # alphabet; added tokens are not split out here)
    "decoded": "...",      # decode(ids, skip_special_tokens=False)
    "decoded_skip": "..."} # decode(ids, skip_special_tokens=True)
 """
@@ -30,10 +32,12 @@ def main():
     norm = tok.normalizer
     with open(dst, "w", encoding="utf-8") as out:
         for text, enc, enc_split in zip(texts, encs, encs_split):
+            nfc = norm.normalize_str(text) if norm is not None else text
             rec = {
                 "ids": enc.ids,
+                "pieces": [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(nfc)],
                 "ids_split": enc_split.ids,
-                "nfc": norm.normalize_str(text) if norm is not None else text,
+                "nfc": nfc,
                 "decoded": tok.decode(enc.ids, skip_special_tokens=False),
                 "decoded_skip": tok.decode(enc.ids, skip_special_tokens=True),
             }

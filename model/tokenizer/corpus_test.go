@@ -16,6 +16,7 @@ var corpus = []string{
 	"Hello, world!",
 	"The quick brown fox jumps over the lazy dog. It's 3:45pm; we'll see, I'd say they're fine & you've won.",
 	"DON'T SHOUT: IT'S, WE'LL, THEY'RE, I'M, I'D, YOU'VE; ma'ſ 'Ll 'RE",
+	"it'ſx it'Sx it'\u212ax IT'LLy we'VEr",
 	"  leading spaces and trailing spaces   ",
 	"tabs\tin\t\tthe\tmiddle\t",
 	"line one\nline two\r\nline three\n\n\nafter blank lines\n",

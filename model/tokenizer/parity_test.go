@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -36,11 +37,12 @@ func qwen3(t testing.TB) (*Tokenizer, string) {
 }
 
 type refRecord struct {
-	IDs         []int  `json:"ids"`
-	IDsSplit    []int  `json:"ids_split"`
-	NFC         string `json:"nfc"`
-	Decoded     string `json:"decoded"`
-	DecodedSkip string `json:"decoded_skip"`
+	IDs         []int    `json:"ids"`
+	IDsSplit    []int    `json:"ids_split"`
+	NFC         string   `json:"nfc"`
+	Pieces      []string `json:"pieces"`
+	Decoded     string   `json:"decoded"`
+	DecodedSkip string   `json:"decoded_skip"`
 }
 
 // reference runs HF tokenizers (scripts/tokenizer_reference.py) on texts.
@@ -137,6 +139,21 @@ func checkParity(t *testing.T, name string, texts []string) {
 			rn, rr := []rune(n), []rune(ref.NFC)
 			p := firstDiff(rn, rr)
 			report("NFC", i, "  rune %d\n  ours   %+q\n  theirs %+q", p, string(window(rn, p)), string(window(rr, p)))
+		}
+		var pieces []string
+		preTokenize(NFC(s), func(p string) {
+			var b strings.Builder
+			for i := 0; i < len(p); i++ {
+				b.WriteString(byteStr[p[i]])
+			}
+			pieces = append(pieces, b.String())
+		})
+		if len(ref.Pieces) == 0 {
+			ref.Pieces = nil
+		}
+		if !slices.Equal(pieces, ref.Pieces) {
+			p := firstDiff(pieces, ref.Pieces)
+			report("pre-tokenizer pieces", i, "  piece %d\n  ours   %q\n  theirs %q", p, window(pieces, p), window(ref.Pieces, p))
 		}
 		for _, skip := range []bool{false, true} {
 			want := ref.Decoded
