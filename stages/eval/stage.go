@@ -3,12 +3,14 @@ package eval
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/evolm/evolm/datasets"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/judge"
+	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/rubrics"
 )
 
@@ -99,54 +101,99 @@ func stageSection(global *pipeline.Config, stage, model string) (*pipeline.Confi
 	return pipeline.StageConfig(stage, vals)
 }
 
-// OpenRubricJudge opens the rubric generator and judge configured in global
-// (sections stages.rubrics and stages.judge, models overridden when given).
-// The caller closes the returned func.
-func OpenRubricJudge(global *pipeline.Config, genModel, judgeModel string, env *pipeline.Env) (*RubricJudge, func(), error) {
-	gcfg, err := stageSection(global, rubrics.Name, genModel)
+// Generator is an opened rubric generator.
+type Generator struct {
+	Backend   *lmstage.Backend
+	Spec      lmstage.SampleSpec // sampling from stages.rubrics (n, temperature …)
+	Prompts   *prompts.Set
+	BatchRows int
+}
+
+// OpenGenerator opens the rubric generator configured in global's
+// stages.rubrics section, with its model replaced by model when not empty.
+// The caller closes g.Backend.
+func OpenGenerator(global *pipeline.Config, model string, log *slog.Logger) (*Generator, error) {
+	cfg, err := stageSection(global, rubrics.Name, model)
+	if err != nil {
+		return nil, err
+	}
+	bc, err := lmstage.ReadBackend(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rubric generator: %w", err)
+	}
+	spec, err := lmstage.ReadSampleSpec(cfg, schemas.RoleRubricGenerator)
+	if err != nil {
+		return nil, fmt.Errorf("rubric generator: %w", err)
+	}
+	set, err := lmstage.Prompts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b, err := lmstage.Open(bc, log)
+	if err != nil {
+		return nil, fmt.Errorf("rubric generator: %w", err)
+	}
+	return &Generator{Backend: b, Spec: spec, Prompts: set, BatchRows: bc.BatchRows}, nil
+}
+
+// JudgeFactory is an opened judge backend; New makes a judge that records
+// the given phase and step in its judgments.
+type JudgeFactory struct {
+	Backend   *lmstage.Backend
+	Mode      string
+	Spec      lmstage.SampleSpec
+	Prompts   *prompts.Set
+	BatchRows int
+}
+
+// New returns a judge writing judgments of phase and step.
+func (f *JudgeFactory) New(phase string, step int64) *judge.Judge {
+	spec := f.Spec
+	spec.Phase, spec.Step = phase, step
+	return judge.New(f.Backend, judge.Options{Mode: f.Mode, Prompts: f.Prompts, Spec: spec, BatchRows: f.BatchRows})
+}
+
+// OpenJudge opens the judge configured in global's stages.judge section, with
+// its model replaced by model when not empty. The caller closes f.Backend.
+func OpenJudge(global *pipeline.Config, model string, log *slog.Logger) (*JudgeFactory, error) {
+	cfg, err := stageSection(global, judge.Name, model)
+	if err != nil {
+		return nil, err
+	}
+	bc, err := lmstage.ReadBackend(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("judge: %w", err)
+	}
+	spec, err := lmstage.ReadSampleSpec(cfg, schemas.RoleJudge)
+	if err != nil {
+		return nil, fmt.Errorf("judge: %w", err)
+	}
+	set, err := lmstage.Prompts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b, err := lmstage.Open(bc, log)
+	if err != nil {
+		return nil, fmt.Errorf("judge: %w", err)
+	}
+	return &JudgeFactory{Backend: b, Mode: cfg.String(judge.KeyMode), Spec: spec, Prompts: set, BatchRows: bc.BatchRows}, nil
+}
+
+// OpenRubricJudge opens the rubric generator and the judge as configured in
+// global (see OpenGenerator, OpenJudge). The caller calls the returned close.
+func OpenRubricJudge(global *pipeline.Config, genModel, judgeModel string, log *slog.Logger) (*RubricJudge, func(), error) {
+	g, err := OpenGenerator(global, genModel, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	jcfg, err := stageSection(global, judge.Name, judgeModel)
+	jf, err := OpenJudge(global, judgeModel, log)
 	if err != nil {
+		g.Backend.Close()
 		return nil, nil, err
 	}
-	gbc, err := lmstage.ReadBackend(gcfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rubric generator: %w", err)
-	}
-	jbc, err := lmstage.ReadBackend(jcfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("judge: %w", err)
-	}
-	gspec, err := lmstage.ReadSampleSpec(gcfg, schemas.RoleRubricGenerator)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rubric generator: %w", err)
-	}
-	jspec, err := lmstage.ReadSampleSpec(jcfg, schemas.RoleJudge)
-	if err != nil {
-		return nil, nil, fmt.Errorf("judge: %w", err)
-	}
-	gset, err := lmstage.Prompts(gcfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	jset, err := lmstage.Prompts(jcfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	gen, err := lmstage.Open(gbc, env.Log)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rubric generator: %w", err)
-	}
-	jb, err := lmstage.Open(jbc, env.Log)
-	if err != nil {
-		gen.Close()
-		return nil, nil, fmt.Errorf("judge: %w", err)
-	}
-	j := judge.New(jb, judge.Options{Mode: jcfg.String(judge.KeyMode), Prompts: jset, Spec: jspec, BatchRows: jbc.BatchRows})
-	rj := &RubricJudge{Generator: gen, GenSpec: gspec, Prompts: gset, Judge: j, BatchRows: gbc.BatchRows}
-	return rj, func() { gen.Close(); jb.Close() }, nil
+	rj := &RubricJudge{Generator: g.Backend, GenSpec: g.Spec, Prompts: g.Prompts,
+		Judge: jf.New(g.Spec.Phase, g.Spec.Step), BatchRows: g.BatchRows}
+	return rj, func() { g.Backend.Close(); jf.Backend.Close() }, nil
 }
 
 // Run loads the benchmark, scores it with the rubric generator and judge,
@@ -174,7 +221,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err != nil {
 		return err
 	}
-	scorer, closeFn, err := OpenRubricJudge(env.Global, s.GeneratorModel, s.JudgeModel, env)
+	scorer, closeFn, err := OpenRubricJudge(env.Global, s.GeneratorModel, s.JudgeModel, env.Log)
 	if err != nil {
 		return err
 	}
