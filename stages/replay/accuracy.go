@@ -1,0 +1,199 @@
+package replay
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/evolm/evolm/schemas"
+)
+
+// Accuracy is the discriminative accuracy of one group of (pair, rubric)
+// judgments: the share of those with both scores in which s(a+) > s(a−).
+type Accuracy struct {
+	Step     int64  // -1: all steps
+	Strategy string // "": all strategies
+	Judged   int64  // (pair, rubric) with both scores
+	Missing  int64  // (pair, rubric) with a score missing (not in Judged)
+	Correct  int64  // s(a+) > s(a−) strictly; a tie is not correct
+	Margin   float64
+}
+
+// Value is Correct/Judged; NaN when nothing was judged.
+func (a Accuracy) Value() float64 {
+	if a.Judged == 0 {
+		return math.NaN()
+	}
+	return float64(a.Correct) / float64(a.Judged)
+}
+
+// MeanMargin is the mean s(a+) − s(a−) over judged rows; NaN when none.
+func (a Accuracy) MeanMargin() float64 {
+	if a.Judged == 0 {
+		return math.NaN()
+	}
+	return a.Margin / float64(a.Judged)
+}
+
+// Discriminate computes the accuracy overall, per strategy and per step from
+// pairs and the judgments of their a+ ("<pair_id>/chosen") and a−
+// ("<pair_id>/rejected") under each rubric. Rows: overall first, then per
+// strategy (sorted), then per step (ascending).
+func Discriminate(pairs []schemas.Pair, judgments []schemas.Judgment) []Accuracy {
+	type key struct{ pair, rubric string }
+	type both struct{ c, r *float64 }
+	sc := map[key]*both{}
+	var order []key
+	for i := range judgments {
+		j := &judgments[i]
+		pid, side, ok := cutLast(j.ResponseID)
+		if !ok || (side != "chosen" && side != "rejected") {
+			continue
+		}
+		k := key{pid, j.RubricID}
+		b := sc[k]
+		if b == nil {
+			b = &both{}
+			sc[k] = b
+			order = append(order, k)
+		}
+		if side == "chosen" {
+			b.c = j.Score
+		} else {
+			b.r = j.Score
+		}
+	}
+	byPair := map[string]*schemas.Pair{}
+	for i := range pairs {
+		byPair[pairs[i].PairID] = &pairs[i]
+	}
+	overall := &Accuracy{Step: -1}
+	byStrat, byStep := map[string]*Accuracy{}, map[int64]*Accuracy{}
+	for _, k := range order {
+		p := byPair[k.pair]
+		if p == nil {
+			continue
+		}
+		if byStrat[p.Strategy] == nil {
+			byStrat[p.Strategy] = &Accuracy{Step: -1, Strategy: p.Strategy}
+		}
+		if byStep[p.Step] == nil {
+			byStep[p.Step] = &Accuracy{Step: p.Step}
+		}
+		b := sc[k]
+		for _, a := range []*Accuracy{overall, byStrat[p.Strategy], byStep[p.Step]} {
+			if b.c == nil || b.r == nil {
+				a.Missing++
+				continue
+			}
+			a.Judged++
+			a.Margin += *b.c - *b.r
+			if *b.c > *b.r {
+				a.Correct++
+			}
+		}
+	}
+	out := []Accuracy{*overall}
+	for _, s := range slices.Sorted(keys(byStrat)) {
+		out = append(out, *byStrat[s])
+	}
+	for _, s := range slices.SortedFunc(keys(byStep), cmp.Compare[int64]) {
+		out = append(out, *byStep[s])
+	}
+	return out
+}
+
+func keys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func cutLast(s string) (string, string, bool) {
+	i := strings.LastIndexByte(s, '/')
+	if i < 0 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// ResultsTable is the replay's summary table.
+const ResultsTable = "replay_results"
+
+// ResultsSchema: one row per group; step -1 and strategy "" mean all.
+var ResultsSchema = func() *arrow.Schema {
+	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{ResultsTable, "1"})
+	return arrow.NewSchema([]arrow.Field{
+		{Name: "group", Type: arrow.BinaryTypes.String}, // overall | strategy | step
+		{Name: "step", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "strategy", Type: arrow.BinaryTypes.String},
+		{Name: "judged", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "missing", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "correct", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "accuracy", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "mean_margin", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+	}, &md)
+}()
+
+func group(a Accuracy) string {
+	switch {
+	case a.Strategy != "":
+		return "strategy"
+	case a.Step >= 0:
+		return "step"
+	}
+	return "overall"
+}
+
+// BuildResults turns accuracies into a batch (the caller releases it).
+func BuildResults(mem memory.Allocator, acc []Accuracy) arrow.RecordBatch {
+	b := array.NewRecordBuilder(mem, ResultsSchema)
+	defer b.Release()
+	for _, a := range acc {
+		b.Field(0).(*array.StringBuilder).Append(group(a))
+		b.Field(1).(*array.Int64Builder).Append(a.Step)
+		b.Field(2).(*array.StringBuilder).Append(a.Strategy)
+		b.Field(3).(*array.Int64Builder).Append(a.Judged)
+		b.Field(4).(*array.Int64Builder).Append(a.Missing)
+		b.Field(5).(*array.Int64Builder).Append(a.Correct)
+		for k, v := range []float64{a.Value(), a.MeanMargin()} {
+			fb := b.Field(6 + k).(*array.Float64Builder)
+			if math.IsNaN(v) {
+				fb.AppendNull()
+			} else {
+				fb.Append(v)
+			}
+		}
+	}
+	return b.NewRecordBatch()
+}
+
+// WriteTable prints accuracies as an aligned table.
+func WriteTable(w io.Writer, acc []Accuracy) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "group\tstep\tstrategy\tjudged\tmissing\taccuracy\tmean_margin")
+	for _, a := range acc {
+		step := "all"
+		if a.Step >= 0 {
+			step = fmt.Sprint(a.Step)
+		}
+		strat := a.Strategy
+		if strat == "" {
+			strat = "all"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.3f\t%.3f\n", group(a), step, strat, a.Judged, a.Missing, a.Value(), a.MeanMargin())
+	}
+	return tw.Flush()
+}

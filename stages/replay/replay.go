@@ -1,0 +1,312 @@
+// Package replay is `evolm replay`, the cross-judge experiment: it re-scores
+// a finished (or running) run's stored preference pairs with another judge,
+// another rubric generator checkpoint, or both, into a NEW run directory,
+// and reports discriminative accuracy (the share of (pair, rubric) with
+// s(a+) > s(a−)) overall, per strategy and per step.
+//
+// # Contract
+//
+//   - source: a run directory (it must hold _manifests/). It is only read:
+//     nothing is created, written or removed under it, and the target run
+//     (run.dir / --run) must be another directory.
+//   - Inputs: the source's committed pairs shards (table pairs, phase=rubric
+//     step partitions) and, when the rubrics are reused, its rubric-phase
+//     rubrics (item_id = pair_id).
+//   - Rubrics: generator_model empty reuses the source's rubrics; otherwise
+//     the generator configured in stages.rubrics (model replaced) samples n
+//     candidates per pair, shown a+ and a− in the order the rubrics stage
+//     uses (drawn from the pair's seed).
+//   - Judge: stages.judge (mode, sampling, prompts, backend), judge_model
+//     replacing its model; one judgment per (answer, rubric), response ids
+//     "<pair_id>/chosen" and "<pair_id>/rejected".
+//   - Outputs in the target run, per source step: pairs (copied rows),
+//     rubrics (reused or new) and judgments, all under
+//     <table>/phase=rubric/step=NNNNNN/; then replay_results
+//     (replay_results/part-00000.parquet), printed to stderr. A rerun resumes
+//     after the steps whose judgments are committed.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/eval"
+	"github.com/evolm/evolm/stages/export"
+	"github.com/evolm/evolm/stages/internal/lmstage"
+	"github.com/evolm/evolm/stages/judge"
+	"github.com/evolm/evolm/stages/rubrics"
+)
+
+// Name is the stage's registered name.
+const Name = "replay"
+
+// Config keys of stages.replay.
+const (
+	KeySource         = "source"
+	KeyGeneratorModel = "generator_model"
+	KeyJudgeModel     = "judge_model"
+	KeySteps          = "steps"
+)
+
+func init() {
+	pipeline.Register(pipeline.Spec{
+		Name:    Name,
+		Summary: "re-score a run's stored pairs with another judge and/or rubric generator into a new run",
+		Description: `Reads the pairs (and, unless generator_model is set, the rubrics) of the source
+run, judges a+ and a− under every rubric with the judge of stages.judge
+(judge_model replacing its model), and writes pairs, rubrics, judgments and
+replay_results (discriminative accuracy overall, per strategy and per step) into
+the target run. The source run is never modified.`,
+		Inputs:  []string{schemas.Pairs.Name, schemas.Rubrics.Name},
+		Outputs: []string{schemas.Pairs.Name, schemas.Rubrics.Name, schemas.Judgments.Name, ResultsTable},
+		Fields: []pipeline.Field{
+			{Key: KeySource, Type: pipeline.TypeString, Default: "", Required: true, Description: "the source run directory (read only)", Example: "runs/demo"},
+			{Key: KeyGeneratorModel, Type: pipeline.TypeString, Default: "",
+				Description: "rubric generator model to write new rubrics with; empty: reuse the source's rubrics"},
+			{Key: KeyJudgeModel, Type: pipeline.TypeString, Default: "", Description: "judge model; empty: stages.judge.model"},
+			{Key: KeySteps, Type: pipeline.TypeString, Default: "", Description: "source steps to replay (e.g. 10-20,25); empty: all"},
+		},
+		New: func(cfg *pipeline.Config) (pipeline.Stage, error) { return newReplayFromConfig(cfg) },
+	})
+}
+
+// Stage is the replay stage.
+type Stage struct {
+	Source         string
+	GeneratorModel string
+	JudgeModel     string
+	Steps          export.StepSet
+}
+
+func newReplayFromConfig(cfg *pipeline.Config) (*Stage, error) {
+	steps, err := export.ParseSteps(cfg.String(KeySteps))
+	if err != nil {
+		return nil, cfg.Errorf(KeySteps, "%v", err)
+	}
+	s := &Stage{Source: cfg.String(KeySource), GeneratorModel: cfg.String(KeyGeneratorModel), JudgeModel: cfg.String(KeyJudgeModel), Steps: steps}
+	if s.Source == "" {
+		return nil, cfg.Errorf(KeySource, "no source run given")
+	}
+	return s, nil
+}
+
+// ErrSameRun is returned when the target run is the source run.
+var ErrSameRun = errors.New("replay writes a new run: the target run directory is the source")
+
+// sourceRun checks and opens the source read-only (without OpenRun, which
+// would create _manifests/).
+func sourceRun(source, target string) (*pipeline.Run, error) {
+	st, err := os.Stat(filepath.Join(source, "_manifests"))
+	if err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("source %s: not a run directory (no _manifests/)", source)
+	}
+	a, err1 := filepath.EvalSymlinks(source)
+	b, err2 := filepath.EvalSymlinks(target)
+	if err1 == nil && err2 == nil {
+		if aa, err := filepath.Abs(a); err == nil {
+			if bb, err := filepath.Abs(b); err == nil && aa == bb {
+				return nil, fmt.Errorf("source %s, target %s: %w", source, target, ErrSameRun)
+			}
+		}
+	}
+	return &pipeline.Run{Dir: source}, nil
+}
+
+// Run replays every source step with pairs, then writes the results.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
+	src, err := sourceRun(s.Source, env.Run.Dir)
+	if err != nil {
+		return err
+	}
+	pairShards, err := export.TableShards(src, schemas.Pairs.Name)
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	var rubShards []export.Shard
+	if s.GeneratorModel == "" {
+		if rubShards, err = export.TableShards(src, schemas.Rubrics.Name); err != nil {
+			return fmt.Errorf("source (rubrics are reused: set generator_model to write new ones): %w", err)
+		}
+	}
+	pairsByStep, rubsByStep := map[int64][]export.Shard{}, map[int64][]export.Shard{}
+	var steps []int64
+	for _, sh := range pairShards {
+		if sh.Step < 0 {
+			return fmt.Errorf("source %s: pairs shard %s has no step=… partition", s.Source, sh.Rel)
+		}
+		if !s.Steps.Has(sh.Step) {
+			continue
+		}
+		if _, ok := pairsByStep[sh.Step]; !ok {
+			steps = append(steps, sh.Step)
+		}
+		pairsByStep[sh.Step] = append(pairsByStep[sh.Step], sh)
+	}
+	for _, sh := range rubShards {
+		if sh.Phase == schemas.PhaseRubric || sh.Phase == "" {
+			rubsByStep[sh.Step] = append(rubsByStep[sh.Step], sh)
+		}
+	}
+	jf, err := eval.OpenJudge(env.Global, s.JudgeModel, env.Log)
+	if err != nil {
+		return err
+	}
+	defer jf.Backend.Close()
+	var gen *eval.Generator
+	if s.GeneratorModel != "" {
+		if gen, err = eval.OpenGenerator(env.Global, s.GeneratorModel, env.Log); err != nil {
+			return err
+		}
+		defer gen.Backend.Close()
+	}
+	var allPairs []schemas.Pair
+	var allJudgments []schemas.Judgment
+	for _, step := range steps {
+		pairs, js, err := s.replayStep(ctx, env, step, pairsByStep[step], rubsByStep[step], jf, gen)
+		if err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		allPairs, allJudgments = append(allPairs, pairs...), append(allJudgments, js...)
+	}
+	acc := Discriminate(allPairs, allJudgments)
+	if err := WriteTable(env.Stderr, acc); err != nil {
+		return err
+	}
+	var inputs []string
+	for _, sh := range pairShards {
+		inputs = append(inputs, sh.Path)
+	}
+	return env.MapShards(ctx, []pipeline.Task{{
+		Output: pipeline.ShardPath(ResultsTable, 0), Schema: ResultsSchema, Inputs: inputs, Rows: int64(len(acc)),
+		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+			rec := BuildResults(env.Mem, acc)
+			defer rec.Release()
+			return w.Write(rec)
+		},
+	}})
+}
+
+// readRows reads every row of t in shards.
+func readRows[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards []export.Shard) ([]T, error) {
+	var out []T
+	for _, sh := range shards {
+		for rec, err := range pipeline.ReadShard(ctx, sh.Path, env.ReadOptions(t.Schema())) {
+			if err != nil {
+				return nil, err
+			}
+			rows, err := t.Read(rec)
+			if err != nil {
+				return nil, fmt.Errorf("shard %s: %w", sh.Path, err)
+			}
+			out = append(out, rows...)
+		}
+	}
+	return out, nil
+}
+
+// replayStep judges one step's pairs and commits its pairs, rubrics and
+// judgments shards in the target run. A step whose judgments shard is
+// already committed is read back instead of judged again.
+func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, pairShards, rubShards []export.Shard, jf *eval.JudgeFactory, gen *eval.Generator) ([]schemas.Pair, []schemas.Judgment, error) {
+	parts := []pipeline.Partition{pipeline.Phase(schemas.PhaseRubric), pipeline.Step(int(step))}
+	judgPath := pipeline.ShardPath(schemas.Judgments.Name, 0, parts...)
+	pairs, err := readRows(ctx, env, schemas.Pairs, pairShards)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := env.Run.Manifest(env.Stage)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, ok := m.Shard(judgPath); ok {
+		js, err := readRows(ctx, env, schemas.Judgments, []export.Shard{{Path: env.Run.Path(judgPath)}})
+		return pairs, js, err
+	}
+	byItem := map[string][]schemas.Rubric{}
+	var rubs []schemas.Rubric
+	if gen == nil {
+		all, err := readRows(ctx, env, schemas.Rubrics, rubShards)
+		if err != nil {
+			return nil, nil, err
+		}
+		inPairs := map[string]bool{}
+		for _, p := range pairs {
+			inPairs[p.PairID] = true
+		}
+		for _, r := range all {
+			if inPairs[r.ItemID] {
+				rubs = append(rubs, r)
+			}
+		}
+	} else {
+		spec := gen.Spec
+		spec.Role, spec.Phase, spec.Step = schemas.RoleRubricGenerator, schemas.PhaseRubric, step
+		items := make([]lmstage.Item, len(pairs))
+		for k := range pairs {
+			p := &pairs[k]
+			a, b := p.Chosen, p.Rejected
+			if spec.ItemSeed(p.PairID)%2 == 1 {
+				a, b = b, a
+			}
+			msg, err := gen.Prompts.RubricForPair(p.Question, a, b)
+			if err != nil {
+				return nil, nil, fmt.Errorf("pair %s: %w", p.PairID, err)
+			}
+			items[k] = lmstage.Item{ID: p.PairID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+		}
+		rolls, err := lmstage.Sample(ctx, gen.Backend, gen.BatchRows, spec, items)
+		if err != nil {
+			return nil, nil, fmt.Errorf("rubric generator: %w", err)
+		}
+		for i := range rolls {
+			rubs = append(rubs, rubrics.FromRollout(&rolls[i]))
+		}
+	}
+	for _, r := range rubs {
+		byItem[r.ItemID] = append(byItem[r.ItemID], r)
+	}
+	var resps []judge.Response
+	for _, p := range pairs {
+		resps = append(resps,
+			judge.Response{ID: p.PairID + "/chosen", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Chosen},
+			judge.Response{ID: p.PairID + "/rejected", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Rejected})
+	}
+	js, _, err := jf.New(schemas.PhaseRubric, step).Judge(ctx, resps, byItem)
+	if err != nil {
+		return nil, nil, fmt.Errorf("judge: %w", err)
+	}
+	var inputs []string
+	for _, sh := range append(append([]export.Shard{}, pairShards...), rubShards...) {
+		inputs = append(inputs, sh.Path)
+	}
+	// Judgments last: their commit marks the step done.
+	tasks := []pipeline.Task{
+		tableTask(env, schemas.Pairs, pipeline.ShardPath(schemas.Pairs.Name, 0, parts...), inputs, pairs),
+		tableTask(env, schemas.Rubrics, pipeline.ShardPath(schemas.Rubrics.Name, 0, parts...), inputs, rubs),
+	}
+	if err := env.MapShards(ctx, tasks); err != nil {
+		return nil, nil, err
+	}
+	if err := env.MapShards(ctx, []pipeline.Task{tableTask(env, schemas.Judgments, judgPath, inputs, js)}); err != nil {
+		return nil, nil, err
+	}
+	return pairs, js, nil
+}
+
+func tableTask[T any](env *pipeline.Env, t *schemas.Table[T], rel string, inputs []string, rows []T) pipeline.Task {
+	return pipeline.Task{Output: rel, Schema: t.Schema(), Inputs: inputs, Rows: int64(len(rows)),
+		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+			if len(rows) == 0 {
+				return nil
+			}
+			rec := t.Build(env.Mem, rows)
+			defer rec.Release()
+			return w.Write(rec)
+		}}
+}

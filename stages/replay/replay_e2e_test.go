@@ -1,0 +1,74 @@
+//go:build e2e
+
+package replay_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/export/synthrun"
+	"github.com/evolm/evolm/stages/replay"
+)
+
+// TestE2EReplayTinyJudge replays the synthetic run's pairs (test data) with a
+// tiny random checkpoint as the judge (yes/no mode, so every answer gets a
+// score) into a new run, and checks the source stays byte-identical. The
+// demo run replaces the synthetic one once the demo loop exists.
+func TestE2EReplayTinyJudge(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "tiny-judge")
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 2, OutDir: ckpt}); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "synthetic-run")
+	counts, err := synthrun.Write(context.Background(), memory.NewGoAllocator(), src, synthrun.Options{Seed: 6, Steps: 4, Phase: 2, Pairs: 2, N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := treeHash(t, src)
+	target := filepath.Join(dir, "replayed")
+	env := []string{"EVOLM_STAGES_REPLAY_SOURCE=" + src, "EVOLM_STAGES_JUDGE_MODEL=" + ckpt, "EVOLM_STAGES_JUDGE_MODE=yesno"}
+	if err := runReplay(t, target, env...); err != nil {
+		t.Fatal(err)
+	}
+	if treeHash(t, src) != before {
+		t.Fatal("the source run changed")
+	}
+	// 2 rubric steps × 2 pairs × 2 candidate rubrics, each judged on a+ and a−.
+	var rubricRows int64 = 2 * 2 * 2
+	var judged, missing int64
+	for rec, err := range pipeline.ReadShard(context.Background(), filepath.Join(target, replay.ResultsTable, "part-00000.parquet"), pipeline.ReadOptions{Schema: replay.ResultsSchema}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := rec.Column(0).(*array.String)
+		for i := 0; i < int(rec.NumRows()); i++ {
+			if g.Value(i) == "overall" {
+				judged, missing = rec.Column(3).(*array.Int64).Value(i), rec.Column(4).(*array.Int64).Value(i)
+			}
+		}
+	}
+	if judged+missing != rubricRows || judged == 0 {
+		t.Errorf("overall: %d judged + %d missing, want %d with scores (yes/no mode)", judged, missing, rubricRows)
+	}
+	paths, _ := filepath.Glob(filepath.Join(target, schemas.Judgments.Name, "*", "*", "*.parquet"))
+	n, err := pipeline.CountRows(paths...)
+	if err != nil || n != 2*rubricRows {
+		t.Errorf("target judgments %d (%v), want %d", n, err, 2*rubricRows)
+	}
+	t.Logf("source tables %v; replayed %d (pair, rubric), %d judged", counts, rubricRows, judged)
+	// A rerun resumes from the committed judgments and still leaves the source alone.
+	if err := runReplay(t, target, env...); err != nil {
+		t.Fatal(err)
+	}
+	if treeHash(t, src) != before {
+		t.Fatal("the source run changed on rerun")
+	}
+}
