@@ -9,6 +9,7 @@ import (
 	_ "github.com/evolm/evolm/stages/export"
 	_ "github.com/evolm/evolm/stages/judge"
 	_ "github.com/evolm/evolm/stages/loop"
+	_ "github.com/evolm/evolm/stages/replay"
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
 )
