@@ -21,6 +21,9 @@
 //     shapes; that flips a sample only when u lands within that much of a
 //     boundary.) Tokens of exactly equal probability are ordered as
 //     torch.sort/topk order them.
+//   - Cost. Top-k rows use torch.topk. Top-p-only rows first try the top
+//     1024 tokens and fall back to a full sort only when their nucleus is
+//     larger (plan); both paths yield identical kept sets and probabilities.
 //   - Log-probs. Result.LogProbs are the log-softmax of the raw model logits
 //     (before temperature and filters), as vLLM and TRL report by default.
 //     Probs gives the processed distribution when it is wanted.
@@ -51,10 +54,11 @@ type Result struct {
 type kind int
 
 const (
-	kindGreedy kind = iota
-	kindPlain       // temperature only: vocabulary order
-	kindSorted      // top-p without top-k: full descending sort
-	kindTopK        // top-k (maybe with top-p): sorted top-k prefix
+	kindGreedy  kind = iota
+	kindPlain        // temperature only: vocabulary order
+	kindNucleus      // top-p without top-k whose nucleus lies in the top nucleusK: that sorted prefix
+	kindSorted       // top-p without top-k, nucleus beyond the top nucleusK: full descending sort
+	kindTopK         // top-k (maybe with top-p): sorted top-k prefix
 )
 
 func rowKind(p Params, vocab int64) kind {
@@ -64,19 +68,73 @@ func rowKind(p Params, vocab int64) kind {
 	case p.topK(vocab):
 		return kindTopK
 	case p.topP():
-		return kindSorted
+		return kindNucleus
 	}
 	return kindPlain
 }
 
-// groups splits row indices by kind, keeping batch order within a kind.
-func groups(rows []Row, vocab int64) map[kind][]int64 {
+// nucleusK is the prefix top-p rows try first: a full sort of a 152k
+// vocabulary costs ~100× a top-1024 on the CPU, and an LM's nucleus almost
+// always lies in its top 1024 tokens.
+const nucleusK = 1024
+
+// plan groups rows by kind; top-p-only rows whose top-nucleusK mass (after
+// temperature) reaches top_p by a margin take the prefix path, the others a
+// full sort. Both paths give the same kept set and the same probabilities
+// exp(z − logsumexp z), so the choice (which depends on the row's own logits
+// only) changes nothing but the cost.
+func plan(s *torch.Scope, x *torch.Tensor, ps []Params, vocab int64) (map[kind][]int64, error) {
 	g := map[kind][]int64{}
-	for i, r := range rows {
-		k := rowKind(r.Params, vocab)
+	for i, p := range ps {
+		k := rowKind(p, vocab)
 		g[k] = append(g[k], int64(i))
 	}
-	return g
+	idx := g[kindNucleus]
+	if len(idx) == 0 || vocab <= nucleusK {
+		return g, nil
+	}
+	dev, err := torch.DeviceOf(x)
+	if err != nil {
+		return nil, err
+	}
+	sub := make([]Params, len(idx))
+	for i, r := range idx {
+		sub[i] = ps[r]
+	}
+	z := scaled(s, s.IndexSelect(x, 0, s.To(s.FromInt64(idx, int64(len(idx))), dev, torch.Int64)), sub)
+	vals, _ := s.Topk(z, nucleusK, -1, true)                                                                       // (G, nucleusK)
+	mass, err := torch.Float32s(s.SumDim(s.Exp(s.Sub(vals, s.Logsumexp(z, []int64{1}, true))), []int64{1}, false)) // (G)
+	if err != nil {
+		return nil, err
+	}
+	g[kindNucleus] = nil
+	for i, r := range idx {
+		if float64(mass[i]) >= sub[i].TopP+1e-4 {
+			g[kindNucleus] = append(g[kindNucleus], r)
+		} else {
+			g[kindSorted] = append(g[kindSorted], r)
+		}
+	}
+	return g, nil
+}
+
+// scaled is x (G, V) divided row-wise by the rows' temperatures.
+func scaled(s *torch.Scope, x *torch.Tensor, ps []Params) *torch.Tensor {
+	temps := make([]float32, len(ps))
+	unit := true
+	for i, p := range ps {
+		temps[i] = float32(p.Temperature)
+		unit = unit && p.Temperature == 1
+	}
+	if unit {
+		return x
+	}
+	dev, err := torch.DeviceOf(x)
+	if err != nil {
+		s.Fail(err)
+		return nil
+	}
+	return s.Div(x, s.To(s.FromFloat32(temps, int64(len(ps)), 1), dev, torch.Float32)) // (G, V)
 }
 
 func check(logits *torch.Tensor, rows []Row) (b, v int64, err error) {
@@ -112,21 +170,19 @@ func dist(s *torch.Scope, x *torch.Tensor, ps []Params, k kind, vocab int64) (pr
 		s.Fail(err)
 		return nil, nil
 	}
-	temps := make([]float32, g)
-	unit := true
-	for i, p := range ps {
-		temps[i] = float32(p.Temperature)
-		unit = unit && p.Temperature == 1
-	}
-	z := x
-	if !unit {
-		z = s.Div(x, s.To(s.FromFloat32(temps, g, 1), dev, torch.Float32)) // (G, V)
-	}
+	z := scaled(s, x, ps) // (G, V)
 	switch k {
 	case kindPlain:
 		return s.Softmax(z, -1, torch.NoDType), nil
-	case kindSorted:
-		z, order = s.Sort(z, -1, true) // (G, V) descending
+	case kindNucleus, kindSorted:
+		// Probabilities of the full distribution, in descending order.
+		lse := s.Logsumexp(z, []int64{1}, true) // (G, 1)
+		if k == kindNucleus && vocab > nucleusK {
+			z, order = s.Topk(z, nucleusK, -1, true) // (G, nucleusK)
+		} else {
+			z, order = s.Sort(z, -1, true) // (G, V)
+		}
+		probs = s.Exp(s.Sub(z, lse))
 	case kindTopK:
 		kmax := 0
 		for _, p := range ps {
@@ -140,8 +196,8 @@ func dist(s *torch.Scope, x *torch.Tensor, ps []Params, k kind, vocab int64) (pr
 			}
 		}
 		z = s.MaskedFill(z, s.To(s.FromBool(drop, g, int64(kmax)), dev, torch.Bool), math.Inf(-1))
+		probs = s.Softmax(z, -1, torch.NoDType) // (G, K) renormalised over the top k
 	}
-	probs = s.Softmax(z, -1, torch.NoDType) // (G, K)
 	anyP := false
 	tops := make([]float32, g)
 	for i, p := range ps {
@@ -178,14 +234,21 @@ func Sample(s *torch.Scope, logits *torch.Tensor, rows []Row) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("sample: %w", err)
 	}
-	gs := groups(rows, vocab)
+	params := make([]Params, len(rows))
+	for i, r := range rows {
+		params[i] = r.Params
+	}
+	gs, err := plan(c, x, params, vocab)
+	if err != nil {
+		return Result{}, fmt.Errorf("sample: %w", err)
+	}
 	var tokens *torch.Tensor // (B)
 	if len(gs[kindGreedy]) > 0 {
 		tokens = c.Argmax(x, -1, false) // sampled rows are overwritten below
 	} else {
 		tokens = c.Zeros([]int64{b}, torch.Int64, dev)
 	}
-	for _, k := range []kind{kindPlain, kindSorted, kindTopK} {
+	for _, k := range []kind{kindPlain, kindNucleus, kindSorted, kindTopK} {
 		idx := gs[k]
 		if len(idx) == 0 {
 			continue
@@ -269,8 +332,12 @@ func Probs(s *torch.Scope, logits *torch.Tensor, rows []Params) (*torch.Tensor, 
 	zeros := c.Zeros([]int64{b, vocab}, torch.Float32, dev)
 	ones := c.Ones([]int64{b, 1}, torch.Float32, dev)
 	out := c.Track(zeros.Scatter(1, c.Argmax(x, -1, true), ones, false)) // (B, V) one-hot
-	for k, idx := range groups(rs, vocab) {
-		if k == kindGreedy {
+	gs, err := plan(c, x, rows, vocab)
+	if err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
+	}
+	for k, idx := range gs {
+		if k == kindGreedy || len(idx) == 0 {
 			continue
 		}
 		g := int64(len(idx))

@@ -3,6 +3,7 @@ package sample
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/evolm/evolm/model/torch"
@@ -345,4 +346,105 @@ func TestNoTensorLeak(t *testing.T) {
 	if got := torch.Live(); got != base {
 		t.Errorf("live tensors %d after closing the scope, want %d", got, base)
 	}
+}
+
+// TestNucleusPrefixAndFullSort: top-p rows whose nucleus lies in the top
+// nucleusK tokens take the prefix path, the others a full sort; both must
+// equal the float64 reference (sort, softmax, keep while the mass before a
+// token is < p), whatever else is in the batch.
+func TestNucleusPrefixAndFullSort(t *testing.T) {
+	const v = 3000
+	r := rand.New(rand.NewPCG(9, 9))
+	scales := []float64{6, 0.05} // peaked: small nucleus; flat: nucleus ≫ nucleusK
+	data := make([]float32, 0, 2*v)
+	for _, sc := range scales {
+		for j := 0; j < v; j++ {
+			data = append(data, float32(r.NormFloat64()*sc))
+		}
+	}
+	ps := []Params{{Temperature: 1, TopP: 0.9}, {Temperature: 0.8, TopP: 0.9}}
+	s := torch.NewScope()
+	defer s.Close()
+	x := s.FromFloat32(data, 2, v)
+	gs, err := plan(s, x, ps, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[kind][]int64{kindNucleus: {0}, kindSorted: {1}}, gs); diff != "" {
+		t.Errorf("plan (-want +got):\n%s", diff)
+	}
+	want := func(row []float32, p Params) []float64 {
+		z := make([]float64, len(row))
+		mx := math.Inf(-1)
+		for j, l := range row {
+			z[j] = float64(l) / p.Temperature
+			mx = math.Max(mx, z[j])
+		}
+		sum := 0.0
+		for j := range z {
+			z[j] = math.Exp(z[j] - mx)
+			sum += z[j]
+		}
+		order := make([]int, len(z))
+		for j := range order {
+			order[j] = j
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(z[b], z[a]) })
+		out := make([]float64, len(z))
+		before, kept := 0.0, 0.0
+		for _, j := range order {
+			if before < p.TopP {
+				out[j] = z[j] / sum
+				kept += out[j]
+			}
+			before += z[j] / sum
+		}
+		for j := range out {
+			out[j] /= kept
+		}
+		return out
+	}
+	batch, err := Probs(s, x, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := torch.Float32s(batch)
+	for i, p := range ps {
+		alone, err := Probs(s, s.Narrow(x, 0, int64(i), 1), []Params{p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := torch.Float32s(alone)
+		if diff := cmp.Diff(a, got[i*v:(i+1)*v]); diff != "" {
+			t.Errorf("row %d alone vs in the batch (-alone +batch):\n%s", i, diff)
+		}
+		w := want(data[i*v:(i+1)*v], p)
+		nw, ng := 0, 0
+		for j := range w {
+			if w[j] > 0 {
+				nw++
+			}
+			if got[i*v+j] > 0 {
+				ng++
+			}
+			if (w[j] > 0) != (got[i*v+j] > 0) || math.Abs(w[j]-float64(got[i*v+j])) > 1e-6 {
+				t.Errorf("row %d token %d: prob %g, want %g", i, j, got[i*v+j], w[j])
+				break
+			}
+		}
+		t.Logf("row %d (scale %v): nucleus of %d tokens", i, scales[i], ng)
+		if nw != ng {
+			t.Errorf("row %d: kept %d tokens, want %d", i, ng, nw)
+		}
+	}
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
