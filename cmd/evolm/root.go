@@ -53,7 +53,7 @@ EVOLM_* env vars (stages.dedup.threshold → EVOLM_STAGES_DEDUP_THRESHOLD) and f
 			panic(err) // a bad built-in flag table: a programming error
 		}
 	}
-	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd(), newModelCmd())
+	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd(), newModelCmd(), newServeCmd())
 	for _, spec := range pipeline.Specs() {
 		if custom, ok := customCommands[spec.Name]; ok {
 			root.AddCommand(custom(a, spec))
