@@ -497,8 +497,17 @@ func (c *Config) YAML() ([]byte, error) {
 
 // Hash identifies the section's values: "sha256:" and 16 hex digits of its
 // canonical JSON. Shards record their stage's config hash.
-func (c *Config) Hash() string {
-	b, _ := json.Marshal(c.Map()) // map keys are sorted by encoding/json
+func (c *Config) Hash() string { return c.HashExcept() }
+
+// HashExcept is Hash over every key but the given ones (relative to the
+// section), for settings that may change without invalidating what was
+// computed (see Spec.Volatile).
+func (c *Config) HashExcept(keys ...string) string {
+	m := c.Map()
+	for _, k := range keys {
+		delete(m, k)
+	}
+	b, _ := json.Marshal(m) // map keys are sorted by encoding/json
 	h := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(h[:8])
 }

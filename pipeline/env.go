@@ -27,7 +27,10 @@ type Env struct {
 	Mem    memory.Allocator // allocate every Arrow object from it
 	Log    *slog.Logger     // the stage's logger (has attr stage=<name>)
 	Config *Config          // the stage's section, stages.<name>
-	Global *Config          // the whole config (run.*, pipeline.*, …)
+	// ConfigHash identifies Config in provenance and manifests: its hash
+	// without the spec's Volatile keys.
+	ConfigHash string
+	Global     *Config // the whole config (run.*, pipeline.*, …)
 
 	Parallelism  int    // output shards processed at once (≥ 1)
 	BatchSize    int64  // rows per batch when reading
@@ -49,7 +52,7 @@ func (e *Env) ReadOptions(schema *arrow.Schema) ReadOptions {
 // Provenance returns the provenance of shards this stage writes from inputs
 // (fingerprints).
 func (e *Env) Provenance(inputs ...string) Provenance {
-	return Provenance{Stage: e.Stage, ConfigHash: e.Config.Hash(), CodeVersion: CodeVersion(), Inputs: inputs}
+	return Provenance{Stage: e.Stage, ConfigHash: e.ConfigHash, CodeVersion: CodeVersion(), Inputs: inputs}
 }
 
 // NewProgress starts a progress reporter in the env's mode.
@@ -229,12 +232,15 @@ func NewEnv(name string, cfg *Config, opts RunOptions) (*Env, error) {
 		return nil, err
 	}
 	p := cfg.Section("pipeline")
+	section := cfg.Section("stages." + name)
+	spec, _ := Lookup(name)
 	return &Env{
 		Stage:        name,
 		Run:          run,
 		Mem:          opts.Mem,
 		Log:          opts.Log.With("stage", name),
-		Config:       cfg.Section("stages." + name),
+		Config:       section,
+		ConfigHash:   section.HashExcept(spec.Volatile...),
 		Global:       cfg,
 		Parallelism:  max(p.Int("parallelism"), 1),
 		BatchSize:    int64(p.Int("batch_size")),
@@ -285,15 +291,15 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 			if err := env.Run.ResetStage(name); err != nil {
 				return fmt.Errorf("stage %s: %w", name, err)
 			}
-		case m.ConfigHash != env.Config.Hash():
+		case m.ConfigHash != env.ConfigHash:
 			return fmt.Errorf("stage %s: run %s holds shards made with config %s, now %s: use another --run, or --fresh to redo them",
-				name, env.Run.Dir, m.ConfigHash, env.Config.Hash())
+				name, env.Run.Dir, m.ConfigHash, env.ConfigHash)
 		default:
 			env.Log.Info("resuming", "committed_shards", len(m.Shards), "rows", m.Rows(""))
 		}
 	}
 	start := time.Now()
-	env.Log.Info("start", "run", env.Run.Dir, "config", env.Config.Hash())
+	env.Log.Info("start", "run", env.Run.Dir, "config", env.ConfigHash)
 	if err := st.Run(ctx, env); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return fmt.Errorf("stage %s: interrupted (committed shards are kept; rerun to resume): %w", name, err)

@@ -64,6 +64,11 @@ type Spec struct {
 	Inputs      []string `json:"inputs"`      // tables (or "external") it reads
 	Outputs     []string `json:"outputs"`     // tables it writes
 	Fields      []Field  `json:"fields"`
+	// Volatile lists field keys that may change between runs of the same run
+	// directory without invalidating its committed shards (for example the
+	// co-evolution loop's total steps, raised to train longer). They are left
+	// out of the config hash that resume compares.
+	Volatile []string `json:"volatile,omitempty"`
 	// New builds the stage from its config section (stages.<name>), already
 	// merged and type-checked against Fields. It checks cross-field rules and
 	// returns an error naming the key on a bad value.
