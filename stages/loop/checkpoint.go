@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/pipeline"
 )
 
@@ -121,10 +122,11 @@ func (l *loop) checkpoint(ctx context.Context, next int) error {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", name, err)
 		}
 	}
+	failpoint.Hit("checkpoint-mid")
 	if err := l.buf.Save(filepath.Join(tmp, "replay.parquet"), l.env.Mem); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", name, err)
 	}
-	st := state{Version: stateVersion, NextStep: next, Seed: l.cfg.Seed, ConfigHash: l.env.Config.Hash(),
+	st := state{Version: stateVersion, NextStep: next, Seed: l.cfg.Seed, ConfigHash: l.env.ConfigHash,
 		DataPosition: next * l.cfg.PromptsPerStep, Shared: l.rubric == l.policy, CodeVersion: pipeline.CodeVersion()}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {

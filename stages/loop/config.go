@@ -177,7 +177,9 @@ checkpoint every checkpoint_every steps; rerunning the same command (or
 		Inputs:  []string{schemas.Prompts.Name},
 		Outputs: []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Pairs.Name, schemas.Steps.Name, "checkpoints"},
 		Fields:  fields(),
-		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
+		// Raising steps continues a run; it does not change what was computed.
+		Volatile: []string{KeySteps},
+		New:      func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
 	})
 }
 

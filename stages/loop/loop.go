@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/torch"
@@ -285,6 +286,7 @@ func write[T any](l *loop, t *schemas.Table[T], rows []T, step int, phase string
 		_ = w.Abort()
 		return err
 	}
+	failpoint.Hit("shard-mid")
 	_, err = l.env.Run.Commit(w, rel, prov, "")
 	return err
 }

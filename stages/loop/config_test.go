@@ -1,0 +1,89 @@
+package loop
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+)
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	base := map[string]any{KeyPolicyModel: "p", KeyJudgeModel: "j"}
+	tests := []struct {
+		name string
+		set  map[string]any
+		want string // substring of the error
+	}{
+		{"K = 0", map[string]any{KeyK: 0}, "stages.run.k"},
+		{"alpha above 1", map[string]any{KeyAlpha: 1.5}, "stages.run.alpha"},
+		{"alpha below 0", map[string]any{KeyAlpha: -0.1}, "stages.run.alpha"},
+		{"unknown strategy", map[string]any{KeyStrategies: []string{"temporal", "random_pairs"}}, `unknown strategy "random_pairs"`},
+		{"no strategy weight", map[string]any{KeyWTemporal: 0.0, KeyWBacktranslate: 0.0, KeyWRubricGuided: 0.0}, "stages.run.weight_temporal"},
+		{"one sample is no group", map[string]any{KeySamples: 1}, "stages.run.samples"},
+		{"bad window", map[string]any{KeyMinAge: 50, KeyMaxAge: 20}, "stages.run.temporal_min_age"},
+		{"openai judge without endpoints", map[string]any{KeyJudgeBackend: "openai"}, "stages.run.judge_endpoints"},
+		{"bad rubric reward", map[string]any{KeyRubricReward: "hinge"}, "rubric_reward"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			vals := map[string]any{}
+			for k, v := range base {
+				vals[k] = v
+			}
+			for k, v := range tc.set {
+				vals[k] = v
+			}
+			cfg, err := pipeline.StageConfig(Name, vals)
+			if err == nil {
+				_, err = FromConfig(cfg)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigDefaultsArePaper(t *testing.T) {
+	cfg, err := pipeline.StageConfig(Name, map[string]any{KeyPolicyModel: "p", KeyJudgeModel: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []float64{float64(c.K), float64(c.Samples), float64(c.PromptsPerStep), c.Trainer.LR, c.Trainer.Loss.Beta, c.Trainer.Loss.Epsilon,
+		c.Alpha, c.PolicyTemp, c.RubricTemp, c.JudgeTemp, c.InferTemp, float64(c.CheckpointEvery), float64(c.ReplaySize), float64(c.MinAge), float64(c.MaxAge)}
+	want := []float64{50, 8, 64, 1e-6, 0.001, 0.2, 0.7, 1.0, 0.6, 0.6, 0.3, 25, 2048, 20, 100}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("default %d = %v, want %v (DESIGN §1)", i, got[i], want[i])
+		}
+	}
+	for _, s := range schemas.Strategies {
+		if c.Weights[s] != 1 {
+			t.Errorf("weight of %s = %v, want 1 (1:1:1)", s, c.Weights[s])
+		}
+	}
+	for s, want := range map[int]string{0: "policy", 49: "policy", 50: "rubric", 99: "rubric", 100: "policy"} {
+		if got := c.Phase(s); got != want {
+			t.Errorf("Phase(%d) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+func TestUnusedStrategiesGetZeroWeight(t *testing.T) {
+	cfg, err := pipeline.StageConfig(Name, map[string]any{KeyPolicyModel: "p", KeyJudgeModel: "j", KeyStrategies: []string{"backtranslate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Weights[schemas.StrategyTemporal] != 0 || c.Weights[schemas.StrategyRubricGuided] != 0 || c.Weights[schemas.StrategyBacktranslate] != 1 {
+		t.Errorf("weights = %v", c.Weights)
+	}
+}

@@ -1,0 +1,379 @@
+//go:build e2e
+
+package loop
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model/safetensors"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+)
+
+// demoEnv is a built binary, two tiny checkpoints and a deduplicated prompt
+// set: what `make demo` prepares.
+type demoEnv struct {
+	bin, models, prompts string
+}
+
+func setup(t *testing.T) demoEnv {
+	t.Helper()
+	root := testutil.Root(t)
+	tmp := t.TempDir()
+	e := demoEnv{bin: filepath.Join(tmp, "evolm"), models: filepath.Join(tmp, "models")}
+	build := exec.Command("go", "build", "-o", e.bin, "./cmd/evolm")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for i, name := range []string{"policy", "judge"} {
+		run(t, e.bin, "model", "init", "--arch", "qwen3", "--preset", "tiny", "--seed", fmt.Sprint(i+1), "--out", filepath.Join(e.models, name))
+	}
+	dd := filepath.Join(tmp, "dedup")
+	run(t, e.bin, "dedup", "--run-dir", dd, "--input", filepath.Join(root, "datasets/sample/tulu3_sample.parquet"), "--progress", "off", "--log-level", "warn")
+	e.prompts = filepath.Join(dd, "prompts", "**", "*.parquet")
+	matches, _ := filepath.Glob(filepath.Join(dd, "prompts", "*", "*.parquet"))
+	if len(matches) == 0 {
+		matches, _ = filepath.Glob(filepath.Join(dd, "prompts", "*.parquet"))
+	}
+	if len(matches) == 0 {
+		t.Fatalf("dedup wrote no prompts under %s", dd)
+	}
+	e.prompts = strings.Join(matches, ",")
+	return e
+}
+
+func run(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("evolm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// writeConfig writes the demo loop config: 6 steps with K = 2 (policy,
+// policy, rubric, rubric, policy, policy), checkpoints every 2 steps.
+func (e demoEnv) writeConfig(t *testing.T, dir string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`stages:
+  run:
+    input: [%s]
+    policy_model: %s
+    judge_model: %s
+    judge_mode: yesno
+    steps: 6
+    k: 2
+    prompts_per_step: 6
+    samples: 3
+    rubric_samples: 2
+    max_new_tokens: 12
+    checkpoint_every: 2
+    temporal_min_age: 1
+    temporal_max_age: 2
+    lr: 1.0e-4
+    threads: 1
+    disable_thinking: true
+    seed: 11
+pipeline:
+  progress: "off"
+log:
+  level: warn
+`, e.prompts, filepath.Join(e.models, "policy"), filepath.Join(e.models, "judge"))
+	p := filepath.Join(dir, "demo.yaml")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func readTable[T any](t *testing.T, run string, tab *schemas.Table[T]) []T {
+	t.Helper()
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	r, err := pipeline.OpenRun(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Manifest(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []T
+	for _, p := range m.Paths(tab.Name) {
+		for rec, err := range pipeline.ReadShard(context.Background(), r.Path(p), pipeline.ReadOptions{Mem: mem, Schema: tab.Schema()}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tab.Read(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, got...)
+		}
+	}
+	return rows
+}
+
+// TestE2ELoopAlternatesAndCheckpoints runs the demo loop and checks the
+// schedule, the checkpoints (loaded back in HF transformers), the three pair
+// strategies with their provenance, and every table's row-count invariants.
+func TestE2ELoopAlternatesAndCheckpoints(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	runDir := filepath.Join(dir, "run")
+	run(t, e.bin, "run", "--config", e.writeConfig(t, dir), "--run-dir", runDir)
+
+	steps := readTable(t, runDir, schemas.Steps)
+	sort.Slice(steps, func(i, j int) bool { return steps[i].Step < steps[j].Step })
+	var phases []string
+	var counts [3]int64
+	for _, s := range steps {
+		phases = append(phases, s.Phase)
+		counts[0] += s.CountTemporal
+		counts[1] += s.CountBacktranslate
+		counts[2] += s.CountRubricGuided
+		if s.Phase == schemas.PhaseRubric && s.RewardMean == 0 && s.ZeroStdFrac < 1 {
+			t.Errorf("step %d: rubric step with zero mean reward and signal: %+v", s.Step, s)
+		}
+	}
+	if diff := cmp.Diff([]string{"policy", "policy", "rubric", "rubric", "policy", "policy"}, phases); diff != "" {
+		t.Errorf("phases alternate at K = 2 (-want +got):\n%s", diff)
+	}
+	t.Logf("pairs per strategy (temporal, backtranslate, rubric_guided) = %v", counts)
+	for i, c := range counts {
+		if c == 0 {
+			t.Errorf("strategy %s never used in the demo: counts %v", schemas.Strategies[i], counts)
+		}
+	}
+	ps := readTable(t, runDir, schemas.Pairs)
+	if got := int64(len(ps)); got != counts[0]+counts[1]+counts[2] {
+		t.Errorf("pairs table has %d rows, steps table counts %v", got, counts)
+	}
+	for _, p := range ps {
+		if p.ChosenRolloutID == "" || p.RejectedRolloutID == "" || p.Chosen == "" && p.Rejected == "" {
+			t.Errorf("pair %s: provenance missing: %+v", p.PairID, p)
+		}
+		if (p.Strategy == schemas.StrategyBacktranslate) != (p.InferredQuestion != nil) {
+			t.Errorf("pair %s (%s): inferred question %v", p.PairID, p.Strategy, p.InferredQuestion)
+		}
+		if p.Strategy == schemas.StrategyTemporal && (p.Step-p.RejectedStep < 1 || p.Step-p.RejectedStep > 2) {
+			t.Errorf("temporal pair %s: a− from step %d at step %d, outside the age window [1, 2]", p.PairID, p.RejectedStep, p.Step)
+		}
+	}
+	// Row counts: policy steps have 6 rubrics, 6·3 answers and one judgment
+	// per answer; rubric steps have 2 rubrics per pair and two judgments per
+	// rubric.
+	rubs := readTable(t, runDir, schemas.Rubrics)
+	js := readTable(t, runDir, schemas.Judgments)
+	rolls := readTable(t, runDir, schemas.Rollouts)
+	perStep := func(n func(phase string) int) int { // Σ over the schedule
+		s := 0
+		for _, p := range phases {
+			s += n(p)
+		}
+		return s
+	}
+	wantRubrics := perStep(func(p string) int { return map[string]int{"policy": 6, "rubric": 6 * 2}[p] })
+	wantJudgments := perStep(func(p string) int { return map[string]int{"policy": 6 * 3, "rubric": 6 * 2 * 2}[p] })
+	if len(rubs) != wantRubrics || len(js) != wantJudgments {
+		t.Errorf("rubrics %d (want %d), judgments %d (want %d)", len(rubs), wantRubrics, len(js), wantJudgments)
+	}
+	policyAnswers := 0
+	for _, r := range rolls {
+		if r.Phase == schemas.PhasePolicy && r.Role == schemas.RolePolicy {
+			policyAnswers++
+			if len(r.TokenIDs) != int(r.CompletionTokens) || len(r.TokenLogprobs) != len(r.TokenIDs) {
+				t.Errorf("rollout %s: %d token ids, %d log-probs, %d completion tokens", r.RolloutID, len(r.TokenIDs), len(r.TokenLogprobs), r.CompletionTokens)
+			}
+		}
+	}
+	if policyAnswers != 4*6*3 {
+		t.Errorf("policy-phase answers = %d, want %d", policyAnswers, 4*6*3)
+	}
+
+	for _, ck := range []string{"step-000002", "step-000004", "step-000006"} {
+		for _, f := range []string{"policy/config.json", "policy/model.safetensors", "policy/tokenizer.json", "policy_optimizer.safetensors", "replay.parquet", "state.json"} {
+			if _, err := os.Stat(filepath.Join(runDir, "checkpoints", ck, f)); err != nil {
+				t.Errorf("checkpoint %s: %v", ck, err)
+			}
+		}
+	}
+	out := testutil.RunPython(t, "hf_load_checkpoint.py", filepath.Join(runDir, "checkpoints", "step-000006", "policy"))
+	t.Logf("transformers: %s", bytes.TrimSpace(out))
+
+	// A finished run reruns as a no-op; a corrupt or incomplete checkpoint is a clear error.
+	run(t, e.bin, "run", "--resume", runDir)
+	if err := os.Remove(filepath.Join(runDir, "checkpoints", "step-000006", "replay.parquet")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "checkpoints", "step-000006", "state.json"), []byte(`{"version": 1, "next_step": 5`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outb, err := exec.Command(e.bin, "run", "--resume", runDir).CombinedOutput()
+	if err == nil || !strings.Contains(string(outb), "corrupt state.json") {
+		t.Errorf("corrupt state.json: err %v, output:\n%s", err, outb)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "checkpoints", "step-000006", "state.json"),
+		[]byte(fmt.Sprintf(`{"version": 1, "next_step": 6, "seed": 11, "shared_model": true}`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outb, err = exec.Command(e.bin, "run", "--resume", runDir, "--steps", "7").CombinedOutput()
+	if err == nil || !strings.Contains(string(outb), "replay buffer") || !strings.Contains(string(outb), "missing") {
+		t.Errorf("missing replay buffer: err %v, output:\n%s", err, outb)
+	}
+}
+
+// TestE2ELoopResumeIsExact kills `evolm run` at random moments and at the
+// failpoints inside a shard write and inside a checkpoint, resumes it each
+// time, and checks that every table's rows and the final weights equal an
+// uninterrupted run's.
+func TestE2ELoopResumeIsExact(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	cfg := e.writeConfig(t, dir)
+	ref := filepath.Join(dir, "ref")
+	run(t, e.bin, "run", "--config", cfg, "--run-dir", ref)
+
+	crash := filepath.Join(dir, "crash")
+	rng := rand.New(rand.NewPCG(5, 8))
+	attempts := []struct {
+		failpoint string
+		after     time.Duration // SIGKILL from outside after this long (0: none)
+	}{
+		{failpoint: "shard-mid@3"},
+		{failpoint: "checkpoint-mid@1"},
+		{after: time.Duration(2000+rng.IntN(6000)) * time.Millisecond},
+		{failpoint: "shard-mid@5"},
+		{after: time.Duration(2000+rng.IntN(6000)) * time.Millisecond},
+	}
+	for i, a := range attempts {
+		cmd := exec.Command(e.bin, "run", "--config", cfg, "--run-dir", crash)
+		if a.failpoint != "" {
+			cmd.Env = append(os.Environ(), "EVOLM_FAILPOINT="+a.failpoint)
+		}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if a.after > 0 {
+			time.AfterFunc(a.after, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+		}
+		err := cmd.Wait()
+		t.Logf("attempt %d (%+v): %v", i, a, err)
+		assertNoVisiblePartial(t, crash)
+	}
+	run(t, e.bin, "run", "--resume", crash)
+
+	compareTable(t, ref, crash, schemas.Rollouts, func(r schemas.Rollout) string { return r.RolloutID })
+	compareTable(t, ref, crash, schemas.Rubrics, func(r schemas.Rubric) string { return r.RubricID })
+	compareTable(t, ref, crash, schemas.Judgments, func(r schemas.Judgment) string { return r.JudgmentID })
+	compareTable(t, ref, crash, schemas.Pairs, func(r schemas.Pair) string { return r.PairID })
+	compareTable(t, ref, crash, schemas.Steps, func(r schemas.StepMetrics) string { return fmt.Sprint(r.Step) },
+		cmpopts.IgnoreFields(schemas.StepMetrics{}, "ElapsedS"))
+	maxDiff := compareWeights(t, filepath.Join(ref, "checkpoints/step-000006/policy/model.safetensors"),
+		filepath.Join(crash, "checkpoints/step-000006/policy/model.safetensors"))
+	t.Logf("final weights: max |Δ| = %g over every tensor", maxDiff)
+	if maxDiff > 0 {
+		t.Errorf("final weights differ from the uninterrupted run by up to %g; want bit-identical on one CPU thread", maxDiff)
+	}
+}
+
+// assertNoVisiblePartial checks that every Parquet file visible in the run
+// is committed in the manifest (temp files are hidden dot-files) and that no
+// checkpoint directory lacks its state.json.
+func assertNoVisiblePartial(t *testing.T, run string) {
+	t.Helper()
+	r, err := pipeline.OpenRun(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Manifest(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := map[string]bool{}
+	for _, s := range m.Shards {
+		committed[s.Path] = true
+	}
+	_ = filepath.WalkDir(run, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(run, p)
+		rel = filepath.ToSlash(rel)
+		if strings.HasSuffix(rel, ".parquet") && !strings.HasPrefix(filepath.Base(rel), ".") && !strings.HasPrefix(rel, "checkpoints/") && !committed[rel] {
+			t.Errorf("visible shard %s is not committed", rel)
+		}
+		return nil
+	})
+	cks, _ := filepath.Glob(filepath.Join(run, "checkpoints", "step-*"))
+	for _, c := range cks {
+		if _, err := os.Stat(filepath.Join(c, "state.json")); err != nil {
+			t.Errorf("checkpoint %s visible without state.json", c)
+		}
+	}
+}
+
+func compareTable[T any](t *testing.T, a, b string, tab *schemas.Table[T], key func(T) string, opts ...cmp.Option) {
+	t.Helper()
+	ra, rb := readTable(t, a, tab), readTable(t, b, tab)
+	sort.Slice(ra, func(i, j int) bool { return key(ra[i]) < key(ra[j]) })
+	sort.Slice(rb, func(i, j int) bool { return key(rb[i]) < key(rb[j]) })
+	if len(ra) == 0 {
+		t.Errorf("%s: the reference run has no rows", tab.Name)
+	}
+	if diff := cmp.Diff(ra, rb, opts...); diff != "" {
+		t.Errorf("%s differs after crash and resume (-uninterrupted +resumed):\n%s", tab.Name, diff)
+	}
+}
+
+func compareWeights(t *testing.T, a, b string) float64 {
+	t.Helper()
+	fa, err := safetensors.Open(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	fb, err := safetensors.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	if diff := cmp.Diff(fa.Names(), fb.Names()); diff != "" {
+		t.Fatalf("tensor names differ:\n%s", diff)
+	}
+	worst := 0.0
+	for _, n := range fa.Names() {
+		da, _ := fa.Data(n)
+		db, _ := fb.Data(n)
+		if len(da) != len(db) {
+			t.Fatalf("%s: %d vs %d bytes", n, len(da), len(db))
+		}
+		for i := 0; i+4 <= len(da); i += 4 {
+			x := math.Float32frombits(binary.LittleEndian.Uint32(da[i:]))
+			y := math.Float32frombits(binary.LittleEndian.Uint32(db[i:]))
+			worst = math.Max(worst, math.Abs(float64(x-y)))
+		}
+	}
+	return worst
+}
