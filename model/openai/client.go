@@ -668,7 +668,7 @@ func topFromMap(m map[string]float64) []backend.TopLogProb {
 }
 
 // Score implements backend.Scorer: one /v1/completions call per suffix with
-// prompt Prefix+Suffix, max_tokens 1, temperature 0 and ScoreTopLogprobs
+// prompt Prefix+Suffix, max_tokens 1, temperature 1 and ScoreTopLogprobs
 // alternatives, read for each candidate. A candidate outside the reported
 // alternatives gets -Inf. A suffix rejected by the server fails its row.
 func (c *Client) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
@@ -736,8 +736,11 @@ func (c *Client) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]back
 
 // scoreOne returns the candidates' next-token log-probs after prompt.
 func (c *Client) scoreOne(ctx context.Context, key, prompt string, cands []string) ([]float64, string, error) {
-	one, zero, k := 1, 0.0, c.cfg.ScoreTopLogprobs
-	body := CompletionRequest{Model: c.cfg.Model, Prompt: Strings{prompt}, MaxTokens: &one, Temperature: &zero, N: &one, Logprobs: &k}
+	// Temperature 1 and no top-p/top-k: the one sampled token is not used,
+	// and a server that reports log-probs after its logits processors (vLLM's
+	// processed_logprobs mode) then still reports the model's distribution.
+	one, t1, k := 1, 1.0, c.cfg.ScoreTopLogprobs
+	body := CompletionRequest{Model: c.cfg.Model, Prompt: Strings{prompt}, MaxTokens: &one, Temperature: &t1, N: &one, Logprobs: &k}
 	var resp CompletionResponse
 	if err := c.call(ctx, key, "/completions", body, decodeInto(&resp)); err != nil {
 		return nil, "", err
