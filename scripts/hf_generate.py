@@ -22,6 +22,10 @@ import json
 import os
 import sys
 
+# Never reach for the network (a stuck DNS lookup would hang a test).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
 import torch
 
 torch.set_num_threads(1)

@@ -24,6 +24,10 @@ import argparse
 import json
 import os
 
+# Never reach for the network (a stuck DNS lookup would hang a test).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
 import torch
 from safetensors.torch import load_file, save_file
 
