@@ -32,6 +32,10 @@ import sys
 import tempfile
 import time
 
+# Never reach for the network (a stuck DNS lookup would hang the run).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
