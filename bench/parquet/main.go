@@ -4,12 +4,15 @@
 //
 //	parquet-bench gen   -rows 1000000 -out src.parquet
 //	parquet-bench bench -in src.parquet -dir DIR -iters 3
+//	parquet-bench read  -in FILE
 //
 // bench loads src.parquet into memory as record batches, then per iteration
 // writes them to DIR/go.parquet (zstd level 3, dictionary, statistics,
 // 128Ki-row row groups) and reads that file back, serially and with
 // parallel column decoding. It prints one JSON object: best-of wall and CPU
-// seconds per phase, sizes and the process's peak RSS.
+// seconds per phase, sizes and the process's peak RSS. read streams a file
+// in a fresh process and prints its rows and peak RSS: what a stage that
+// streams a shard costs in memory.
 package main
 
 import (
@@ -43,6 +46,8 @@ func main() {
 		err = gen(os.Args[2:])
 	case "bench":
 		err = bench(os.Args[2:])
+	case "read":
+		err = read(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -176,6 +181,25 @@ func bench(args []string) error {
 		"write": write, "read_serial": readSerial, "read_parallel": readParallel,
 		"peak_rss_bytes": ru.Maxrss * 1024,
 	})
+}
+
+func read(args []string) error {
+	fs := flag.NewFlagSet("read", flag.ExitOnError)
+	in := fs.String("in", "go.parquet", "file to stream")
+	fs.Parse(args)
+	var rows int64
+	u := now()
+	for rec, err := range pipeline.ReadShard(context.Background(), *in, pipeline.ReadOptions{Mem: memory.NewGoAllocator()}) {
+		if err != nil {
+			return err
+		}
+		rows += rec.NumRows()
+	}
+	var p phase
+	best(&p, u.since())
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"rows": rows, "read": p, "peak_rss_bytes": ru.Maxrss * 1024})
 }
 
 func arraySize(d arrow.ArrayData) int64 {

@@ -61,7 +61,11 @@ def main():
     # pyarrow runs in a child so that its peak RSS is its own.
     py = json.loads(subprocess.run([sys.executable, __file__, "--pyarrow-side", src, os.path.join(d, "pyarrow.parquet"), str(a.iters)],
                                    check=True, capture_output=True, text=True).stdout)
-    # Cross-read: pyarrow reads our file; we read pyarrow's (through inspect's reader).
+    # Streaming: a fresh process that only reads pyarrow's file batch by batch.
+    stream = json.loads(subprocess.run([a.go_bin, "read", "-in", os.path.join(d, "pyarrow.parquet")],
+                                       check=True, capture_output=True, text=True).stdout)
+    assert stream["rows"] == go["rows"], "evolm read a different row count from pyarrow's file"
+    # Cross-read: pyarrow reads our file and finds the same data as its own.
     assert pq.read_metadata(os.path.join(d, "go.parquet")).num_rows == go["rows"]
     assert pq.read_table(os.path.join(d, "go.parquet")).equals(pq.read_table(os.path.join(d, "pyarrow.parquet")).cast(pq.read_schema(os.path.join(d, "go.parquet")))), "the two files hold different data"
 
@@ -78,6 +82,8 @@ def main():
               f"{p['wall_s'] / g['wall_s']:>12.2f}{p['cpu_s'] / g['cpu_s']:>11.2f}")
     print("ratio = pyarrow time / evolm time (>1: evolm is faster); pyarrow reads with its thread pool")
     print(f"peak RSS: evolm {go['peak_rss_bytes'] / mb:.0f} MiB (table held in memory + write + read), pyarrow {py['peak_rss_bytes'] / mb:.0f} MiB")
+    print(f"peak RSS of evolm streaming pyarrow's file in 64Ki-row batches: {stream['peak_rss_bytes'] / mb:.0f} MiB "
+          f"({stream['read']['wall_s']:.2f}s wall, {stream['read']['cpu_s']:.2f}s cpu)")
 
 
 if __name__ == "__main__":
