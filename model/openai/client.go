@@ -60,6 +60,15 @@ const (
 	RoundRobin    Balance = "round_robin"     // endpoints in turn
 )
 
+// ScoreAPI names how Score talks to the server; see Config.ScoreAPI.
+type ScoreAPI string
+
+const (
+	ScoreAuto        ScoreAPI = "auto"
+	ScoreCompletions ScoreAPI = "completions"
+	ScoreExtension   ScoreAPI = "evolm"
+)
+
 // Config configures a Client. Zero fields take the defaults shown.
 type Config struct {
 	// Endpoints are base URLs such as http://host:8000/v1. A URL whose path
@@ -76,6 +85,14 @@ type Config struct {
 	MaxRetryAfter    time.Duration // cap on an honoured Retry-After; default 60s
 	RequestTimeout   time.Duration // per attempt, body included; default 10m
 	ScoreTopLogprobs int           // alternatives requested per Score call; default 20 (vLLM's cap)
+	// ScoreAPI chooses how Score reaches the server. ScoreAuto (default)
+	// uses the /v1/evolm/score extension of `evolm serve` (exact log-probs
+	// of any candidate, the prefix computed once) and falls back to
+	// ScoreCompletions for good when a server answers 404 or 405.
+	// ScoreCompletions asks /v1/completions for ScoreTopLogprobs
+	// alternatives (any OpenAI-compatible server; a candidate outside them
+	// reads -Inf). ScoreExtension requires the extension.
+	ScoreAPI ScoreAPI
 
 	HTTPClient *http.Client // default: a client with keep-alive pools sized to MaxInFlight
 	Logger     *slog.Logger // default slog.Default()
@@ -92,6 +109,8 @@ type Client struct {
 	next atomic.Uint64
 	http *http.Client
 	log  *slog.Logger
+	// noScoreExt is set once a server showed it lacks /v1/evolm/score.
+	noScoreExt atomic.Bool
 }
 
 type endpoint struct {
@@ -123,6 +142,13 @@ func New(cfg Config) (*Client, error) {
 		if *v <= 0 {
 			*v = d
 		}
+	}
+	switch cfg.ScoreAPI {
+	case "":
+		cfg.ScoreAPI = ScoreAuto
+	case ScoreAuto, ScoreCompletions, ScoreExtension:
+	default:
+		return nil, fmt.Errorf("openai: score api %q: want %q, %q or %q", cfg.ScoreAPI, ScoreAuto, ScoreCompletions, ScoreExtension)
 	}
 	def(&cfg.MaxInFlight, 16)
 	def(&cfg.MaxAttempts, 6)
@@ -667,71 +693,133 @@ func topFromMap(m map[string]float64) []backend.TopLogProb {
 	return top
 }
 
-// Score implements backend.Scorer: one /v1/completions call per suffix with
-// prompt Prefix+Suffix, max_tokens 1, temperature 1 and ScoreTopLogprobs
-// alternatives, read for each candidate. A candidate outside the reported
-// alternatives gets -Inf. A suffix rejected by the server fails its row.
+// Score implements backend.Scorer. Through the /v1/evolm/score extension
+// (see Config.ScoreAPI) one call answers a whole request. Otherwise each
+// suffix is one /v1/completions call with prompt Prefix+Suffix, max_tokens
+// 1, temperature 1 and ScoreTopLogprobs alternatives, read for each
+// candidate; a candidate outside them gets -Inf, and the server's prefix
+// cache is what saves the shared prefix. A suffix the server rejects fails
+// its row.
 func (c *Client) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
 	if err := backend.CheckIDs(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("openai score: %w", err)
 	}
+	for i := range reqs {
+		if err := reqs[i].Validate(); err != nil {
+			return nil, fmt.Errorf("openai score: %w", err)
+		}
+	}
 	out := make([]backend.ScoreResponse, len(reqs))
+	led := newLedger(len(reqs))
+	g, gctx := c.group(ctx)
+	for i := range reqs {
+		g.Go(func() error {
+			res, err := c.scoreRow(gctx, &reqs[i], led)
+			if err != nil {
+				return err
+			}
+			out[i] = res
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("openai score: %w", err)
+	}
+	return out, nil
+}
+
+// scoreRow answers one request, through the extension when it can.
+func (c *Client) scoreRow(ctx context.Context, r *backend.ScoreRequest, led *ledger) (backend.ScoreResponse, error) {
+	res := backend.ScoreResponse{ID: r.ID, Model: c.cfg.Model}
+	if c.cfg.ScoreAPI == ScoreExtension || (c.cfg.ScoreAPI == ScoreAuto && !c.noScoreExt.Load()) {
+		lps, model, err := c.scoreExt(ctx, r)
+		var rej *rejectedError
+		switch {
+		case err == nil:
+			if err := led.commit(r.ID); err != nil {
+				return res, err
+			}
+			if model != "" {
+				res.Model = model
+			}
+			res.LogProbs = lps
+			return res, nil
+		case c.cfg.ScoreAPI == ScoreAuto && errors.As(err, &rej) &&
+			(rej.status == http.StatusNotFound || rej.status == http.StatusMethodNotAllowed):
+			c.noScoreExt.Store(true) // fall through to top log-probs
+		default:
+			f, ferr := rowFailure(err)
+			if ferr != nil {
+				return res, ferr
+			}
+			if err := led.commit(r.ID); err != nil {
+				return res, err
+			}
+			res.Failure = f
+			return res, nil
+		}
+	}
+
 	type slot struct {
 		lps     []float64
 		failure *backend.RowFailure
 		model   string
 	}
-	slots := make([][]slot, len(reqs))
-	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("openai score: %w", err)
-		}
-		slots[i] = make([]slot, len(reqs[i].Suffixes))
-	}
-	led := newLedger(len(reqs))
-	g, gctx := c.group(ctx)
-	for i := range reqs {
-		r := &reqs[i]
-		for k := range r.Suffixes {
-			g.Go(func() error {
-				key := fmt.Sprintf("%s#%d", r.ID, k)
-				lps, model, err := c.scoreOne(gctx, key, r.Prefix+r.Suffixes[k], r.Candidates)
-				if err != nil {
-					f, ferr := rowFailure(err)
-					if ferr != nil {
-						return ferr
-					}
-					slots[i][k].failure = f
+	slots := make([]slot, len(r.Suffixes))
+	g, gctx := errgroup.WithContext(ctx)
+	for k := range r.Suffixes {
+		g.Go(func() error {
+			key := fmt.Sprintf("%s#%d", r.ID, k)
+			lps, model, err := c.scoreOne(gctx, key, r.Prefix+r.Suffixes[k], r.Candidates)
+			if err != nil {
+				f, ferr := rowFailure(err)
+				if ferr != nil {
+					return ferr
 				}
-				if err := led.commit(key); err != nil {
-					return err
-				}
-				slots[i][k].lps, slots[i][k].model = lps, model
-				return nil
-			})
-		}
+				slots[k].failure = f
+			}
+			if err := led.commit(key); err != nil {
+				return err
+			}
+			slots[k].lps, slots[k].model = lps, model
+			return nil
+		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("openai score: %w", err)
+		return res, err
 	}
-	for i := range reqs {
-		res := backend.ScoreResponse{ID: reqs[i].ID, Model: c.cfg.Model}
-		for k, s := range slots[i] {
-			if s.failure != nil {
-				res.Failure = &backend.RowFailure{Reason: s.failure.Reason, Message: fmt.Sprintf("suffix %d: %s", k, s.failure.Message)}
-				break
-			}
-			if s.model != "" {
-				res.Model = s.model
-			}
-			res.LogProbs = append(res.LogProbs, s.lps)
+	for k, s := range slots {
+		if s.failure != nil {
+			return backend.ScoreResponse{ID: r.ID, Model: res.Model,
+				Failure: &backend.RowFailure{Reason: s.failure.Reason, Message: fmt.Sprintf("suffix %d: %s", k, s.failure.Message)}}, nil
 		}
-		if res.Failure != nil {
-			res.LogProbs = nil
+		if s.model != "" {
+			res.Model = s.model
 		}
-		out[i] = res
+		res.LogProbs = append(res.LogProbs, s.lps)
 	}
-	return out, nil
+	return res, nil
+}
+
+// scoreExt answers one request through POST /v1/evolm/score.
+func (c *Client) scoreExt(ctx context.Context, r *backend.ScoreRequest) ([][]float64, string, error) {
+	body := ScoreBody{Model: c.cfg.Model, Prefix: r.Prefix, Suffixes: r.Suffixes, Candidates: r.Candidates}
+	var resp ScoreAnswer
+	if err := c.call(ctx, r.ID, "/evolm/score", body, decodeInto(&resp)); err != nil {
+		return nil, "", err
+	}
+	if len(resp.Logprobs) != len(r.Suffixes) {
+		return nil, "", &malformedError{fmt.Sprintf("%d log-prob rows for %d suffixes", len(resp.Logprobs), len(r.Suffixes))}
+	}
+	for k, row := range resp.Logprobs {
+		if len(row) != len(r.Candidates) {
+			return nil, "", &malformedError{fmt.Sprintf("suffix %d: %d log-probs for %d candidates", k, len(row), len(r.Candidates))}
+		}
+		for j := range row {
+			row[j] = fromWireLogprob(row[j])
+		}
+	}
+	return resp.Logprobs, resp.Model, nil
 }
 
 // scoreOne returns the candidates' next-token log-probs after prompt.

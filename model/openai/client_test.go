@@ -92,6 +92,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no model", Config{Endpoints: []string{"http://a"}}, "openai: no model name"},
 		{"bad url", Config{Endpoints: []string{"a:8000"}, Model: "m"}, `openai: endpoint "a:8000": want an http:// or https:// URL`},
 		{"bad balance", Config{Endpoints: []string{"http://a"}, Model: "m", Balance: "random"}, `openai: balance "random": want "least_in_flight" or "round_robin"`},
+		{"bad score api", Config{Endpoints: []string{"http://a"}, Model: "m", ScoreAPI: "magic"}, `openai: score api "magic": want "auto", "completions" or "evolm"`},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.cfg)

@@ -138,6 +138,24 @@ func answer(r *http.Request) ([]byte, error) {
 		json.Unmarshal(v, &n)
 	}
 	top := map[string]float64{" yes": -0.25, " no": -1.5}
+	if strings.HasSuffix(r.URL.Path, "/evolm/score") {
+		var req ScoreBody
+		if err := json.Unmarshal(mustJSON(raw), &req); err != nil {
+			return nil, err
+		}
+		resp := ScoreAnswer{Object: "evolm.score", Model: req.Model}
+		for range req.Suffixes {
+			row := make([]float64, len(req.Candidates))
+			for j, c := range req.Candidates {
+				row[j] = MinLogprob
+				if v, ok := top[c]; ok {
+					row[j] = v
+				}
+			}
+			resp.Logprobs = append(resp.Logprobs, row)
+		}
+		return json.Marshal(resp)
+	}
 	if strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		var req ChatRequest
 		if err := json.Unmarshal(mustJSON(raw), &req); err != nil {
@@ -433,25 +451,77 @@ func TestCancelStopsRetrying(t *testing.T) {
 	}
 }
 
-func TestScoreRetriesPerSuffix(t *testing.T) {
-	srv := newFaultServer(map[string][]fault{"j#1": {status429, dropConn}, "j#0": {truncatedJSON}})
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	log := &logRecorder{}
-	client := testClient(t, []string{ts.URL}, log, nil)
-	got, err := client.Score(context.Background(), []backend.ScoreRequest{
-		{ID: "j", Prefix: "Q A ", Suffixes: []string{"c1?", "c2?", "c3?"}, Candidates: []string{" yes", " no", " Yes"}},
+func TestScoreRetries(t *testing.T) {
+	inf := negInf()
+	row := []float64{-0.25, -1.5, inf}
+	req := backend.ScoreRequest{ID: "j", Prefix: "Q A ", Suffixes: []string{"c1?", "c2?", "c3?"}, Candidates: []string{" yes", " no", " Yes"}}
+	want := []backend.ScoreResponse{{ID: "j", Model: "m", LogProbs: [][]float64{row, row, row}}}
+	tests := []struct {
+		name     string
+		api      ScoreAPI
+		script   map[string][]fault
+		wantLogs map[string][][2]int64
+	}{
+		{"completions, one call per suffix", ScoreCompletions,
+			map[string][]fault{"j#1": {status429, dropConn}, "j#0": {truncatedJSON}},
+			map[string][][2]int64{"j#0": {{200, 1}}, "j#1": {{429, 1}, {0, 2}}}},
+		{"extension, one call per row", ScoreAuto,
+			map[string][]fault{"j": {status500, shortBody, status429}},
+			map[string][][2]int64{"j": {{500, 1}, {200, 2}, {429, 3}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newFaultServer(tt.script)
+			ts := httptest.NewServer(srv)
+			defer ts.Close()
+			log := &logRecorder{}
+			client := testClient(t, []string{ts.URL}, log, func(c *Config) { c.ScoreAPI = tt.api })
+			got, err := client.Score(context.Background(), []backend.ScoreRequest{req})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("score (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantLogs, log.retries()); diff != "" {
+				t.Errorf("retry logs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestScoreFallsBackWithoutExtension(t *testing.T) {
+	srv := newFaultServer(nil)
+	var extCalls atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/evolm/score", func(w http.ResponseWriter, r *http.Request) {
+		extCalls.Add(1)
+		http.Error(w, `{"detail":"Not Found"}`, http.StatusNotFound) // as vLLM answers
 	})
+	mux.Handle("/", srv)
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	client := testClient(t, []string{ts.URL}, &logRecorder{}, nil)
+	req := backend.ScoreRequest{ID: "j", Prefix: "p", Suffixes: []string{"a", "b"}, Candidates: []string{" no"}}
+	for range 2 {
+		got, err := client.Score(context.Background(), []backend.ScoreRequest{req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]backend.ScoreResponse{{ID: "j", Model: "m", LogProbs: [][]float64{{-1.5}, {-1.5}}}}, got); diff != "" {
+			t.Errorf("score (-want +got):\n%s", diff)
+		}
+	}
+	if n := extCalls.Load(); n != 1 {
+		t.Errorf("extension tried %d times, want once: the client must remember the server lacks it", n)
+	}
+
+	strict := testClient(t, []string{ts.URL}, &logRecorder{}, func(c *Config) { c.ScoreAPI = ScoreExtension })
+	got, err := strict.Score(context.Background(), []backend.ScoreRequest{req})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf := negInf()
-	row := []float64{-0.25, -1.5, inf}
-	want := []backend.ScoreResponse{{ID: "j", Model: "m", LogProbs: [][]float64{row, row, row}}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("score (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(map[string][][2]int64{"j#0": {{200, 1}}, "j#1": {{429, 1}, {0, 2}}}, log.retries()); diff != "" {
-		t.Errorf("retry logs (-want +got):\n%s", diff)
+	if f := got[0].Failure; f == nil || f.Reason != backend.FailureRejected || !strings.Contains(f.Message, "HTTP 404") {
+		t.Errorf("ScoreExtension against a server without it: failure %+v, want a 404 rejection", f)
 	}
 }

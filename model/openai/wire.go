@@ -203,6 +203,25 @@ type ModelList struct {
 	Data   []Model `json:"data"`
 }
 
+// ScoreBody is the body of POST /v1/evolm/score, an extension of `evolm
+// serve` (not part of the OpenAI API) that exposes backend.Scorer: the
+// next-token log-probs of each candidate after prefix+suffixes[k], with the
+// prefix computed once.
+type ScoreBody struct {
+	Model      string   `json:"model"`
+	Prefix     string   `json:"prefix"`
+	Suffixes   []string `json:"suffixes"`
+	Candidates []string `json:"candidates"`
+}
+
+// ScoreAnswer answers POST /v1/evolm/score: Logprobs[k][j] is candidate j
+// after suffix k, with -Inf sent as MinLogprob.
+type ScoreAnswer struct {
+	Object   string      `json:"object"` // "evolm.score"
+	Model    string      `json:"model"`
+	Logprobs [][]float64 `json:"logprobs"`
+}
+
 // ErrorBody is the OpenAI error shape: {"error": {...}}.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`

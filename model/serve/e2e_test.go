@@ -14,6 +14,7 @@ import (
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/openai"
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torchbe"
 )
@@ -87,45 +88,59 @@ func TestTorchEngineThroughServer(t *testing.T) {
 		})
 	}
 
-	// Score: candidates are the engine's own top next tokens after the first
-	// suffix, so the server's top log-probs must report them.
+	// Score: the candidates are " yes", " no" and the engine's own top next
+	// tokens after the first suffix. Through the /v1/evolm/score extension
+	// every value equals the engine's; through top log-probs (the path any
+	// OpenAI server takes) the top tokens must, and the rest read -Inf.
 	req := backend.ScoreRequest{ID: "s", Prefix: "Question: what is 2+2?\nResponse: 4\n\n",
-		Suffixes: []string{"Criterion: says 4\nAnswer:", "Criterion: is polite\nAnswer:"}}
+		Suffixes: []string{"Criterion: says 4\nAnswer:", "Criterion: is polite\nAnswer:"}, Candidates: []string{" yes", " no"}}
 	top, err := m.Generate(ctx, []backend.GenerateRequest{{ID: "t", Prompt: req.Prefix + req.Suffixes[0],
 		Sampling: backend.Sampling{MaxTokens: 1}, TopLogProbs: 5}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
+	seen := map[string]bool{" yes": true, " no": true}
+	var topCands []string
 	for _, a := range top[0].Completions[0].LogProbs[0].Top {
 		if !seen[a.Token] && len(m.Tokenizer().Encode(a.Token)) == 1 {
 			seen[a.Token] = true
 			req.Candidates = append(req.Candidates, a.Token)
+			topCands = append(topCands, a.Token)
 		}
 	}
-	if len(req.Candidates) < 2 {
-		t.Fatalf("only %d single-token candidates among the top 5: %q", len(req.Candidates), req.Candidates)
-	}
-	got, err := client.Score(ctx, []backend.ScoreRequest{req})
-	if err != nil {
-		t.Fatal(err)
+	if len(topCands) < 2 {
+		t.Fatalf("only %d single-token candidates among the top 5", len(topCands))
 	}
 	want, err := m.Score(ctx, []backend.ScoreRequest{req})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0].Failure != nil || want[0].Failure != nil {
-		t.Fatalf("failures: client %v, engine %v", got[0].Failure, want[0].Failure)
+	if want[0].Failure != nil {
+		t.Fatal(want[0].Failure)
 	}
-	for k := range req.Suffixes {
-		for j, c := range req.Candidates {
-			g, w := got[0].LogProbs[k][j], want[0].LogProbs[k][j]
-			if k == 0 && math.IsInf(g, -1) {
-				t.Errorf("suffix 0 candidate %q: the server did not report a top token", c)
-			}
-			// A candidate outside the server's top-20 reads as -Inf.
-			if !math.IsInf(g, -1) && math.Abs(g-w) > 1e-4 {
-				t.Errorf("suffix %d candidate %q: through the server %v, in process %v", k, c, g, w)
+	for _, api := range []openai.ScoreAPI{openai.ScoreAuto, openai.ScoreCompletions} {
+		c, err := openai.New(openai.Config{Endpoints: []string{url}, Model: m.ID(), ScoreAPI: api, MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Score(ctx, []backend.ScoreRequest{req})
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0].Failure != nil {
+			t.Fatalf("%s: %v", api, got[0].Failure)
+		}
+		for k := range req.Suffixes {
+			for j, cand := range req.Candidates {
+				g, w := got[0].LogProbs[k][j], want[0].LogProbs[k][j]
+				inTop := k == 0 && j >= 2
+				switch {
+				case api == openai.ScoreCompletions && math.IsInf(g, -1) && !inTop:
+					// outside the server's top-20: not reported
+				case math.Abs(g-w) > 1e-4 || math.IsInf(g, 0):
+					t.Errorf("%s: suffix %d candidate %q: through the server %v, in process %v", api, k, cand, g, w)
+				}
 			}
 		}
 	}

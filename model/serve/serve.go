@@ -7,6 +7,7 @@
 //	GET  /v1/models            the one served model
 //	POST /v1/completions       prompt (string or array), n, seed, stop, logprobs (0..MaxTopLogprobs)
 //	POST /v1/chat/completions  messages, n, seed, stop, logprobs + top_logprobs
+//	POST /v1/evolm/score       extension: backend.Scorer (prefix, suffixes, candidates)
 //	GET  /health               200 when serving
 //
 // The handler is generic over backend.Generator. Concurrent requests are
@@ -41,7 +42,11 @@ import (
 // Config configures the handler.
 type Config struct {
 	Generator backend.Generator // required
-	Model     string            // model id served at /v1/models; required
+	// Scorer serves /v1/evolm/score; nil uses the Generator when it is also
+	// a backend.Scorer (the torch engine is), else the route answers 404
+	// and clients fall back to top log-probs.
+	Scorer backend.Scorer
+	Model  string // model id served at /v1/models; required
 	// RenderChat renders a conversation to prompt text, ending with the
 	// assistant turn's opening (the Qwen3 ChatML template of model/chat).
 	// nil passes messages to the Generator unrendered.
@@ -108,6 +113,13 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	if cfg.Scorer == nil {
+		cfg.Scorer, _ = cfg.Generator.(backend.Scorer)
+	}
+	if cfg.Scorer != nil {
+		s.cfg.Scorer = cfg.Scorer
+		mux.HandleFunc("POST /v1/evolm/score", s.score)
+	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
@@ -482,4 +494,53 @@ func chatLogprobs(lps []backend.TokenLogProb, top int) *openai.ChatLogprobs {
 		out.Content = append(out.Content, tl)
 	}
 	return out
+}
+
+func (s *server) score(w http.ResponseWriter, r *http.Request) {
+	if err := s.doScore(w, r); err != nil {
+		s.fail(w, r, err)
+	}
+}
+
+func (s *server) doScore(w http.ResponseWriter, r *http.Request) error {
+	var req openai.ScoreBody
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	sr := backend.ScoreRequest{ID: newID("score-"), Prefix: req.Prefix, Suffixes: req.Suffixes, Candidates: req.Candidates}
+	if err := sr.Validate(); err != nil {
+		return badRequest("", "%v", err)
+	}
+	resps, err := s.cfg.Scorer.Score(r.Context(), []backend.ScoreRequest{sr})
+	if err != nil {
+		return fmt.Errorf("score: %w", err)
+	}
+	if len(resps) != 1 {
+		return fmt.Errorf("score: %d responses for 1 request", len(resps))
+	}
+	res := resps[0]
+	if f := res.Failure; f != nil {
+		if f.Reason == backend.FailureRejected {
+			return badRequest("", "%s", f.Message)
+		}
+		return fmt.Errorf("score: %w", f)
+	}
+	if len(res.LogProbs) != len(sr.Suffixes) {
+		return fmt.Errorf("score: %d rows for %d suffixes", len(res.LogProbs), len(sr.Suffixes))
+	}
+	out := openai.ScoreAnswer{Object: "evolm.score", Model: s.cfg.Model, Logprobs: make([][]float64, len(res.LogProbs))}
+	for k, row := range res.LogProbs {
+		if len(row) != len(sr.Candidates) {
+			return fmt.Errorf("score: suffix %d has %d log-probs for %d candidates", k, len(row), len(sr.Candidates))
+		}
+		out.Logprobs[k] = make([]float64, len(row))
+		for j, v := range row {
+			out.Logprobs[k][j] = openai.WireLogprob(v)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -173,6 +173,80 @@ func TestClientScoreThroughServer(t *testing.T) {
 	}
 }
 
+// scoringGenerator is the test double of an engine that is also a
+// backend.Scorer: its log-probs for " yes" and " no" are the ones
+// fakeGenerator reports among its top alternatives, others are -Inf.
+type scoringGenerator struct {
+	fakeGenerator
+	scored int
+}
+
+func (g *scoringGenerator) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
+	out := make([]backend.ScoreResponse, len(reqs))
+	for i, r := range reqs {
+		g.scored++
+		out[i] = backend.ScoreResponse{ID: r.ID, Model: "fake"}
+		if r.Candidates[0] == "reject me" {
+			out[i].Failure = &backend.RowFailure{Reason: backend.FailureRejected, Message: `candidate "reject me" is 2 tokens`}
+			continue
+		}
+		for _, suf := range r.Suffixes {
+			y, n := fakeYesNo(r.Prefix + suf)
+			row := make([]float64, len(r.Candidates))
+			for j, c := range r.Candidates {
+				row[j] = map[string]float64{" yes": y, " no": n}[c]
+				if c != " yes" && c != " no" {
+					row[j] = math.Inf(-1)
+				}
+			}
+			out[i].LogProbs = append(out[i].LogProbs, row)
+		}
+	}
+	return out, nil
+}
+
+func TestClientScoreThroughExtension(t *testing.T) {
+	gen := &scoringGenerator{}
+	url := startServer(t, gen)
+	client := newClient(t, url)
+	req := backend.ScoreRequest{ID: "j1", Prefix: "Q: hi\nA: hello\n", Suffixes: []string{"Criterion: polite?\nAnswer:", "Criterion: short?\nAnswer:"},
+		Candidates: []string{" yes", " no", " maybe"}}
+	got, err := client.Score(context.Background(), []backend.ScoreRequest{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]float64
+	for _, s := range req.Suffixes {
+		y, n := fakeYesNo(req.Prefix + s)
+		want = append(want, []float64{y, n, math.Inf(-1)})
+	}
+	if diff := cmp.Diff([]backend.ScoreResponse{{ID: "j1", Model: modelID, LogProbs: want}}, got); diff != "" {
+		t.Errorf("score (-want +got):\n%s", diff)
+	}
+	if gen.scored != 1 || gen.calls != 0 {
+		t.Errorf("scorer called %d times and generator %d; want one Score call for the row", gen.scored, gen.calls)
+	}
+	rej := req
+	rej.Candidates = []string{"reject me"}
+	got, err = client.Score(context.Background(), []backend.ScoreRequest{rej})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := got[0].Failure; f == nil || f.Reason != backend.FailureRejected || !strings.Contains(f.Message, "is 2 tokens") {
+		t.Errorf("rejected candidate: failure %+v", f)
+	}
+	for _, body := range []string{`{"prefix":"a","suffixes":[],"candidates":["x"]}`, `{"prefix":"a","suffixes":["b"],"candidates":[]}`, `{"prefix":"a","suffixes":["b"],"candidates":[""]}`} {
+		resp, err := http.Post(url+"/evolm/score", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", body, resp.StatusCode)
+		}
+	}
+}
+
 func TestRowFailures(t *testing.T) {
 	tests := []struct {
 		name       string
