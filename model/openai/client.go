@@ -2,7 +2,8 @@
 // inference server (vLLM, SGLang, llama.cpp, `evolm serve`). It implements
 // backend.Generator over /v1/completions (requests with a rendered Prompt) and
 // /v1/chat/completions (requests with Messages), and backend.Scorer over
-// /v1/completions with max_tokens=1 and top log-probs.
+// `evolm serve`'s /v1/evolm/score extension (exact, prefix computed once) or,
+// on any other server, /v1/completions with max_tokens=1 and top log-probs.
 //
 // Delivery contract:
 //
