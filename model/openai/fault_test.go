@@ -228,11 +228,14 @@ func (h *logRecorder) retries() map[string][][2]int64 {
 	return out
 }
 
+// testClient has tiny backoffs and a per-attempt timeout that only the
+// hang faults reach: a healthy local answer takes milliseconds, so even a
+// loaded machine stays far below it.
 func testClient(t *testing.T, urls []string, log *logRecorder, edit func(*Config)) *Client {
 	t.Helper()
 	cfg := Config{Endpoints: urls, Model: "m", MaxInFlight: 4, MaxAttempts: 6,
 		BaseBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, MaxRetryAfter: 2 * time.Millisecond,
-		RequestTimeout: time.Second, Logger: slog.New(log), Jitter: func() float64 { return 0.5 }}
+		RequestTimeout: 3 * time.Second, Logger: slog.New(log), Jitter: func() float64 { return 0.5 }}
 	if edit != nil {
 		edit(&cfg)
 	}
