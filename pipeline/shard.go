@@ -333,6 +333,10 @@ func OpenShard(path string, opts ReadOptions) (*ShardReader, error) {
 		f.Close()
 		return nil, fmt.Errorf("shard %s: empty file (0 bytes), not a Parquet file", path)
 	}
+	if err := checkMagic(f, st.Size()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("shard %s: not a Parquet file: %w", path, err)
+	}
 	pf, err := openParquet(f, mem)
 	if err != nil {
 		f.Close()
@@ -356,6 +360,28 @@ func OpenShard(path string, opts ReadOptions) (*ShardReader, error) {
 		}
 	}
 	return r, nil
+}
+
+// checkMagic checks the "PAR1" magic at both ends of a Parquet file: a
+// missing tail means a truncated (or still-being-written) file.
+func checkMagic(f *os.File, size int64) error {
+	var head, tail [4]byte
+	if size < 12 {
+		return fmt.Errorf("%d bytes, too short", size)
+	}
+	if _, err := f.ReadAt(head[:], 0); err != nil {
+		return err
+	}
+	if _, err := f.ReadAt(tail[:], size-4); err != nil {
+		return err
+	}
+	switch {
+	case string(head[:]) != "PAR1":
+		return fmt.Errorf("no PAR1 magic at the start (found %q)", head[:])
+	case string(tail[:]) != "PAR1":
+		return errors.New("no PAR1 magic at the end: truncated or unfinished")
+	}
+	return nil
 }
 
 // openParquet turns the panics some corrupt footers cause into errors.
@@ -545,6 +571,7 @@ type namedReader struct {
 	schema *arrow.Schema
 	consts []constCol
 	cur    arrow.RecordBatch // owned; only with consts
+	rows   int64             // rows returned so far, for error messages
 }
 
 func (n *namedReader) Schema() *arrow.Schema {
@@ -564,17 +591,18 @@ func (n *namedReader) Next() (ok bool) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			n.err = fmt.Errorf("shard %s: corrupt data: %v", n.path, p)
+			n.err = fmt.Errorf("shard %s: corrupt data after row %d: %v", n.path, n.rows, p)
 			ok = false
 		}
 	}()
 	if !n.RecordReader.Next() {
 		return false
 	}
+	rec := n.RecordReader.RecordBatch()
+	n.rows += rec.NumRows()
 	if len(n.consts) == 0 {
 		return true
 	}
-	rec := n.RecordReader.RecordBatch()
 	rows := int(rec.NumRows())
 	cols := make([]arrow.Array, n.schema.NumFields())
 	var owned []arrow.Array
@@ -621,7 +649,7 @@ func (n *namedReader) Err() error {
 	if err == nil || errors.Is(err, io.EOF) {
 		return nil
 	}
-	return fmt.Errorf("shard %s: %w", n.path, err)
+	return fmt.Errorf("shard %s: after row %d: %w", n.path, n.rows, err)
 }
 
 func (n *namedReader) Release() {

@@ -255,8 +255,9 @@ func TestShardBadInput(t *testing.T) {
 		want   []string
 	}{
 		{"empty file", write("empty.parquet", nil), nil, []string{"empty.parquet", "empty file"}},
-		{"not parquet", write("text.parquet", []byte("id,prompt\n1,hello\n")), nil, []string{"text.parquet", "not a readable Parquet file"}},
-		{"truncated", write("trunc.parquet", data[:len(data)/2]), nil, []string{"trunc.parquet", "not a readable Parquet file"}},
+		{"not parquet", write("text.parquet", []byte("id,prompt\n1,hello\n")), nil, []string{"text.parquet", "not a Parquet file: no PAR1 magic at the start"}},
+		{"truncated", write("trunc.parquet", data[:len(data)/2]), nil, []string{"trunc.parquet", "not a Parquet file: no PAR1 magic at the end: truncated"}},
+		{"bad footer", write("footer.parquet", append(append([]byte("PAR1"), make([]byte, 40)...), "\x10\x00\x00\x00PAR1"...)), nil, []string{"footer.parquet", "not a readable Parquet file"}},
 		{"corrupt pages", write("mid.parquet", mid), schemas.Pairs.Schema(), []string{"mid.parquet"}},
 		{"missing file", filepath.Join(dir, "nope.parquet"), nil, []string{"nope.parquet", "no such file"}},
 		{"missing column", good, missing, []string{"good.parquet", `missing column "score" (want float64)`, "want schema:", "got schema:"}},
