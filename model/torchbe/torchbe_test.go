@@ -2,12 +2,16 @@ package torchbe
 
 import (
 	"context"
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/torch"
@@ -157,5 +161,59 @@ func TestTorchBackend(t *testing.T) {
 
 	if got := torch.Live(); got != live {
 		t.Errorf("live tensors %d after the calls, %d before", got, live)
+	}
+}
+
+// TestScoreMatchesHF checks the prefix-reusing Scorer against HF
+// transformers: the same checkpoint, the same prompts tokenized by HF
+// `tokenizers`, one plain forward pass per suffix.
+func TestScoreMatchesHF(t *testing.T) {
+	m := tiny(t)
+	reqs := []backend.ScoreRequest{
+		{ID: "a", Prefix: "You are a judge.\n\n<question>\nWhat is 2+2?\n</question>\n\n<response>\nIt is 4 — four. 😀\n</response>\n\n",
+			Suffixes:   []string{"Criterion: Says 4.\n\nDoes the response meet this criterion? Answer yes or no.\nAnswer:", "Criterion: Uses an emoji.\n\nAnswer:"},
+			Candidates: []string{" yes", " Yes", "yes", " no", "No"}},
+		{ID: "b", Prefix: "<|im_start|>user\n你好<|im_end|>\n", Suffixes: []string{"<|im_start|>assistant\n"}, Candidates: []string{" yes", " no"}},
+	}
+	got, err := m.Score(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := map[string]any{"requests": []map[string]any{}}
+	for _, r := range reqs {
+		in["requests"] = append(in["requests"].([]map[string]any), map[string]any{"prefix": r.Prefix, "suffixes": r.Suffixes, "candidates": r.Candidates})
+	}
+	dir := t.TempDir()
+	inPath, outPath := filepath.Join(dir, "in.json"), filepath.Join(dir, "out.json")
+	b, _ := json.Marshal(in)
+	if err := os.WriteFile(inPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.RunPython(t, "backend_score_reference.py", "--model", m.opt.Dir, "--in", inPath, "--out", outPath)
+	var want struct {
+		LogProbs  [][][]float64 `json:"logprobs"`
+		PromptIDs [][][]int     `json:"prompt_ids"`
+	}
+	b, err = os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	maxDiff := 0.0
+	for i := range reqs {
+		for k := range reqs[i].Suffixes {
+			if ids := m.Tokenizer().Encode(reqs[i].Prefix + reqs[i].Suffixes[k]); !cmp.Equal(ids, want.PromptIDs[i][k]) {
+				t.Errorf("request %d suffix %d: token ids differ from HF tokenizers", i, k)
+			}
+			for j, w := range want.LogProbs[i][k] {
+				maxDiff = math.Max(maxDiff, math.Abs(w-got[i].LogProbs[k][j]))
+			}
+		}
+	}
+	t.Logf("largest |log-prob difference| against HF: %.2e", maxDiff)
+	if maxDiff > 1e-4 {
+		t.Errorf("largest log-prob difference against HF %.2e > 1e-4", maxDiff)
 	}
 }

@@ -20,12 +20,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -311,9 +309,3 @@ func Chunks(ctx context.Context, n, size int, fn func(start, end int) error) err
 func FailureText(f *backend.RowFailure) string {
 	return "backend " + f.Error()
 }
-
-// Itoa is strconv.Itoa for key parts.
-func Itoa(i int) string { return strconv.Itoa(i) }
-
-// ErrNoRows is returned when an input holds no rows at all.
-var ErrNoRows = errors.New("no input rows")
