@@ -1,0 +1,57 @@
+package rollout
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+)
+
+func TestConversation(t *testing.T) {
+	user := []schemas.Message{{Role: "user", Content: "hi"}}
+	withSys := []schemas.Message{{Role: "system", Content: "own"}, {Role: "user", Content: "hi"}}
+	for _, tc := range []struct {
+		name   string
+		p      schemas.Prompt
+		system string
+		want   []backend.Message
+	}{
+		{"messages, no system prompt", schemas.Prompt{Prompt: "hi", Messages: user}, "", []backend.Message{{Role: "user", Content: "hi"}}},
+		{"system prompt prepended", schemas.Prompt{Prompt: "hi", Messages: user}, "sys",
+			[]backend.Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "hi"}}},
+		{"the prompt's own system turn wins", schemas.Prompt{Prompt: "hi", Messages: withSys}, "sys",
+			[]backend.Message{{Role: "system", Content: "own"}, {Role: "user", Content: "hi"}}},
+		{"no messages: the prompt text as one user turn", schemas.Prompt{Prompt: "q"}, "", []backend.Message{{Role: "user", Content: "q"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, Conversation(&tc.p, tc.system)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   string
+	}{
+		{map[string]any{"model": "m", "n": 0}, "stages.rollout.n"},
+		{map[string]any{"model": "m", "max_tokens": -1}, "stages.rollout.max_tokens"},
+		{map[string]any{"model": "m", "top_p": 0.0}, "stages.rollout.top_p"},
+		{map[string]any{"model": "m", "stop": []string{""}}, "stages.rollout.stop"},
+		{map[string]any{"model": "m", "backend": "vllm"}, "stages.rollout.backend"},
+	} {
+		cfg, err := pipeline.StageConfig(Name, tc.values)
+		if err == nil {
+			_, err = newFromConfig(cfg)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want it to name %s", tc.values, err, tc.want)
+		}
+	}
+}
