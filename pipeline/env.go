@@ -271,7 +271,7 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
-	if n, err := env.Run.CleanTemp(spec.Outputs...); err != nil {
+	if n, err := env.Run.CleanTemp(append([]string{"_manifests"}, spec.Outputs...)...); err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	} else if n > 0 {
 		env.Log.Info("removed stale temp files", "count", n)

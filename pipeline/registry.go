@@ -152,6 +152,11 @@ func (s Spec) validate() error {
 			return fmt.Errorf("stage %q: field %q default: %w", s.Name, f.Key, err)
 		}
 	}
+	for _, k := range s.Volatile {
+		if !seen[k] {
+			return fmt.Errorf("stage %q: volatile key %q is not a field", s.Name, k)
+		}
+	}
 	return nil
 }
 

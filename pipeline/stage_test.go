@@ -45,6 +45,7 @@ func init() {
 			{Key: "timeout", Type: pipeline.TypeDuration, Default: "30s", Description: "a duration"},
 			{Key: "verbose", Type: pipeline.TypeBool, Default: false, Description: "a bool"},
 		},
+		Volatile: []string{"verbose"},
 		New: newTestStageFromConfig,
 	})
 }
@@ -125,14 +126,20 @@ func TestRunStageResume(t *testing.T) {
 	if err := os.WriteFile(stale, []byte("partial"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	staleManifest := filepath.Join(dir, "_manifests", ".testcopy.json.42.tmp")
+	if err := os.WriteFile(staleManifest, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	resetTestStage(2)
 	err = runTestStage(t, mem, dir)
 	if err == nil || !strings.Contains(err.Error(), "injected failure") || !strings.Contains(err.Error(), "step=000002") {
 		t.Fatalf("first run: err = %v, want the injected failure naming the shard", err)
 	}
-	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("stale temp file still there: %v", err)
+	for _, p := range []string{stale, staleManifest} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale temp file %s still there: %v", p, err)
+		}
 	}
 	if diff := cmp.Diff([]int{0, 1}, written()); diff != "" {
 		t.Errorf("first run wrote (-want +got):\n%s", diff)
@@ -182,9 +189,9 @@ func TestRunStageResume(t *testing.T) {
 		return nil
 	})
 
-	// A third run has nothing to do.
+	// A third run has nothing to do, even with a volatile key changed.
 	resetTestStage(-1)
-	if err := runTestStage(t, mem, dir); err != nil {
+	if err := runTestStage(t, mem, dir, "EVOLM_STAGES_TESTCOPY_VERBOSE=true"); err != nil {
 		t.Fatal(err)
 	}
 	if got := written(); len(got) != 0 {
@@ -330,6 +337,11 @@ func TestRegisterRejects(t *testing.T) {
 	pipeline.Register(pipeline.Spec{Name: "testcopy", New: newTestStageFromConfig})
 	if err := pipeline.RegistryErr(); err == nil || !strings.Contains(err.Error(), `"testcopy" registered twice`) {
 		t.Errorf("duplicate: RegistryErr = %v", err)
+	}
+	pipeline.ResetRegistryErrs()
+	pipeline.Register(pipeline.Spec{Name: "testvol", New: newTestStageFromConfig, Volatile: []string{"nope"}})
+	if err := pipeline.RegistryErr(); err == nil || !strings.Contains(err.Error(), `volatile key "nope" is not a field`) {
+		t.Errorf("bad volatile key: RegistryErr = %v", err)
 	}
 	pipeline.ResetRegistryErrs()
 	pipeline.Register(pipeline.Spec{Name: "testbad", New: newTestStageFromConfig,
