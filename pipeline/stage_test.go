@@ -46,7 +46,7 @@ func init() {
 			{Key: "verbose", Type: pipeline.TypeBool, Default: false, Description: "a bool"},
 		},
 		Volatile: []string{"verbose"},
-		New: newTestStageFromConfig,
+		New:      newTestStageFromConfig,
 	})
 }
 
