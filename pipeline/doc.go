@@ -40,8 +40,9 @@
 // generates `evolm <stage>` with its flags and --help from the spec. A Stage
 // has one method, Run(ctx, *Env): the runner (RunStage) calls New, opens the
 // run directory, removes stale temp files under the stage's output tables,
-// refuses to mix shards made under another config hash (unless
-// pipeline.fresh), then calls Run once.
+// refuses to mix shards made under another config hash (the section's
+// hash less the spec's Volatile keys; pipeline.fresh redoes them instead),
+// then calls Run once.
 //
 // Inside Run, a stage describes its output as Tasks (one output shard each:
 // path, schema, input files, a Write func) and hands them to Env.MapShards,
