@@ -175,3 +175,35 @@ func TestNewFromConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestStageJSONLMatchesParquet: the sample as JSONL (shards seek by skipping
+// lines) gives the same prompts as the Parquet file.
+func TestStageJSONLMatchesParquet(t *testing.T) {
+	set, err := datasets.Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	jsonl := filepath.Join(dir, "sample.jsonl")
+	f, err := os.Create(jsonl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := datasets.WriteJSONL(f, set.Rows); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	runP, runJ := filepath.Join(dir, "p"), filepath.Join(dir, "j")
+	if err := runStage(t, runP, map[string]string{KeyInput: samplePath(t), KeyShardRows: "37"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runStage(t, runJ, map[string]string{KeyInput: jsonl, KeyShardRows: "37"}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(readPrompts(t, runP), readPrompts(t, runJ)); diff != "" {
+		t.Errorf("prompts from JSONL differ (-parquet +jsonl):\n%s", diff)
+	}
+	if diff := cmp.Diff(readReport(t, runP), readReport(t, runJ)); diff != "" {
+		t.Errorf("report from JSONL differs (-parquet +jsonl):\n%s", diff)
+	}
+}
