@@ -27,6 +27,7 @@ const (
 	KeyBootSeed       = "bootstrap_seed"
 	KeyGeneratorModel = "generator_model"
 	KeyJudgeModel     = "judge_model"
+	KeyInvalidRubric  = "invalid_rubric"
 )
 
 func init() {
@@ -55,6 +56,8 @@ generator_model and judge_model overriding their model.`,
 			{Key: KeyBootSeed, Type: pipeline.TypeInt, Default: 0, Description: "bootstrap seed"},
 			{Key: KeyGeneratorModel, Type: pipeline.TypeString, Default: "", Description: "rubric generator model; empty: stages.rubrics.model"},
 			{Key: KeyJudgeModel, Type: pipeline.TypeString, Default: "", Description: "judge model; empty: stages.judge.model"},
+			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: InvalidRawText, Enum: []string{InvalidRawText, InvalidSkip},
+				Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop does) or skip"},
 		},
 		New: func(cfg *pipeline.Config) (pipeline.Stage, error) { return newEvalFromConfig(cfg) },
 	})
@@ -68,6 +71,7 @@ type Stage struct {
 	Bootstrap      Bootstrap
 	GeneratorModel string
 	JudgeModel     string
+	InvalidRubric  string
 }
 
 func newEvalFromConfig(cfg *pipeline.Config) (*Stage, error) {
@@ -75,6 +79,7 @@ func newEvalFromConfig(cfg *pipeline.Config) (*Stage, error) {
 		Benchmark: cfg.String(KeyBenchmark), Input: cfg.Strings(KeyInput), Limit: cfg.Int(KeyLimit), Batch: cfg.Int(KeyBatch),
 		Bootstrap:      Bootstrap{Samples: cfg.Int(KeySamples), Seed: uint64(cfg.Int(KeyBootSeed))},
 		GeneratorModel: cfg.String(KeyGeneratorModel), JudgeModel: cfg.String(KeyJudgeModel),
+		InvalidRubric: cfg.String(KeyInvalidRubric),
 	}
 	switch {
 	case len(s.Input) == 0:
@@ -226,6 +231,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		return err
 	}
 	defer closeFn()
+	scorer.InvalidRubric = s.InvalidRubric
 	var rep Report
 	switch s.Benchmark {
 	case BenchRewardBench2:

@@ -19,7 +19,7 @@
 //   - Judge: stages.judge (mode, sampling, prompts, backend), judge_model
 //     replacing its model; one judgment per (answer, rubric), response ids
 //     "<pair_id>/chosen" and "<pair_id>/rejected". A rubric failing R_format
-//     is judged as the loop judges it (invalid_rubric, JudgingRubric); the
+//     is judged as the loop judges it (invalid_rubric, eval.JudgingRubric); the
 //     rubrics written are the source's (or generator's) rows, unchanged.
 //   - Outputs in the target run, per source step: pairs (copied rows),
 //     rubrics (reused or new) and judgments, all under
@@ -57,36 +57,6 @@ const (
 	KeyInvalidRubric  = "invalid_rubric"
 )
 
-// Invalid-rubric policies, as the co-evolution loop's invalid_rubric.
-const (
-	InvalidRawText = "raw_text" // judge under the rubric's text as one criterion
-	InvalidSkip    = "skip"     // judge under its parsed criteria; none: score missing
-)
-
-// JudgingRubric is the rubric the judge applies to r under policy (the
-// loop's rule, so that a replay judges what the run judged): a rubric that
-// fails R_format and has no positively weighted criteria is judged, with
-// raw_text, under its raw text (thinking stripped) as a single criterion of
-// weight 1; otherwise r as it is.
-func JudgingRubric(r schemas.Rubric, policy string) schemas.Rubric {
-	if r.FormatOK || policy == InvalidSkip {
-		return r
-	}
-	total := 0.0
-	for _, c := range r.Criteria {
-		total += c.Weight
-	}
-	if len(r.Criteria) > 0 && total > 0 {
-		return r
-	}
-	text := schemas.StripThink(r.RawText)
-	if text == "" {
-		return r
-	}
-	r.Criteria = []schemas.Criterion{{Criterion: text, Weight: 1}}
-	return r
-}
-
 func init() {
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
@@ -104,7 +74,7 @@ the target run. The source run is never modified.`,
 				Description: "rubric generator model to write new rubrics with; empty: reuse the source's rubrics"},
 			{Key: KeyJudgeModel, Type: pipeline.TypeString, Default: "", Description: "judge model; empty: stages.judge.model"},
 			{Key: KeySteps, Type: pipeline.TypeString, Default: "", Description: "source steps to replay (e.g. 10-20,25); empty: all"},
-			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: InvalidRawText, Enum: []string{InvalidRawText, InvalidSkip},
+			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: eval.InvalidRawText, Enum: []string{eval.InvalidRawText, eval.InvalidSkip},
 				Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop does) or skip"},
 		},
 		New: func(cfg *pipeline.Config) (pipeline.Stage, error) { return newReplayFromConfig(cfg) },
@@ -306,7 +276,7 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 		}
 	}
 	for _, r := range rubs {
-		byItem[r.ItemID] = append(byItem[r.ItemID], JudgingRubric(r, s.InvalidRubric))
+		byItem[r.ItemID] = append(byItem[r.ItemID], eval.JudgingRubric(r, s.InvalidRubric))
 	}
 	var resps []judge.Response
 	for _, p := range pairs {
