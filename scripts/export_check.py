@@ -67,6 +67,10 @@ for table, want_rows in expected.items():
     n = con.sql(f"SELECT count(*) FROM read_parquet('{pattern}')").fetchone()[0]
     if n != want_rows:
         fail(f"duckdb {table}: {n} rows, want {want_rows}")
+    if table == "export_responses":
+        nulls = con.sql(f"SELECT count(*) FROM read_parquet('{pattern}') WHERE prompt IS NULL OR response IS NULL").fetchone()[0]
+        if nulls:
+            fail(f"duckdb {table}: {nulls} rows without their prompt or response text")
     if table == "export_pairs":
         bad = con.sql(f"SELECT count(*) FROM read_parquet('{pattern}') WHERE margin IS DISTINCT FROM score_chosen - score_rejected").fetchone()[0]
         if bad:

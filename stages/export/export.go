@@ -61,6 +61,9 @@ import (
 // Name is the stage's registered name.
 const Name = "export"
 
+// promptBlockSteps is how many steps share one scan of the prompts table.
+const promptBlockSteps = 64
+
 // Output tables.
 const (
 	ResponsesTable = "export_responses"
@@ -210,15 +213,34 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		rolls := byStep(req[schemas.Rollouts.Name], schemas.PhasePolicy)
 		rubs := byStep(req[schemas.Rubrics.Name], schemas.PhasePolicy)
 		judg := byStep(req[schemas.Judgments.Name], schemas.PhasePolicy)
-		for _, step := range slices.Sorted(mapKeys(rolls)) {
-			in := inputs(rolls[step], rubs[step], judg[step])
-			tasks = append(tasks, pipeline.Task{
-				Output: pipeline.ShardPath(ResponsesTable, int(step)),
-				Schema: ResponsesSchema, Inputs: in,
-				Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-					return j.responses(ctx, w, step, rolls[step], rubs[step], judg[step])
-				},
-			})
+		// Prompt texts are looked up once per block of steps: one projected
+		// scan of the prompts table per block, holding only that block's texts.
+		stepList := slices.Sorted(mapKeys(rolls))
+		for start := 0; start < len(stepList); start += promptBlockSteps {
+			block := stepList[start:min(start+promptBlockSteps, len(stepList))]
+			ids := map[string]bool{}
+			for _, step := range block {
+				if err := j.promptIDs(ctx, rolls[step], ids); err != nil {
+					return err
+				}
+			}
+			texts, err := j.promptTexts(ctx, ids)
+			if err != nil {
+				return err
+			}
+			var tasks []pipeline.Task
+			for _, step := range block {
+				tasks = append(tasks, pipeline.Task{
+					Output: pipeline.ShardPath(ResponsesTable, int(step)),
+					Schema: ResponsesSchema, Inputs: inputs(rolls[step], rubs[step], judg[step], opt[schemas.Prompts.Name]),
+					Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+						return j.responses(ctx, w, step, rolls[step], rubs[step], judg[step], texts)
+					},
+				})
+			}
+			if err := env.MapShards(ctx, tasks); err != nil {
+				return err
+			}
 		}
 	}
 	if s.Phase != schemas.PhasePolicy {

@@ -139,6 +139,25 @@ func (j *joiner) stepMetrics(phase string, step int64) (*float64, *float64) {
 	return &r, &kl
 }
 
+// promptIDs returns the prompt ids of the rollouts in shards (a projected
+// read of one column).
+func (j *joiner) promptIDs(ctx context.Context, shards []Shard, ids map[string]bool) error {
+	for _, sh := range shards {
+		for rec, err := range pipeline.ReadShard(ctx, sh.Path, j.env.ReadOptions(promptIDSchema)) {
+			if err != nil {
+				return err
+			}
+			a := rec.Column(0).(*array.String)
+			for i := 0; i < a.Len(); i++ {
+				ids[a.Value(i)] = true
+			}
+		}
+	}
+	return nil
+}
+
+var promptIDSchema = arrow.NewSchema([]arrow.Field{{Name: "prompt_id", Type: arrow.BinaryTypes.String}}, nil)
+
 // promptTexts returns the text of each prompt id in ids found in the prompts
 // table (a projected scan: prompt_id and prompt only).
 func (j *joiner) promptTexts(ctx context.Context, ids map[string]bool) (map[string]string, error) {
@@ -171,7 +190,7 @@ func flush(w *pipeline.ShardWriter, b *array.RecordBuilder) error {
 
 const batchRows = 4096
 
-func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step int64, rollShards, rubShards, judgShards []Shard) error {
+func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step int64, rollShards, rubShards, judgShards []Shard, texts map[string]string) error {
 	rolls, err := readAll(ctx, j.env, schemas.Rollouts, rollShards)
 	if err != nil {
 		return err
@@ -200,14 +219,6 @@ func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step in
 	}
 	for _, js := range judgByResp {
 		slices.SortFunc(js, func(a, b *schemas.Judgment) int { return strings.Compare(a.JudgmentID, b.JudgmentID) })
-	}
-	ids := map[string]bool{}
-	for _, r := range rolls {
-		ids[r.PromptID] = true
-	}
-	texts, err := j.promptTexts(ctx, ids)
-	if err != nil {
-		return err
 	}
 	reward, kl := j.stepMetrics(schemas.PhasePolicy, step)
 
