@@ -292,9 +292,10 @@ func TestE2EModelStages(t *testing.T) {
 	}
 	defer m.Close()
 	vocab := m.LM().Config().VocabSize
-	// Every alternative is reported, so the openai backend's yes/no
-	// log-probs are exact even for a random model whose " yes" is nowhere
-	// near the top 20.
+	// The openai backend scores yes/no through serve's /v1/evolm/score
+	// extension (exact). Allowing every alternative as top log-probs keeps
+	// the completions fallback exact too, even for a random model whose
+	// " yes" is nowhere near the top 20.
 	h, err := serve.NewHandler(serve.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, MaxTopLogprobs: vocab, MaxBatch: 1,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
