@@ -6,10 +6,23 @@
 //
 // Scoring rules are pure functions of scores (scoring.go): they never call a
 // model. The model-calling part (score.go) turns benchmark items into scores
-// through a Scorer: "the rubric generator writes a rubric for the prompt, the
-// judge scores each completion under it". Reports (report.go) hold accuracy
-// per subset with seeded bootstrap confidence intervals and are printed as a
-// table and written as Parquet.
+// through a Scorer; RubricJudge is EVOLM's: the rubric generator writes one
+// rubric per prompt (the policy-phase rubric prompt, rubrics.FromRollout
+// parses it), the judge (package judge) scores each completion under it, and
+// a rubric failing R_format is judged as the loop judges it (JudgingRubric).
+// Reports (report.go) hold accuracy per subset with seeded bootstrap
+// confidence intervals; `evolm eval` prints them as a table and writes
+// eval_results and eval_items (output.go).
+//
+// The stage takes the generator and the judge as the run configures them:
+// the stages.rubrics and stages.judge sections (backend, model, sampling,
+// judge mode, prompt overrides), with generator_model and judge_model
+// overriding the models (and so entering the eval config hash). The
+// benchmark files are loaded, and their layout checked, before any model is
+// opened. For JudgeBench each order is its own request: a rubric is sampled
+// and the judge called for (A, B) and again for (B, A), with seeds derived
+// from the request id, so a judge's position bias and sampling noise both
+// show up as inconsistent pairs.
 //
 // A missing score (a judge output that could not be parsed) is NaN in every
 // scoring function and ranks below every real score (it is treated as -Inf),
