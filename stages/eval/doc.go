@@ -21,8 +21,9 @@
 // benchmark files are loaded, and their layout checked, before any model is
 // opened. For JudgeBench each order is its own request: a rubric is sampled
 // and the judge called for (A, B) and again for (B, A), with seeds derived
-// from the request id, so a judge's position bias and sampling noise both
-// show up as inconsistent pairs.
+// from the request id: the pointwise judge sees one response at a time, so
+// what differs between the orders is the sampling (rubric and judge), which
+// shows up as inconsistent pairs.
 //
 // A missing score (a judge output that could not be parsed) is NaN in every
 // scoring function and ranks below every real score (it is treated as -Inf),
