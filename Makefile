@@ -45,13 +45,33 @@ deps: venv torch npm
 build: torch
 	go build -o $(BIN) ./cmd/evolm
 
+# One go test run covers everything: the e2e tag adds the slow end-to-end
+# tests (crash/resume, the loop, notebooks) to the unit and interop tests.
 test: deps
-	go vet ./...
-	go test $(GO_TEST_FLAGS) ./...
+	go vet -tags e2e ./...
 	go test $(GO_TEST_FLAGS) -tags e2e ./...
 
-demo: build
-	$(BIN) demo
+# The demo: tiny random Qwen3 checkpoints made on the spot, the bundled
+# sample prompts, and the whole co-evolution loop (stages/presets/demo.yaml).
+DEMO_RUN    ?= runs/demo
+DEMO_MODELS ?= runs/demo-models
+DEMO        := $(BIN) --config stages/presets/demo.yaml --run-dir $(DEMO_RUN)
+demo: build npm
+	@test -f $(DEMO_MODELS)/policy/config.json || $(BIN) model init --arch qwen3 --preset tiny --seed 1 --out $(DEMO_MODELS)/policy
+	@test -f $(DEMO_MODELS)/judge/config.json  || $(BIN) model init --arch qwen3 --preset tiny --seed 2 --out $(DEMO_MODELS)/judge
+	$(DEMO) dedup
+	$(DEMO) run
+	$(DEMO) analyze rubrics
+	$(DEMO) export
+	$(BIN) inspect $(DEMO_RUN)
+	@echo
+	@echo "demo run: $(DEMO_RUN)"
+	@echo "  steps (reward, KL, per-strategy pairs): $(DEMO_RUN)/steps/"
+	@echo "  rollouts, rubrics, judgments, pairs:    $(DEMO_RUN)/{rollouts,rubrics,judgments,pairs}/"
+	@echo "  HF checkpoints:                         $(DEMO_RUN)/checkpoints/step-*/policy"
+	@echo "  analysis tables:                        $(DEMO_RUN)/export/"
+	@echo "  query it: .venv/bin/python scripts/demo_summary.py $(DEMO_RUN)"
+	@echo "  plots:    EVOLM_RUN_DIR=$(DEMO_RUN) .venv/bin/jupyter nbconvert --to notebook --execute notebooks/training.ipynb --output-dir $(DEMO_RUN)/notebooks"
 
 bench: deps build
 	go test -run '^$$' -bench . -benchmem ./...
