@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/grpo"
@@ -132,7 +133,7 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		r := rolls[i*l.cfg.Samples]
 		if r.Error == nil {
 			l.buf.Add(schemas.ReplayEntry{Step: int64(step), PromptID: batch[i].PromptID, Question: questions[i],
-				Answer: schemas.StripThink(r.Text), RolloutID: r.RolloutID})
+				Answer: chat.StripThinking(r.Text), RolloutID: r.RolloutID})
 		}
 	}
 

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
@@ -251,7 +252,7 @@ func (b *Builder) Build(ctx context.Context, step int64, items []Item) (Result, 
 	for i := range items {
 		switch strategies[i] {
 		case schemas.StrategyBacktranslate:
-			msg, err := b.Prompts.QuestionInference(schemas.StripThink(plus[i].out.Text))
+			msg, err := b.Prompts.QuestionInference(chat.StripThinking(plus[i].out.Text))
 			if err != nil {
 				return Result{}, err
 			}
@@ -276,7 +277,7 @@ func (b *Builder) Build(ctx context.Context, step int64, items []Item) (Result, 
 	minus := make([]*gen, len(items))
 	for i := range items {
 		if strategies[i] == schemas.StrategyBacktranslate {
-			q := schemas.StripThink(infer[i].out.Text)
+			q := chat.StripThinking(infer[i].out.Text)
 			pairs[i].InferredQuestion = &q
 			minus[i] = newGen(i, "rejected", schemas.RolePolicy, answerMsgs(policySystem, q), b.Cfg.Policy)
 			round3 = append(round3, minus[i])
@@ -310,7 +311,7 @@ func (b *Builder) Build(ctx context.Context, step int64, items []Item) (Result, 
 }
 
 // answerText is the answer as judged: the completion with thinking removed.
-func answerText(g *gen) string { return schemas.StripThink(g.out.Text) }
+func answerText(g *gen) string { return chat.StripThinking(g.out.Text) }
 
 // rubricCriteria turns a generated rubric into prompt criteria; an
 // unparseable one is shown as its raw text, one criterion of weight 1.
