@@ -129,13 +129,23 @@ func inspectDir(w io.Writer, dir string) error {
 		}
 	}
 	parts := map[string]*partStats{} // "table/k=v/..." → stats
-	var uncommitted, temps []string
+	var uncommitted, temps, checkpoints []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
 			if p != dir && (strings.HasPrefix(d.Name(), "_") || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			if filepath.Dir(p) == filepath.Clean(dir) && d.Name() == "checkpoints" {
+				// Training state (HF model dirs, optimizer, replay buffer), not tables.
+				ents, _ := os.ReadDir(p)
+				for _, e := range ents {
+					if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+						checkpoints = append(checkpoints, e.Name())
+					}
+				}
 				return filepath.SkipDir
 			}
 			return nil
@@ -209,6 +219,9 @@ func inspectDir(w io.Writer, dir string) error {
 		}
 	}
 	tw.Flush()
+	if len(checkpoints) > 0 {
+		fmt.Fprintf(w, "checkpoints: %s\n", strings.Join(checkpoints, ", "))
+	}
 	if len(uncommitted) > 0 {
 		fmt.Fprintf(w, "shards in no manifest (written but not recorded; a rerun redoes them):\n  %s\n", strings.Join(uncommitted, "\n  "))
 	}
