@@ -78,6 +78,10 @@ func TestE2EEvalTinyModels(t *testing.T) {
 		if err != nil || n != int64(tc.items) {
 			t.Errorf("%s: %d item rows (%v), want %d", tc.bench, n, err, tc.items)
 		}
+		js, _ := filepath.Glob(filepath.Join(run, eval.JudgmentsTable, "*.parquet"))
+		if nj, err := pipeline.CountRows(js...); err != nil || nj == 0 {
+			t.Errorf("%s: %d eval_judgments rows (%v)", tc.bench, nj, err)
+		}
 		res, _ := filepath.Glob(filepath.Join(run, eval.ResultsTable, "*.parquet"))
 		for rec, err := range pipeline.ReadShard(context.Background(), res[0], pipeline.ReadOptions{Schema: eval.ResultsSchema}) {
 			if err != nil {

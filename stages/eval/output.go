@@ -14,8 +14,10 @@ import (
 
 // Output tables.
 const (
-	ResultsTable = "eval_results" // one row per (benchmark, subset) and the overall rows
-	ItemsTable   = "eval_items"   // one row per scored item
+	ResultsTable   = "eval_results"   // one row per (benchmark, subset) and the overall rows
+	ItemsTable     = "eval_items"     // one row per scored item
+	RubricsTable   = "eval_rubrics"   // the rubrics written (schemas.Rubrics), item_id = request id
+	JudgmentsTable = "eval_judgments" // the judgments made (schemas.Judgments)
 )
 
 func meta(name string) *arrow.Metadata {

@@ -39,12 +39,13 @@ scores every completion under it; the official rules turn the scores into
 accuracy per subset with bootstrap confidence intervals (RewardBench-2:
 best-of-4 with ties at the top scored 1/#tied, the weighted Ties score, the
 mean of six subsets; JudgeBench: both orders, decided by vote; pairwise:
-chosen > rejected). Writes eval_results and eval_items and prints the table.
+chosen > rejected). Writes eval_results, eval_items and the rubrics and
+judgments made (eval_rubrics, eval_judgments) and prints the table.
 The generator and judge are configured as for the run: the stages.rubrics.*
 and stages.judge.* sections (backend, sampling, judge mode, prompts), with
 generator_model and judge_model overriding their model.`,
 		Inputs:  []string{"external"},
-		Outputs: []string{ResultsTable, ItemsTable},
+		Outputs: []string{ResultsTable, ItemsTable, RubricsTable, JudgmentsTable},
 		Fields: []pipeline.Field{
 			{Key: KeyBenchmark, Type: pipeline.TypeString, Default: BenchRewardBench2, Enum: []string{BenchRewardBench2, BenchJudgeBench, BenchPairwise},
 				Description: "layout of the input files"},
@@ -247,7 +248,32 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err := WriteTable(env.Stderr, rep); err != nil {
 		return err
 	}
-	return WriteReports(ctx, env, files, rep)
+	if err := WriteReports(ctx, env, files, rep); err != nil {
+		return err
+	}
+	return writeModelRows(ctx, env, files, rep.Benchmark, scorer)
+}
+
+// writeModelRows writes the rubrics and judgments the scorer made, with the
+// run tables' schemas, as eval_rubrics/part-<b> and eval_judgments/part-<b>:
+// apart from the training tables, so that analyses of a run are not mixed
+// with its evaluation.
+func writeModelRows(ctx context.Context, env *pipeline.Env, inputs []string, bench string, rj *RubricJudge) error {
+	i := benchIndex[bench]
+	return env.MapShards(ctx, []pipeline.Task{
+		{Output: pipeline.ShardPath(RubricsTable, i), Schema: schemas.Rubrics.Schema(), Inputs: inputs, Rows: int64(len(rj.Rubrics)),
+			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+				rec := schemas.Rubrics.Build(env.Mem, rj.Rubrics)
+				defer rec.Release()
+				return w.Write(rec)
+			}},
+		{Output: pipeline.ShardPath(JudgmentsTable, i), Schema: schemas.Judgments.Schema(), Inputs: inputs, Rows: int64(len(rj.Judgments)),
+			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+				rec := schemas.Judgments.Build(env.Mem, rj.Judgments)
+				defer rec.Release()
+				return w.Write(rec)
+			}},
+	})
 }
 
 func limit[T any](xs []T, n int) []T {
