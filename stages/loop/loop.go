@@ -306,28 +306,6 @@ func (l *loop) newJudge(phase string, step int) *judge.Judge {
 	})
 }
 
-// judgingRubric is the rubric the judge applies (see invalid_rubric).
-func (l *loop) judgingRubric(r schemas.Rubric) schemas.Rubric {
-	if r.FormatOK || l.cfg.InvalidRubric == "skip" {
-		return r
-	}
-	if len(r.Criteria) > 0 {
-		total := 0.0
-		for _, c := range r.Criteria {
-			total += c.Weight
-		}
-		if total > 0 {
-			return r
-		}
-	}
-	text := schemas.StripThink(r.RawText)
-	if text == "" {
-		return r // stays empty: the judge records empty_rubric
-	}
-	r.Criteria = []schemas.Criterion{{Criterion: text, Weight: 1}}
-	return r
-}
-
 // rubricItems renders the rubric generator's message for each question.
 func (l *loop) rubricItems(ids, questions []string) ([]lmstage.Item, error) {
 	items := make([]lmstage.Item, len(ids))
@@ -383,6 +361,33 @@ func (l *loop) update(ctx context.Context, r *role, samples []backend.TrainSampl
 type groupStats struct {
 	rewards      []float64
 	groups, zero int
+}
+
+// group computes one group's advantages (missing rewards are NaN, handled by
+// policy), counts it, and returns the GRPO samples of its kept members.
+func (g *groupStats) group(r *role, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, policy grpo.MissingPolicy) ([]backend.TrainSample, error) {
+	for _, x := range rewards {
+		if !math.IsNaN(x) {
+			g.rewards = append(g.rewards, x)
+		}
+	}
+	adv, st := grpo.GroupAdvantages(rewards, policy, true)
+	g.groups++
+	if st.ZeroStd {
+		g.zero++
+		return nil, nil
+	}
+	var out []backend.TrainSample
+	for _, k := range st.Kept {
+		ts, ok, err := trainSample(r, msgs, &rolls[k], adv[k])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, ts)
+		}
+	}
+	return out, nil
 }
 
 func (g *groupStats) fill(m *schemas.StepMetrics) {

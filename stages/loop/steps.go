@@ -9,6 +9,7 @@ import (
 	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/eval"
 	"github.com/evolm/evolm/stages/grpo"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/judge"
@@ -49,18 +50,7 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	if err != nil {
 		return m, fmt.Errorf("rubrics: %w", err)
 	}
-	rubs := make([]schemas.Rubric, len(rubRolls))
-	byItem := map[string][]schemas.Rubric{}
-	formatOK := 0
-	for i := range rubRolls {
-		rubs[i] = rubrics.FromRollout(&rubRolls[i])
-		if rubs[i].FormatOK {
-			formatOK++
-		}
-		byItem[rubs[i].ItemID] = []schemas.Rubric{l.judgingRubric(rubs[i])}
-	}
-	fr := float64(formatOK) / float64(len(rubs))
-	m.FormatRate = &fr
+	rubs, byItem := l.parseRubrics(rubRolls, &m)
 
 	// 2. The policy samples n answers per prompt.
 	system, err := l.set.Policy()
@@ -104,24 +94,13 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 			rewards[k] = math.NaN()
 			if s, ok := score[r.RolloutID]; ok {
 				rewards[k] = s
-				gs.rewards = append(gs.rewards, s)
 			}
 		}
-		adv, st := grpo.GroupAdvantages(rewards, grpo.FillGroupMean, true)
-		gs.groups++
-		if st.ZeroStd {
-			gs.zero++
-			continue
+		ts, err := gs.group(l.policy, pitems[i].Messages, group, rewards, grpo.FillGroupMean)
+		if err != nil {
+			return m, err
 		}
-		for _, k := range st.Kept {
-			ts, ok, err := trainSample(l.policy, pitems[i].Messages, &group[k], adv[k])
-			if err != nil {
-				return m, err
-			}
-			if ok {
-				samples = append(samples, ts)
-			}
-		}
+		samples = append(samples, ts...)
 	}
 	gs.fill(&m)
 	if err := l.update(ctx, l.policy, samples, &m); err != nil {
@@ -190,18 +169,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		return m, fmt.Errorf("rubrics: %w", err)
 	}
 	lengthEntropy(rubRolls, &m)
-	rubs := make([]schemas.Rubric, len(rubRolls))
-	byItem := map[string][]schemas.Rubric{}
-	formatOK := 0
-	for i := range rubRolls {
-		rubs[i] = rubrics.FromRollout(&rubRolls[i])
-		if rubs[i].FormatOK {
-			formatOK++
-		}
-		byItem[rubs[i].ItemID] = append(byItem[rubs[i].ItemID], l.judgingRubric(rubs[i]))
-	}
-	fr := float64(formatOK) / float64(len(rubs))
-	m.FormatRate = &fr
+	rubs, byItem := l.parseRubrics(rubRolls, &m)
 
 	// The judge scores a+ and a− under every rubric of their pair.
 	resps := make([]judge.Response, 0, 2*len(ps))
@@ -241,25 +209,14 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 			}
 			if r, ok := grpo.RubricPairReward(l.cfg.RubricReward, l.cfg.Alpha, sp, sm, rub.FormatOK); ok {
 				rewards[k] = r
-				gs.rewards = append(gs.rewards, r)
 				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], r)
 			}
 		}
-		adv, st := grpo.GroupAdvantages(rewards, grpo.DropMissing, true)
-		gs.groups++
-		if st.ZeroStd {
-			gs.zero++
-			continue
+		ts, err := gs.group(l.rubric, ritems[i].Messages, group, rewards, grpo.DropMissing)
+		if err != nil {
+			return m, err
 		}
-		for _, k := range st.Kept {
-			ts, ok, err := trainSample(l.rubric, ritems[i].Messages, &group[k], adv[k])
-			if err != nil {
-				return m, err
-			}
-			if ok {
-				samples = append(samples, ts)
-			}
-		}
+		samples = append(samples, ts...)
 	}
 	gs.fill(&m)
 	mean := func(xs []float64) *float64 {
@@ -304,4 +261,25 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		return m, err
 	}
 	return m, write(l, schemas.Judgments, js, step, phase)
+}
+
+// parseRubrics turns rubric generations into rubrics rows, the rubrics the
+// judge applies per item (eval.JudgingRubric: the invalid_rubric rule shared
+// with eval and replay) and m's R_format rate.
+func (l *loop) parseRubrics(rolls []schemas.Rollout, m *schemas.StepMetrics) ([]schemas.Rubric, map[string][]schemas.Rubric) {
+	rubs := make([]schemas.Rubric, len(rolls))
+	byItem := map[string][]schemas.Rubric{}
+	ok := 0
+	for i := range rolls {
+		rubs[i] = rubrics.FromRollout(&rolls[i])
+		if rubs[i].FormatOK {
+			ok++
+		}
+		byItem[rubs[i].ItemID] = append(byItem[rubs[i].ItemID], eval.JudgingRubric(rubs[i], l.cfg.InvalidRubric))
+	}
+	if len(rubs) > 0 {
+		fr := float64(ok) / float64(len(rubs))
+		m.FormatRate = &fr
+	}
+	return rubs, byItem
 }
