@@ -16,8 +16,12 @@ One invocation:
   3. runs the Go step as a subprocess, then the PyTorch step in this process,
      both with --threads intra-op threads (GOMAXPROCS too), each doing
      --warmup untimed then --reps timed optimizer steps from the same weights;
-  4. prints the median step times, the ratio, and both sides' loss and grad
-     norm at every step; it exits 1 if they disagree (not the same computation).
+  4. prints the median step times, the ratio, and both sides' loss, grad norm
+     and KL at every step; it exits 1 if they disagree (not the same
+     computation). The first step's loss and KL depend only on the batch (old
+     and reference log-probs are the starting weights' own plus noise); its
+     grad norm and the later steps' losses depend on the weights each side
+     computed and updated, and are the real check.
 
 The PyTorch step is TRL's GRPOTrainer.compute_loss on precomputed reference
 log-probs: forward with logits_to_keep = T+1 (only completion positions reach
