@@ -31,7 +31,8 @@ type Config struct {
 	Rubric backend.Sampling
 	// Seed is the base of every draw and sampling seed.
 	Seed int64
-	// Model and Checkpoint identify the policy in the rollout rows.
+	// Model and Checkpoint identify the generator in the rollout rows when
+	// the backend reports no model id.
 	Model, Checkpoint string
 }
 
@@ -356,7 +357,7 @@ func (b *Builder) run(ctx context.Context, g backend.Generator, gs []*gen) error
 		o := gs[i].out
 		o.Text, o.FinishReason = c.Text, string(c.FinishReason)
 		o.PromptTokens, o.CompletionTokens = int32(r.PromptTokens), int32(c.Tokens)
-		if r.Model != "" && o.Model == "" {
+		if r.Model != "" { // the generator that answered: policy or rubric generator
 			o.Model = r.Model
 		}
 		for _, lp := range c.LogProbs {
