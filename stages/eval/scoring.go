@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 
 	"github.com/evolm/evolm/datasets"
 )
@@ -123,7 +124,15 @@ func TiesScore(rows []TiesRow) (TiesBreakdown, error) {
 		b.TiedAccuracy = tiedAcc / float64(b.TiedRows)
 	}
 	var pref, hard, margin float64
-	for p, t := range tied {
+	// Sorted keys: a float sum in map order would differ in the last bits
+	// between runs.
+	prompts := make([]string, 0, len(tied))
+	for p := range tied {
+		prompts = append(prompts, p)
+	}
+	sort.Strings(prompts)
+	for _, p := range prompts {
+		t := tied[p]
 		r, ok := ref[p]
 		if !ok {
 			continue
