@@ -257,11 +257,9 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 		items := make([]lmstage.Item, len(pairs))
 		for k := range pairs {
 			p := &pairs[k]
-			a, b := p.Chosen, p.Rejected
-			if spec.ItemSeed(p.PairID)%2 == 1 {
-				a, b = b, a
-			}
-			msg, err := gen.Prompts.RubricForPair(p.Question, a, b)
+			// The question only, as the co-evolution loop writes rubric-phase
+			// rubrics, so a replayed generator is compared like for like.
+			msg, err := gen.Prompts.RubricForQuestion(p.Question)
 			if err != nil {
 				return nil, nil, fmt.Errorf("pair %s: %w", p.PairID, err)
 			}

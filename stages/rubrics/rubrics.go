@@ -6,9 +6,9 @@
 //
 //   - Input: prompts shards (source=prompts, the policy phase: one rubric per
 //     question, shared by its group) or pairs shards (source=pairs, the
-//     rubric phase: n candidates per (question, a+, a−), the two answers
-//     shown in an order drawn from the pair's seed so that a+ is not always
-//     first). Empty `input` reads what the dedup (prompts) or pairs stage
+//     rubric phase: n candidates per pair, written from the pair's question
+//     alone — the generator never sees a+ or a−, as in `evolm run` and
+//     `evolm replay`). Empty `input` reads what the dedup (prompts) or pairs stage
 //     committed in the run.
 //   - Two outputs per input shard, made in two resumable passes: the
 //     generator's samples go to the rollouts table
@@ -104,12 +104,7 @@ func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: sp, backend: bc, prompts: set}, nil
 }
 
-func (s *Stage) role() prompts.Name {
-	if s.source == SourcePairs {
-		return prompts.RubricPair
-	}
-	return prompts.RubricQuestion
-}
+func (s *Stage) role() prompts.Name { return prompts.RubricQuestion }
 
 // Run implements pipeline.Stage.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
@@ -205,11 +200,9 @@ func (s *Stage) items(rec arrow.RecordBatch) ([]lmstage.Item, error) {
 		items := make([]lmstage.Item, len(ps))
 		for k := range ps {
 			p := &ps[k]
-			a, bb := p.Chosen, p.Rejected
-			if s.spec.ItemSeed(p.PairID)%2 == 1 {
-				a, bb = bb, a
-			}
-			msg, err := s.prompts.RubricForPair(p.Question, a, bb)
+			// The pair's question only, as the co-evolution loop and replay
+			// write rubric-phase rubrics: the generator never sees a+ or a−.
+			msg, err := s.prompts.RubricForQuestion(p.Question)
 			if err != nil {
 				return nil, fmt.Errorf("pair %s: %w", p.PairID, err)
 			}
