@@ -5,15 +5,19 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := build
 
-PYTHON ?= python3
+# torch 2.1.0 has wheels for Python ≤ 3.11.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= $(CURDIR)/.venv
 PY     := $(VENV)/bin/python
-# LIBTORCH: a libtorch 2.1.0 directory. Default: torch/ inside the venv's wheel (CPU).
-# GPU machines: LIBTORCH=/opt/libtorch TORCH_CUDA=1 make build
+# LIBTORCH: a libtorch 2.1.0 directory. Default: torch/ inside the venv's
+# torch==2.1.0 wheel, which holds the CPU and the CUDA 12.1 libraries.
+# GPU machines: TORCH_CUDA=1 make build (or LIBTORCH=/opt/libtorch TORCH_CUDA=1).
 LIBTORCH   ?= $(VENV)/lib/python3.11/site-packages/torch
 TORCH_CUDA ?= 0
 BIN    := $(CURDIR)/bin/evolm
-TORCH_STAMP := build/.torch-$(TORCH_CUDA)
+# The stamp names the libtorch and mode it was generated for, so switching
+# either regenerates the overlay.
+TORCH_STAMP := build/.torch-$(TORCH_CUDA)-$(shell echo '$(LIBTORCH)' | cksum | cut -d' ' -f1)
 
 # Every go command below builds gotch through the generated workspace + overlay.
 export GOWORK := $(CURDIR)/build/go.work
@@ -25,12 +29,14 @@ GO_TEST_FLAGS ?= -count=1 -p 2 -timeout 60m
 .PHONY: build deps venv torch npm test test-go test-e2e demo bench clean
 
 $(VENV)/.ok: scripts/requirements.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "evolm needs Python 3.11 (torch 2.1.0 wheels): set PYTHON=/path/to/python3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
 	touch $@
 venv: $(VENV)/.ok
 
 $(TORCH_STAMP): $(VENV)/.ok scripts/gotch-overlay.sh go.mod
+	rm -f build/.torch-*
 	LIBTORCH=$(LIBTORCH) TORCH_CUDA=$(TORCH_CUDA) GOWORK=off GOFLAGS= scripts/gotch-overlay.sh
 	touch $@
 torch: $(TORCH_STAMP)
@@ -57,8 +63,9 @@ DEMO_RUN    ?= runs/demo
 DEMO_MODELS ?= runs/demo-models
 DEMO        := $(BIN) --config stages/presets/demo.yaml --run-dir $(DEMO_RUN)
 demo: build npm
-	@test -f $(DEMO_MODELS)/policy/config.json || $(BIN) model init --arch qwen3 --preset tiny --seed 1 --out $(DEMO_MODELS)/policy
-	@test -f $(DEMO_MODELS)/judge/config.json  || $(BIN) model init --arch qwen3 --preset tiny --seed 2 --out $(DEMO_MODELS)/judge
+	@# tokenizer.json is the last file model init writes: its presence means a complete checkpoint.
+	@test -f $(DEMO_MODELS)/policy/tokenizer.json || $(BIN) model init --arch qwen3 --preset tiny --seed 1 --out $(DEMO_MODELS)/policy
+	@test -f $(DEMO_MODELS)/judge/tokenizer.json  || $(BIN) model init --arch qwen3 --preset tiny --seed 2 --out $(DEMO_MODELS)/judge
 	$(DEMO) dedup
 	$(DEMO) run
 	$(DEMO) analyze rubrics

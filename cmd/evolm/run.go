@@ -21,7 +21,7 @@ func newRunCmd(a *app, spec pipeline.Spec) *cobra.Command {
 	cmd := newStageCmd(a, spec)
 	var resume string
 	cmd.Flags().StringVar(&resume, "resume", "", "continue the run in this directory from its last checkpoint, with its saved config.yaml")
-	cmd.Example = `  evolm run --config configs/demo.yaml --run demo
+	cmd.Example = `  evolm --config stages/presets/demo.yaml run --run demo
   evolm run --resume runs/demo`
 	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		if resume != "" {
