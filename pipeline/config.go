@@ -495,6 +495,26 @@ func (c *Config) YAML() ([]byte, error) {
 	return b.Bytes(), enc.Close()
 }
 
+// FileYAML renders the section as a config file: its keys nested under the
+// section's prefix (stages.run.lr → stages: {run: {lr: …}}), so that
+// --config FILE reproduces exactly this section and nothing else.
+func (c *Config) FileYAML() ([]byte, error) {
+	var doc any = c.Map()
+	parts := strings.Split(strings.TrimSuffix(c.prefix, "."), ".")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if parts[i] != "" {
+			doc = map[string]any{parts[i]: doc}
+		}
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), enc.Close()
+}
+
 // Hash identifies the section's values: "sha256:" and 16 hex digits of its
 // canonical JSON. Shards record their stage's config hash.
 func (c *Config) Hash() string { return c.HashExcept() }
