@@ -81,6 +81,10 @@ func (l *loop) latestCheckpoint() (int, string, error) {
 		if st.Version != stateVersion {
 			return 0, "", fmt.Errorf("checkpoint %s: state version %d, want %d", p, st.Version, stateVersion)
 		}
+		if st.ConfigHash != l.env.ConfigHash {
+			return 0, "", fmt.Errorf("checkpoint %s was made with config %s, the run's config is now %s: resume with the run's own config (evolm run --resume %s), or start over with --fresh",
+				p, st.ConfigHash, l.env.ConfigHash, l.env.Run.Dir)
+		}
 		if st.Seed != l.cfg.Seed {
 			return 0, "", fmt.Errorf("checkpoint %s was made with seed %d, config has %d: resume with the run's own config (evolm run --resume %s)", p, st.Seed, l.cfg.Seed, l.env.Run.Dir)
 		}

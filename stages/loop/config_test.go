@@ -87,3 +87,18 @@ func TestUnusedStrategiesGetZeroWeight(t *testing.T) {
 		t.Errorf("weights = %v", c.Weights)
 	}
 }
+
+func TestQuestionTextShowsTheConversation(t *testing.T) {
+	single := schemas.Prompt{Prompt: "What is 2+2?", Messages: []schemas.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "What is 2+2?"}}}
+	if got := questionText(&single); got != "What is 2+2?" {
+		t.Errorf("single turn: %q", got)
+	}
+	multi := schemas.Prompt{Prompt: "Make it shorter.", Messages: []schemas.Message{
+		{Role: "user", Content: "Write a haiku about rain."}, {Role: "assistant", Content: "Rain on the tin roof"}, {Role: "user", Content: "Make it shorter."}}}
+	got := questionText(&multi)
+	for _, want := range []string{"Write a haiku about rain.", "[assistant]\nRain on the tin roof", "to be answered:\nMake it shorter."} {
+		if !strings.Contains(got, want) {
+			t.Errorf("multi-turn question %q lacks %q", got, want)
+		}
+	}
+}

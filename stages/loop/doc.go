@@ -24,14 +24,18 @@
 //   - Rubric step: pairs.Builder makes one (a+, a−) pair per prompt with the
 //     three strategies; the rubric generator samples n rubrics per pair; the
 //     judge scores a+ and a− under each; the reward is
-//     α·(s+ − s−) + (1 − α)·R_format (or an ablation), a pair whose score is
-//     missing is dropped; GRPO updates the rubric generator.
+//     α·(s+ − s−) + (1 − α)·R_format (or an ablation); a rubric the judge
+//     cannot apply at all (no usable criteria) earns 0, and a rubric whose
+//     pair the judge failed to score is dropped from its group; GRPO updates
+//     the rubric generator.
 //
 // A rubric that fails R_format is still used to judge (invalid_rubric=
-// raw_text: its parsed criteria when some parsed, else its raw text as one
-// criterion of weight 1) so that a weak generator early in training still
-// yields a signal; invalid_rubric=skip judges nothing under it instead
-// (its judgments record the missing score).
+// raw_text: its parsed criteria when some parsed with usable weights, else
+// its raw text as one criterion of weight 1) so that a weak generator early
+// in training still yields a signal; with invalid_rubric=skip only its
+// parsed criteria are used, and one without any gets judgments that record
+// the missing score (and, in the rubric phase, reward 0). The policy phase
+// and eval/replay apply the same rule (eval.JudgingRubric).
 //
 // # Outputs
 //
@@ -52,9 +56,12 @@
 // config hash). It is written to a temp directory and renamed, so a crash
 // never leaves a partial checkpoint under its name. On start the loop
 // resumes from the newest complete checkpoint: it loads the weights,
-// optimizer and buffer and recomputes every step after it. Sampling seeds
+// optimizer and buffer and recomputes every step after it; a checkpoint
+// made under another config (its hash, steps excepted) is refused, and
+// --fresh forgets the checkpoints with the shards. Sampling seeds
 // derive from (seed, step, role, item), so the recomputed steps — and the
-// rows of every table — equal those of an uninterrupted run; steps already
+// rows of every table, but for steps.elapsed_s (wall time) — equal those of
+// an uninterrupted run on the same libtorch thread count; steps already
 // committed after the checkpoint are rewritten with the same rows. The KL
 // reference is always the initial policy (policy_model), reloaded on resume.
 package loop

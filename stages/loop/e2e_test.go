@@ -222,18 +222,27 @@ func TestE2ELoopAlternatesAndCheckpoints(t *testing.T) {
 
 	// A finished run reruns as a no-op; a corrupt or incomplete checkpoint is a clear error.
 	run(t, e.bin, "run", "--resume", runDir)
-	if err := os.Remove(filepath.Join(runDir, "checkpoints", "step-000006", "replay.parquet")); err != nil {
+	statePath := filepath.Join(runDir, "checkpoints", "step-000006", "state.json")
+	state, err := os.ReadFile(statePath)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(runDir, "checkpoints", "step-000006", "state.json"), []byte(`{"version": 1, "next_step": 5`), 0o644); err != nil {
+	if err := os.WriteFile(statePath, []byte(`{"version": 1, "next_step": 5`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	outb, err := exec.Command(e.bin, "run", "--resume", runDir).CombinedOutput()
 	if err == nil || !strings.Contains(string(outb), "corrupt state.json") {
 		t.Errorf("corrupt state.json: err %v, output:\n%s", err, outb)
 	}
-	if err := os.WriteFile(filepath.Join(runDir, "checkpoints", "step-000006", "state.json"),
-		[]byte(fmt.Sprintf(`{"version": 1, "next_step": 6, "seed": 11, "shared_model": true}`)), 0o644); err != nil {
+	if err := os.WriteFile(statePath, state, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Another config is refused; raising steps (a volatile key) is not.
+	outb, err = exec.Command(e.bin, "run", "--resume", runDir, "--lr", "0.5").CombinedOutput()
+	if err == nil || !strings.Contains(string(outb), "config") {
+		t.Errorf("resume with another lr: err %v, output:\n%s", err, outb)
+	}
+	if err := os.Remove(filepath.Join(runDir, "checkpoints", "step-000006", "replay.parquet")); err != nil {
 		t.Fatal(err)
 	}
 	outb, err = exec.Command(e.bin, "run", "--resume", runDir, "--steps", "7").CombinedOutput()
@@ -280,6 +289,9 @@ func TestE2ELoopResumeIsExact(t *testing.T) {
 		}
 		err := cmd.Wait()
 		t.Logf("attempt %d (%+v): %v", i, a, err)
+		if a.failpoint != "" && (err == nil || !strings.Contains(err.Error(), "killed")) {
+			t.Fatalf("attempt %d: failpoint %s did not kill the run (%v):\n%s", i, a.failpoint, err, out.String())
+		}
 		assertNoVisiblePartial(t, crash)
 	}
 	run(t, e.bin, "run", "--resume", crash)

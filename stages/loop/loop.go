@@ -166,14 +166,25 @@ func (l *loop) batch(step int) []schemas.Prompt {
 	return out
 }
 
-// snapshotConfig keeps the run's merged config in the run directory, so
-// `evolm run --resume DIR` continues with the same settings.
+// snapshotConfig keeps the loop's config section (stages.run, nothing of
+// pipeline.* or log.*, so a later --resume cannot inherit --fresh) in the run
+// directory, so that `evolm run --resume DIR` continues with the same
+// settings. A fresh start (pipeline.fresh) also forgets the run's
+// checkpoints: RunStage has already forgotten its shards.
 func (l *loop) snapshotConfig() error {
 	path := l.env.Run.Path("config.yaml")
+	if l.env.Global.Bool("pipeline.fresh") {
+		if err := os.RemoveAll(l.env.Run.Path("checkpoints")); err != nil {
+			return fmt.Errorf("fresh start: %w", err)
+		}
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("fresh start: %w", err)
+		}
+	}
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
-	b, err := l.env.Global.YAML()
+	b, err := l.env.Config.FileYAML()
 	if err != nil {
 		return err
 	}
@@ -333,11 +344,10 @@ func trainSample(r *role, msgs []backend.Message, ro *schemas.Rollout, adv float
 	for _, id := range ro.TokenIDs {
 		ts.CompletionTokenIDs = append(ts.CompletionTokenIDs, int(id))
 	}
-	if len(ro.TokenLogprobs) == len(ro.TokenIDs) {
-		for _, lp := range ro.TokenLogprobs {
-			ts.OldLogProbs = append(ts.OldLogProbs, float64(lp))
-		}
-	}
+	// One update per batch is on-policy: like TRL (num_iterations = 1) the
+	// ratio's denominator is the learner's own log-probs detached (OldLogProbs
+	// nil), not the sampler's, whose KV-cached decode differs from the
+	// training forward by rounding and would clip tokens for no reason.
 	return ts, true, nil
 }
 

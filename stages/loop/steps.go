@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/chat"
@@ -32,7 +33,7 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	ids := make([]string, len(batch))
 	questions := make([]string, len(batch))
 	for i := range batch {
-		ids[i], questions[i] = batch[i].PromptID, batch[i].Prompt
+		ids[i], questions[i] = batch[i].PromptID, questionText(&batch[i])
 	}
 	// Duplicate prompts within a step (possible when the stream wraps inside
 	// a step) would share row ids: key items by position as well.
@@ -136,7 +137,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	batch := l.batch(step)
 	items := make([]pairs.Item, len(batch))
 	for i := range batch {
-		items[i] = pairs.Item{PromptID: batch[i].PromptID, Question: batch[i].Prompt}
+		items[i] = pairs.Item{PromptID: batch[i].PromptID, Question: questionText(&batch[i])}
 	}
 	pcfg := pairs.DefaultConfig(l.cfg.MaxNewTokens)
 	pcfg.Weights = l.cfg.Weights
@@ -190,7 +191,10 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		}
 	}
 
-	// Rewards per rubric; a pair's rubric with a missing score is dropped.
+	// Rewards per rubric. A rubric the judge could not apply (no usable
+	// criteria: the generator's own failure) earns 0 — no margin, no format
+	// credit; a rubric whose pair the judge failed to score (judge-side
+	// failure) is dropped, as DESIGN §1 says.
 	var gs groupStats
 	var samples []backend.TrainSample
 	perStrategy := map[string][]float64{}
@@ -201,6 +205,11 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		rewards := make([]float64, n)
 		for k := range group {
 			rub := rubs[i*n+k]
+			if !usable(byItem[p.PairID][k]) {
+				rewards[k] = 0
+				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], 0)
+				continue
+			}
 			sp, okp := score[p.PairID+"/chosen|"+rub.RubricID]
 			sm, okm := score[p.PairID+"/rejected|"+rub.RubricID]
 			rewards[k] = math.NaN()
@@ -282,4 +291,40 @@ func (l *loop) parseRubrics(rolls []schemas.Rollout, m *schemas.StepMetrics) ([]
 		m.FormatRate = &fr
 	}
 	return rubs, byItem
+}
+
+// usable reports whether the judge can apply r: at least one criterion, every
+// weight finite and non-negative, and a positive total.
+func usable(r schemas.Rubric) bool {
+	total := 0.0
+	for _, c := range r.Criteria {
+		if math.IsNaN(c.Weight) || math.IsInf(c.Weight, 0) || c.Weight < 0 {
+			return false
+		}
+		total += c.Weight
+	}
+	return total > 0
+}
+
+// questionText is what the rubric generator and the judge see as the
+// question: the prompt itself, or for a multi-turn prompt the whole
+// conversation, so that a rubric for "make it shorter" knows what "it" is.
+// (The policy always answers the conversation as messages.)
+func questionText(p *schemas.Prompt) string {
+	var turns []schemas.Message
+	for _, m := range p.Messages {
+		if m.Role != "system" {
+			turns = append(turns, m)
+		}
+	}
+	if len(turns) <= 1 {
+		return p.Prompt
+	}
+	var b strings.Builder
+	b.WriteString("The conversation so far:\n")
+	for _, m := range turns[:len(turns)-1] {
+		fmt.Fprintf(&b, "\n[%s]\n%s\n", m.Role, m.Content)
+	}
+	fmt.Fprintf(&b, "\nThe user's last message, to be answered:\n%s", turns[len(turns)-1].Content)
+	return b.String()
 }
