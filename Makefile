@@ -76,9 +76,9 @@ demo: build npm
 	@echo "  steps (reward, KL, per-strategy pairs): $(DEMO_RUN)/steps/"
 	@echo "  rollouts, rubrics, judgments, pairs:    $(DEMO_RUN)/{rollouts,rubrics,judgments,pairs}/"
 	@echo "  HF checkpoints:                         $(DEMO_RUN)/checkpoints/step-*/policy"
-	@echo "  analysis tables:                        $(DEMO_RUN)/export/"
+	@echo "  analysis tables:                        $(DEMO_RUN)/export_{responses,pairs,steps}/, $(DEMO_RUN)/rubric_stats/"
 	@echo "  query it: .venv/bin/python scripts/demo_summary.py $(DEMO_RUN)"
-	@echo "  plots:    EVOLM_RUN_DIR=$(DEMO_RUN) .venv/bin/jupyter nbconvert --to notebook --execute notebooks/training.ipynb --output-dir $(DEMO_RUN)/notebooks"
+	@echo "  plots:    EVOLM_RUN_DIR=$(abspath $(DEMO_RUN)) .venv/bin/jupyter nbconvert --to notebook --execute notebooks/training.ipynb --output-dir $(abspath $(DEMO_RUN))/notebooks"
 
 bench: deps build
 	go test -run '^$$' -bench . -benchmem ./...
