@@ -86,9 +86,6 @@ func peakLiveHeap(f func()) uint64 {
 // texts would grow it by at least that much); what growth there is comes
 // from the duplicate bookkeeping, which is O(duplicates).
 func TestMemoryDoesNotGrowWithInput(t *testing.T) {
-	if testing.Short() {
-		t.Skip("generates ~25 MB of corpus")
-	}
 	sizes := []int{20_000, 80_000}
 	var peaks []uint64
 	var texts []int64
