@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
@@ -74,59 +75,50 @@ type rowBuilder struct {
 
 func (r *rowBuilder) next() array.Builder { f := r.b.Field(r.i); r.i++; return f }
 func (r *rowBuilder) str(s string)        { r.next().(*array.StringBuilder).Append(s) }
-func (r *rowBuilder) optStr(s *string) {
-	if b := r.next().(*array.StringBuilder); s != nil {
-		b.Append(*s)
-	} else {
-		b.AppendNull()
-	}
-}
-func (r *rowBuilder) i64(v int64) { r.next().(*array.Int64Builder).Append(v) }
-func (r *rowBuilder) i32(v int32) { r.next().(*array.Int32Builder).Append(v) }
-func (r *rowBuilder) optI32(v *int32) {
-	if b := r.next().(*array.Int32Builder); v != nil {
+func (r *rowBuilder) optStr(s *string)    { appendOpt(r.next().(*array.StringBuilder), s) }
+func (r *rowBuilder) i64(v int64)         { r.next().(*array.Int64Builder).Append(v) }
+func (r *rowBuilder) i32(v int32)         { r.next().(*array.Int32Builder).Append(v) }
+func (r *rowBuilder) optI32(v *int32)     { appendOpt(r.next().(*array.Int32Builder), v) }
+func (r *rowBuilder) optF64(v *float64)   { appendOpt(r.next().(*array.Float64Builder), v) }
+func (r *rowBuilder) optBool(v *bool)     { appendOpt(r.next().(*array.BooleanBuilder), v) }
+
+// appendOpt appends *v to b, or a null when v is nil.
+func appendOpt[V any, B interface {
+	Append(V)
+	AppendNull()
+}](b B, v *V) {
+	if v != nil {
 		b.Append(*v)
 	} else {
 		b.AppendNull()
 	}
 }
-func (r *rowBuilder) optF64(v *float64) {
-	if b := r.next().(*array.Float64Builder); v != nil {
-		b.Append(*v)
-	} else {
-		b.AppendNull()
-	}
-}
-func (r *rowBuilder) optBool(v *bool) {
-	if b := r.next().(*array.BooleanBuilder); v != nil {
-		b.Append(*v)
-	} else {
-		b.AppendNull()
-	}
-}
-func (r *rowBuilder) criteria(c []schemas.Criterion, ok bool) {
+
+// list appends the next list value: a null when !ok (and returns nil), or a
+// list whose elements the caller appends to the returned value builder.
+func (r *rowBuilder) list(ok bool) array.Builder {
 	lb := r.next().(*array.ListBuilder)
 	if !ok {
 		lb.AppendNull()
-		return
+		return nil
 	}
 	lb.Append(true)
-	sb := lb.ValueBuilder().(*array.StructBuilder)
-	for _, x := range c {
-		sb.Append(true)
-		sb.FieldBuilder(0).(*array.StringBuilder).Append(x.Criterion)
-		sb.FieldBuilder(1).(*array.Float64Builder).Append(x.Weight)
+	return lb.ValueBuilder()
+}
+func (r *rowBuilder) criteria(c []schemas.Criterion, ok bool) {
+	if vb := r.list(ok); vb != nil {
+		sb := vb.(*array.StructBuilder)
+		for _, x := range c {
+			sb.Append(true)
+			sb.FieldBuilder(0).(*array.StringBuilder).Append(x.Criterion)
+			sb.FieldBuilder(1).(*array.Float64Builder).Append(x.Weight)
+		}
 	}
 }
 func (r *rowBuilder) f64s(v []float64, ok bool) {
-	lb := r.next().(*array.ListBuilder)
-	if !ok {
-		lb.AppendNull()
-		return
+	if vb := r.list(ok); vb != nil {
+		vb.(*array.Float64Builder).AppendValues(v, nil)
 	}
-	lb.Append(true)
-	vb := lb.ValueBuilder().(*array.Float64Builder)
-	vb.AppendValues(v, nil)
 }
 
 // stepMetrics returns the step's reward mean and KL, or nils.
@@ -190,16 +182,53 @@ func flush(w *pipeline.ShardWriter, b *array.RecordBuilder) error {
 
 const batchRows = 4096
 
+// writeRows writes the rows of one joined table: for each item in order, one
+// row per match (in the order matches gives them), or one row with a nil
+// match when it has none. row appends a row's fields through rb; a batch is
+// flushed every batchRows rows.
+func writeRows[T, M any](ctx context.Context, mem memory.Allocator, w *pipeline.ShardWriter, schema *arrow.Schema, items []T, matches func(*T) []*M, row func(rb *rowBuilder, item *T, match *M)) error {
+	b := array.NewRecordBuilder(mem, schema)
+	defer b.Release()
+	for i := range items {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ms := matches(&items[i])
+		if len(ms) == 0 {
+			row(&rowBuilder{b: b}, &items[i], nil)
+		}
+		for _, m := range ms {
+			row(&rowBuilder{b: b}, &items[i], m)
+		}
+		if b.Field(0).Len() >= batchRows {
+			if err := flush(w, b); err != nil {
+				return err
+			}
+		}
+	}
+	return flush(w, b)
+}
+
+// readStep reads one step's rows of t with the rubrics and judgments they
+// join with.
+func readStep[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards, rubShards, judgShards []Shard) ([]T, []schemas.Rubric, []schemas.Judgment, error) {
+	rows, err := readAll(ctx, env, t, shards)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rubs, err := readAll(ctx, env, schemas.Rubrics, rubShards)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	judgs, err := readAll(ctx, env, schemas.Judgments, judgShards)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return rows, rubs, judgs, nil
+}
+
 func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step int64, rollShards, rubShards, judgShards []Shard, texts map[string]string) error {
-	rolls, err := readAll(ctx, j.env, schemas.Rollouts, rollShards)
-	if err != nil {
-		return err
-	}
-	rubs, err := readAll(ctx, j.env, schemas.Rubrics, rubShards)
-	if err != nil {
-		return err
-	}
-	judgs, err := readAll(ctx, j.env, schemas.Judgments, judgShards)
+	rolls, rubs, judgs, err := readStep(ctx, j.env, schemas.Rollouts, rollShards, rubShards, judgShards)
 	if err != nil {
 		return err
 	}
@@ -222,10 +251,7 @@ func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step in
 	}
 	reward, kl := j.stepMetrics(schemas.PhasePolicy, step)
 
-	b := array.NewRecordBuilder(j.env.Mem, ResponsesSchema)
-	defer b.Release()
-	emit := func(r *schemas.Rollout, jd *schemas.Judgment) {
-		rb := &rowBuilder{b: b}
+	row := func(rb *rowBuilder, r *schemas.Rollout, jd *schemas.Judgment) {
 		rb.i64(r.Step)
 		rb.str(r.Phase)
 		rb.str(r.PromptID)
@@ -277,36 +303,12 @@ func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step in
 		rb.optF64(reward)
 		rb.optF64(kl)
 	}
-	for i := range rolls {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		js := judgByResp[rolls[i].RolloutID]
-		if len(js) == 0 {
-			emit(&rolls[i], nil)
-		}
-		for _, jd := range js {
-			emit(&rolls[i], jd)
-		}
-		if b.Field(0).Len() >= batchRows {
-			if err := flush(w, b); err != nil {
-				return err
-			}
-		}
-	}
-	return flush(w, b)
+	judgmentsOf := func(r *schemas.Rollout) []*schemas.Judgment { return judgByResp[r.RolloutID] }
+	return writeRows(ctx, j.env.Mem, w, ResponsesSchema, rolls, judgmentsOf, row)
 }
 
 func (j *joiner) pairs(ctx context.Context, w *pipeline.ShardWriter, step int64, pairShards, rubShards, judgShards []Shard) error {
-	prs, err := readAll(ctx, j.env, schemas.Pairs, pairShards)
-	if err != nil {
-		return err
-	}
-	rubs, err := readAll(ctx, j.env, schemas.Rubrics, rubShards)
-	if err != nil {
-		return err
-	}
-	judgs, err := readAll(ctx, j.env, schemas.Judgments, judgShards)
+	prs, rubs, judgs, err := readStep(ctx, j.env, schemas.Pairs, pairShards, rubShards, judgShards)
 	if err != nil {
 		return err
 	}
@@ -330,10 +332,7 @@ func (j *joiner) pairs(ctx context.Context, w *pipeline.ShardWriter, step int64,
 	}
 	reward, kl := j.stepMetrics(schemas.PhaseRubric, step)
 
-	b := array.NewRecordBuilder(j.env.Mem, PairsSchema)
-	defer b.Release()
-	emit := func(p *schemas.Pair, rub *schemas.Rubric) {
-		rb := &rowBuilder{b: b}
+	row := func(rb *rowBuilder, p *schemas.Pair, rub *schemas.Rubric) {
 		rb.i64(p.Step)
 		rb.str(schemas.PhaseRubric)
 		rb.str(p.PairID)
@@ -379,22 +378,6 @@ func (j *joiner) pairs(ctx context.Context, w *pipeline.ShardWriter, step int64,
 		rb.optF64(reward)
 		rb.optF64(kl)
 	}
-	for i := range prs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rs := rubsByItem[prs[i].PairID]
-		if len(rs) == 0 {
-			emit(&prs[i], nil)
-		}
-		for _, r := range rs {
-			emit(&prs[i], r)
-		}
-		if b.Field(0).Len() >= batchRows {
-			if err := flush(w, b); err != nil {
-				return err
-			}
-		}
-	}
-	return flush(w, b)
+	rubricsOf := func(p *schemas.Pair) []*schemas.Rubric { return rubsByItem[p.PairID] }
+	return writeRows(ctx, j.env.Mem, w, PairsSchema, prs, rubricsOf, row)
 }
