@@ -400,108 +400,122 @@ func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][
 	return out, unrubric, nil
 }
 
-// generative asks the judge for a JSON verdict per job.
-func (j *judge) generative(ctx context.Context, jobs []job) ([]schemas.Judgment, error) {
+// scoring is one way of asking the judge, generative or yes/no: request
+// turns a job into a backend request, send answers a batch of them in one
+// call, meta gives an answer's row failure and model, and fill scores a row
+// from its answer.
+type scoring[Req, Res any] struct {
+	request func(jb *job) (Req, error)
+	send    func(context.Context, []Req) ([]Res, error)
+	meta    func(res *Res) (*backend.RowFailure, string)
+	fill    func(row *schemas.Judgment, jb *job, res *Res) error
+}
+
+// run scores jobs: each row starts as its job's row; an error from request
+// leaves the score missing with its reason and the job out of the backend
+// call, and a failed answer leaves it missing with the failure's text. A
+// non-empty answer model replaces the row's judge model. An error from send
+// or fill, or a short answer, fails the whole batch.
+func (sc scoring[Req, Res]) run(ctx context.Context, jobs []job) ([]schemas.Judgment, error) {
 	out := make([]schemas.Judgment, len(jobs))
-	var reqs []backend.GenerateRequest
+	var reqs []Req
 	var idx []int
 	for k := range jobs {
-		jb := &jobs[k]
-		out[k] = jb.row
-		msg, err := j.prompts.JudgeGenerative(jb.question, jb.answer, jb.criteria)
+		out[k] = jobs[k].row
+		req, err := sc.request(&jobs[k])
 		if err != nil {
 			out[k].ScoreMissingReason = missing(reasonText(err))
 			continue
 		}
-		seed := j.spec.ItemSeed(jb.row.JudgmentID)
-		sp := j.spec.Sampling
-		sp.Seed = &seed
-		reqs = append(reqs, backend.GenerateRequest{ID: jb.row.JudgmentID, Messages: []backend.Message{{Role: "user", Content: msg}}, Sampling: sp})
+		reqs = append(reqs, req)
 		idx = append(idx, k)
 	}
 	if len(reqs) == 0 {
 		return out, nil
 	}
-	resps, err := j.b.Generate(ctx, reqs)
+	resps, err := sc.send(ctx, reqs)
 	if err != nil {
 		return nil, err
 	}
 	if len(resps) != len(reqs) {
 		return nil, fmt.Errorf("backend answered %d of %d requests", len(resps), len(reqs))
 	}
-	for i, res := range resps {
-		row := &out[idx[i]]
-		if res.Failure != nil {
-			row.ScoreMissingReason = missing(lmstage.FailureText(res.Failure))
+	for i := range resps {
+		res, row := &resps[i], &out[idx[i]]
+		failure, model := sc.meta(res)
+		if failure != nil {
+			row.ScoreMissingReason = missing(lmstage.FailureText(failure))
 			continue
 		}
-		if len(res.Completions) != 1 {
-			return nil, fmt.Errorf("request %s: %d completions, want 1", res.ID, len(res.Completions))
+		if model != "" {
+			row.JudgeModel = model
 		}
-		if res.Model != "" {
-			row.JudgeModel = res.Model
+		if err := sc.fill(row, &jobs[idx[i]], res); err != nil {
+			return nil, err
 		}
-		row.RawText = res.Completions[0].Text
-		v, err := prompts.ParseJudge(row.RawText)
-		if err != nil {
-			row.ScoreMissingReason = missing(reasonText(err))
-			continue
-		}
-		score := v.Score
-		row.Score = &score
 	}
 	return out, nil
 }
 
+// generative asks the judge for a JSON verdict per job.
+func (j *judge) generative(ctx context.Context, jobs []job) ([]schemas.Judgment, error) {
+	return scoring[backend.GenerateRequest, backend.GenerateResponse]{
+		request: func(jb *job) (backend.GenerateRequest, error) {
+			msg, err := j.prompts.JudgeGenerative(jb.question, jb.answer, jb.criteria)
+			if err != nil {
+				return backend.GenerateRequest{}, err
+			}
+			seed := j.spec.ItemSeed(jb.row.JudgmentID)
+			sp := j.spec.Sampling
+			sp.Seed = &seed
+			return backend.GenerateRequest{ID: jb.row.JudgmentID, Messages: []backend.Message{{Role: "user", Content: msg}}, Sampling: sp}, nil
+		},
+		send: j.b.Generate,
+		meta: func(res *backend.GenerateResponse) (*backend.RowFailure, string) { return res.Failure, res.Model },
+		fill: func(row *schemas.Judgment, _ *job, res *backend.GenerateResponse) error {
+			if len(res.Completions) != 1 {
+				return fmt.Errorf("request %s: %d completions, want 1", res.ID, len(res.Completions))
+			}
+			row.RawText = res.Completions[0].Text
+			v, err := prompts.ParseJudge(row.RawText)
+			if err != nil {
+				row.ScoreMissingReason = missing(reasonText(err))
+				return nil
+			}
+			score := v.Score
+			row.Score = &score
+			return nil
+		},
+	}.run(ctx, jobs)
+}
+
 // yesno scores every criterion of each job from next-token log-probs.
 func (j *judge) yesno(ctx context.Context, jobs []job) ([]schemas.Judgment, error) {
-	out := make([]schemas.Judgment, len(jobs))
-	var reqs []backend.ScoreRequest
-	var idx []int
-	for k := range jobs {
-		jb := &jobs[k]
-		out[k] = jb.row
-		// Weights are checked before any model call: a zero-weight rubric
-		// is a per-row failure, not a wasted forward pass.
-		if _, err := prompts.WeightedScore(jb.weights, make([]float64, len(jb.weights))); err != nil {
-			out[k].ScoreMissingReason = missing(reasonText(err))
-			continue
-		}
-		prefix, suffixes, err := j.prompts.JudgeYesNo(jb.question, jb.answer, jb.criteria)
-		if err != nil {
-			out[k].ScoreMissingReason = missing(reasonText(err))
-			continue
-		}
-		reqs = append(reqs, backend.ScoreRequest{ID: jb.row.JudgmentID, Prefix: prefix, Suffixes: suffixes, Candidates: j.yn.Candidates()})
-		idx = append(idx, k)
-	}
-	if len(reqs) == 0 {
-		return out, nil
-	}
-	resps, err := j.b.Score(ctx, reqs)
-	if err != nil {
-		return nil, err
-	}
-	if len(resps) != len(reqs) {
-		return nil, fmt.Errorf("backend answered %d of %d requests", len(resps), len(reqs))
-	}
-	for i, res := range resps {
-		row := &out[idx[i]]
-		if res.Failure != nil {
-			row.ScoreMissingReason = missing(lmstage.FailureText(res.Failure))
-			continue
-		}
-		if res.Model != "" {
-			row.JudgeModel = res.Model
-		}
-		total, per, err := prompts.YesNoScore(j.yn, jobs[idx[i]].weights, res.LogProbs)
-		if err != nil {
-			row.ScoreMissingReason = missing(reasonText(err))
-			continue
-		}
-		row.CriterionScores, row.Score = per, &total
-	}
-	return out, nil
+	return scoring[backend.ScoreRequest, backend.ScoreResponse]{
+		request: func(jb *job) (backend.ScoreRequest, error) {
+			// Weights are checked before any model call: a zero-weight rubric
+			// is a per-row failure, not a wasted forward pass.
+			if _, err := prompts.WeightedScore(jb.weights, make([]float64, len(jb.weights))); err != nil {
+				return backend.ScoreRequest{}, err
+			}
+			prefix, suffixes, err := j.prompts.JudgeYesNo(jb.question, jb.answer, jb.criteria)
+			if err != nil {
+				return backend.ScoreRequest{}, err
+			}
+			return backend.ScoreRequest{ID: jb.row.JudgmentID, Prefix: prefix, Suffixes: suffixes, Candidates: j.yn.Candidates()}, nil
+		},
+		send: j.b.Score,
+		meta: func(res *backend.ScoreResponse) (*backend.RowFailure, string) { return res.Failure, res.Model },
+		fill: func(row *schemas.Judgment, jb *job, res *backend.ScoreResponse) error {
+			total, per, err := prompts.YesNoScore(j.yn, jb.weights, res.LogProbs)
+			if err != nil {
+				row.ScoreMissingReason = missing(reasonText(err))
+				return nil
+			}
+			row.CriterionScores, row.Score = per, &total
+			return nil
+		},
+	}.run(ctx, jobs)
 }
 
 // reasonText renders a scoring failure as "<reason>: <detail>".
