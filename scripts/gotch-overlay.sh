@@ -34,9 +34,14 @@ if [ -f "$LIBTORCH/share/cmake/Torch/TorchConfig.cmake" ] && grep -q 'GLIBCXX_US
 
 rpaths="-Wl,-rpath,$LIBTORCH/lib"
 extra=""
-# The wheel keeps the CUDA runtime pieces libtorch_cpu needs in sibling nvidia/ packages.
+# The wheel keeps the CUDA pieces in sibling nvidia/ packages: libtorch_cpu
+# needs cuda_runtime and cuda_cupti at load time; libtorch_cuda needs them all.
 site=$(dirname "$LIBTORCH")
-for d in cuda_runtime cuda_cupti; do
+nvidia="cuda_runtime cuda_cupti"
+if [ "${TORCH_CUDA:-0}" = 1 ] && [ -d "$site/nvidia" ]; then
+  nvidia=$(cd "$site/nvidia" && ls -d */ | tr -d /)
+fi
+for d in $nvidia; do
   if [ -d "$site/nvidia/$d/lib" ]; then
     rpaths="$rpaths -Wl,-rpath,$site/nvidia/$d/lib"
     extra="$extra -L$site/nvidia/$d/lib"
