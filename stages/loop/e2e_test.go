@@ -423,3 +423,26 @@ func TestE2ELoopTwoModels(t *testing.T) {
 		t.Error("the rubric generator's weights never changed in the rubric steps")
 	}
 }
+
+// TestE2EDemoPreset runs `make demo`'s commands with the shipped preset
+// (stages/presets/demo.yaml), only pointing its model and data paths into a
+// temp dir and cutting the run to 4 steps.
+func TestE2EDemoPreset(t *testing.T) {
+	e := setup(t)
+	root := testutil.Root(t)
+	preset := filepath.Join(root, "stages", "presets", "demo.yaml")
+	runDir := filepath.Join(t.TempDir(), "demo")
+	common := []string{"--config", preset, "--run-dir", runDir, "--progress", "off", "--log-level", "warn"}
+	run(t, e.bin, append([]string{"dedup", "--input", filepath.Join(root, "datasets/sample/tulu3_sample.parquet")}, common...)...)
+	run(t, e.bin, append([]string{"run", "--steps", "4",
+		"--policy-model", filepath.Join(e.models, "policy"), "--judge-model", filepath.Join(e.models, "judge")}, common...)...)
+	run(t, e.bin, append([]string{"analyze", "rubrics"}, common...)...)
+	run(t, e.bin, append([]string{"export"}, common...)...)
+	steps := readTable(t, runDir, schemas.Steps)
+	if len(steps) != 4 {
+		t.Fatalf("demo preset run wrote %d steps rows, want 4", len(steps))
+	}
+	if _, err := os.Stat(filepath.Join(runDir, "checkpoints", "step-000004", "policy", "model.safetensors")); err != nil {
+		t.Errorf("demo checkpoint: %v", err)
+	}
+}
