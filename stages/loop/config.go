@@ -30,6 +30,7 @@ const (
 	KeyJudgeTemp       = "judge_temperature"
 	KeyJudgeMaxTokens  = "judge_max_tokens"
 	KeyJudgeInFlight   = "judge_max_in_flight"
+	KeyJudgeThinking   = "judge_disable_thinking"
 	KeySteps           = "steps"
 	KeyK               = "k"
 	KeyPromptsPerStep  = "prompts_per_step"
@@ -121,6 +122,7 @@ func fields() []pipeline.Field {
 		f(KeyJudgeTemp, pipeline.TypeFloat, 0.6, "generative judge temperature"),
 		f(KeyJudgeMaxTokens, pipeline.TypeInt, 1024, "generative judge max new tokens"),
 		f(KeyJudgeInFlight, pipeline.TypeInt, 32, "openai judge: most requests in flight"),
+		f(KeyJudgeThinking, pipeline.TypeBool, false, "torch judge: render its prompts with Qwen3 thinking disabled (the policy's disable_thinking does not apply to the judge)"),
 		f(KeySteps, pipeline.TypeInt, 200, "total training steps (policy and rubric steps together)"),
 		f(KeyK, pipeline.TypeInt, 50, "phase length: K policy steps, then K rubric steps, and so on"),
 		f(KeyPromptsPerStep, pipeline.TypeInt, 64, "prompts (policy step) or pairs (rubric step) per step"),
@@ -192,7 +194,7 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		Judge: lmstage.BackendConfig{
 			Backend: cfg.String(KeyJudgeBackend), Model: cfg.String(KeyJudgeModel), Endpoints: cfg.Strings(KeyJudgeEndpoints),
 			Device: cfg.String(KeyDevice), DType: cfg.String(KeyDType), Threads: cfg.Int(KeyThreads), MaxBatch: cfg.Int(KeyMaxBatch),
-			DisableThinking: cfg.Bool(KeyThinking), MaxInFlight: cfg.Int(KeyJudgeInFlight), RequestTimeout: 10 * time.Minute,
+			DisableThinking: cfg.Bool(KeyJudgeThinking), MaxInFlight: cfg.Int(KeyJudgeInFlight), RequestTimeout: 10 * time.Minute,
 			MaxAttempts: 6, BatchRows: 256, TopLogprobs: 20,
 		},
 		JudgeMode: cfg.String(KeyJudgeMode), JudgeTemp: cfg.Float(KeyJudgeTemp), JudgeMaxTokens: cfg.Int(KeyJudgeMaxTokens),
