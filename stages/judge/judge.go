@@ -118,25 +118,17 @@ type Stage struct {
 }
 
 func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
-	sp, err := lmstage.ReadSampleSpec(cfg, schemas.RoleJudge)
+	c, err := lmstage.ReadCommon(cfg, schemas.RoleJudge)
 	if err != nil {
 		return nil, err
 	}
-	if sp.N != 1 {
-		return nil, cfg.Errorf(lmstage.KeyN, "%d: the judge gives one verdict per (response, rubric), want 1", sp.N)
-	}
-	bc, err := lmstage.ReadBackend(cfg)
-	if err != nil {
-		return nil, err
-	}
-	set, err := lmstage.Prompts(cfg)
-	if err != nil {
-		return nil, err
+	if c.Spec.N != 1 {
+		return nil, cfg.Errorf(lmstage.KeyN, "%d: the judge gives one verdict per (response, rubric), want 1", c.Spec.N)
 	}
 	return &Stage{
 		source: cfg.String(KeySource), mode: cfg.String(KeyMode), role: cfg.String(KeyRole),
 		responses: cfg.Strings(KeyResponses), rubrics: cfg.Strings(KeyRubrics), prompt: cfg.Strings(KeyPrompts),
-		spec: sp, backend: bc, prompts: set, yn: prompts.DefaultYesNo,
+		spec: c.Spec, backend: c.Backend, prompts: c.Prompts, yn: prompts.DefaultYesNo,
 	}, nil
 }
 

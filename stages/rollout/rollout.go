@@ -77,22 +77,14 @@ type Stage struct {
 }
 
 func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
-	sp, err := lmstage.ReadSampleSpec(cfg, schemas.RolePolicy)
+	c, err := lmstage.ReadCommon(cfg, schemas.RolePolicy)
 	if err != nil {
 		return nil, err
 	}
-	bc, err := lmstage.ReadBackend(cfg)
-	if err != nil {
-		return nil, err
-	}
-	set, err := lmstage.Prompts(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := set.Policy(); err != nil {
+	if _, err := c.Prompts.Policy(); err != nil {
 		return nil, cfg.Errorf(lmstage.KeyPromptFiles, "%v", err)
 	}
-	return &Stage{input: cfg.Strings(KeyInput), spec: sp, backend: bc, prompts: set}, nil
+	return &Stage{input: cfg.Strings(KeyInput), spec: c.Spec, backend: c.Backend, prompts: c.Prompts}, nil
 }
 
 // Run implements pipeline.Stage.

@@ -89,19 +89,11 @@ type Stage struct {
 }
 
 func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
-	sp, err := lmstage.ReadSampleSpec(cfg, schemas.RoleRubricGenerator)
+	c, err := lmstage.ReadCommon(cfg, schemas.RoleRubricGenerator)
 	if err != nil {
 		return nil, err
 	}
-	bc, err := lmstage.ReadBackend(cfg)
-	if err != nil {
-		return nil, err
-	}
-	set, err := lmstage.Prompts(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: sp, backend: bc, prompts: set}, nil
+	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, backend: c.Backend, prompts: c.Prompts}, nil
 }
 
 func (s *Stage) role() prompts.Name { return prompts.RubricQuestion }

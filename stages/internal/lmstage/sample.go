@@ -3,6 +3,7 @@ package lmstage
 import (
 	"context"
 	"fmt"
+	"github.com/evolm/evolm/stages/prompts"
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
@@ -52,6 +53,31 @@ type SampleSpec struct {
 	Sampling    backend.Sampling // Seed is ignored: each item's seed is derived
 	BaseSeed    int64
 	Checkpoint  string
+}
+
+// Common is what every model stage reads from its config section.
+type Common struct {
+	Spec    SampleSpec
+	Backend BackendConfig
+	Prompts *prompts.Set
+}
+
+// ReadCommon reads and checks the sampling, backend and prompt fields of a
+// model stage whose rows have role.
+func ReadCommon(cfg *pipeline.Config, role string) (Common, error) {
+	sp, err := ReadSampleSpec(cfg, role)
+	if err != nil {
+		return Common{}, err
+	}
+	bc, err := ReadBackend(cfg)
+	if err != nil {
+		return Common{}, err
+	}
+	set, err := Prompts(cfg)
+	if err != nil {
+		return Common{}, err
+	}
+	return Common{Spec: sp, Backend: bc, Prompts: set}, nil
 }
 
 // ReadSampleSpec reads the sampling and run fields.
