@@ -62,36 +62,12 @@ func TestE2EDemoRun(t *testing.T) {
 	if len(prompts) == 0 {
 		t.Fatal("dedup wrote no prompts")
 	}
-	cfg := filepath.Join(tmp, "demo.yaml")
-	yaml := fmt.Sprintf(`stages:
-  run:
-    input: [%s]
-    policy_model: %s
-    judge_model: %s
-    judge_mode: yesno
-    steps: 6
-    k: 2
-    prompts_per_step: 6
-    samples: 3
-    rubric_samples: 2
-    max_new_tokens: 12
-    checkpoint_every: 2
-    temporal_min_age: 1
-    temporal_max_age: 2
-    lr: 1.0e-4
-    threads: 1
-    disable_thinking: true
-    seed: 11
-pipeline:
-  progress: "off"
-log:
-  level: warn
-`, strings.Join(prompts, ", "), filepath.Join(models, "policy"), filepath.Join(models, "judge"))
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// The shipped demo preset, with its model and data paths pointed here and
+	// the run cut to 6 steps (policy, policy, rubric, rubric, policy, policy).
 	run := filepath.Join(tmp, "demo-run")
-	evolm(nil, "run", "--config", cfg, "--run-dir", run)
+	evolm(nil, "run", "--config", filepath.Join(root, "stages", "presets", "demo.yaml"), "--run-dir", run,
+		"--input", strings.Join(prompts, ","), "--policy-model", filepath.Join(models, "policy"),
+		"--judge-model", filepath.Join(models, "judge"), "--steps", "6", "--progress", "off", "--log-level", "warn")
 
 	quiet := []string{"--progress", "off", "--log-level", "warn"}
 	evolm(nil, append([]string{"export", "--run-dir", run}, quiet...)...)
