@@ -55,22 +55,51 @@ func AddKeyFlag(fs *pflag.FlagSet, name, key, usage string) error {
 }
 
 // AddStageFlags defines one flag per field of spec on fs, named after the
-// key with "_" as "-" (prefixed with "<stage>-" if fs already has that name).
+// key with "_" as "-" (prefixed with "<stage>-" if fs already has that name),
+// and one per field of each section the stage uses, named
+// --<section flag>-<key> (--policy-model, --judge-backend).
 func AddStageFlags(fs *pflag.FlagSet, spec Spec) error {
 	for _, f := range spec.Fields {
 		name := strings.ReplaceAll(f.Key, "_", "-")
 		if fs.Lookup(name) != nil {
 			name = spec.Name + "-" + name
 		}
-		usage := f.Description
-		if len(f.Enum) > 0 {
-			usage += " (one of " + strings.Join(f.Enum, ", ") + ")"
-		}
-		if err := AddFlag(fs, name, "stages."+spec.Name+"."+f.Key, f.Type, f.Default, usage); err != nil {
+		if err := AddFlag(fs, name, "stages."+spec.Name+"."+f.Key, f.Type, f.Default, flagUsage(f)); err != nil {
 			return fmt.Errorf("stage %s: %w", spec.Name, err)
 		}
 	}
+	for _, u := range spec.Uses {
+		sec, ok := LookupSection(u)
+		if !ok {
+			return fmt.Errorf("stage %s: uses section %s, which is not registered", spec.Name, u)
+		}
+		for _, f := range sec.Fields {
+			name := SectionFlag(sec, f.Key)
+			if fs.Lookup(name) != nil {
+				return fmt.Errorf("stage %s: flag --%s of section %s is already defined", spec.Name, name, sec.Name)
+			}
+			if err := AddFlag(fs, name, sec.Name+"."+f.Key, f.Type, f.Default, flagUsage(f)); err != nil {
+				return fmt.Errorf("section %s: %w", sec.Name, err)
+			}
+		}
+	}
 	return nil
+}
+
+// SectionFlag is the flag name of key in section sec: --<Flag>-<key>.
+func SectionFlag(sec SectionSpec, key string) string {
+	return sec.Flag + "-" + strings.ReplaceAll(key, "_", "-")
+}
+
+func flagUsage(f Field) string {
+	usage := f.Description
+	if len(f.Enum) > 0 {
+		usage += " (one of " + strings.Join(f.Enum, ", ") + ")"
+	}
+	if b := f.BoundsText(); b != "" {
+		usage += " (" + b + ")"
+	}
+	return usage
 }
 
 // FlagKeys maps config keys to the flags of fs defined by AddFlag or
@@ -97,32 +126,48 @@ func WriteSpecDoc(w io.Writer, s Spec) error {
 	fmt.Fprintf(&b, "\nInputs:  %s\nOutputs: %s\n", orNone(s.Inputs), orNone(s.Outputs))
 	if len(s.Fields) > 0 {
 		b.WriteString("\nConfig (stages." + s.Name + ".<key>; env var; flag --<key> with - for _):\n")
-		fields := append([]Field(nil), s.Fields...)
-		sort.SliceStable(fields, func(i, j int) bool { return fields[i].Key < fields[j].Key })
-		kw, tw := 0, 0
-		for _, f := range fields {
-			kw, tw = max(kw, len(f.Key)), max(tw, len(f.Type))
+		writeFields(&b, "stages."+s.Name, s.Fields)
+	}
+	for _, u := range s.Uses {
+		sec, ok := LookupSection(u)
+		if !ok {
+			continue
 		}
-		for _, f := range fields {
-			key := "stages." + s.Name + "." + f.Key
-			fmt.Fprintf(&b, "  %-*s  %-*s  default %s  (%s)\n", kw, f.Key, tw, f.Type, fmtValue(f.Default), EnvName(key))
-			desc := f.Description
-			if len(f.Enum) > 0 {
-				desc += " One of: " + strings.Join(f.Enum, ", ") + "."
-			}
-			if f.Example != nil {
-				desc += " Example: " + fmtValue(f.Example) + "."
-			}
-			if f.Required {
-				desc += " Required."
-			}
-			for _, line := range wrap(desc, 76) {
-				b.WriteString("      " + line + "\n")
-			}
-		}
+		fmt.Fprintf(&b, "\n%s: %s\n(keys %s.<key>; env var; flag --%s-<key> with - for _):\n", sec.Name, sec.Summary, sec.Name, sec.Flag)
+		writeFields(&b, sec.Name, sec.Fields)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeFields renders a table of fields under prefix.
+func writeFields(b *strings.Builder, prefix string, fs []Field) {
+	fields := append([]Field(nil), fs...)
+	sort.SliceStable(fields, func(i, j int) bool { return fields[i].Key < fields[j].Key })
+	kw, tw := 0, 0
+	for _, f := range fields {
+		kw, tw = max(kw, len(f.Key)), max(tw, len(f.Type))
+	}
+	for _, f := range fields {
+		key := prefix + "." + f.Key
+		fmt.Fprintf(b, "  %-*s  %-*s  default %s  (%s)\n", kw, f.Key, tw, f.Type, fmtValue(f.Default), EnvName(key))
+		desc := f.Description
+		if len(f.Enum) > 0 {
+			desc += " One of: " + strings.Join(f.Enum, ", ") + "."
+		}
+		if bt := f.BoundsText(); bt != "" {
+			desc += " Range: " + bt + "."
+		}
+		if f.Example != nil {
+			desc += " Example: " + fmtValue(f.Example) + "."
+		}
+		if f.Required {
+			desc += " Required."
+		}
+		for _, line := range wrap(desc, 76) {
+			b.WriteString("      " + line + "\n")
+		}
+	}
 }
 
 // wrap splits text into lines of at most width bytes, at spaces.

@@ -43,6 +43,9 @@ type Config struct {
 	prefix string         // "" or "stages.dedup."
 	values map[string]any // full key → typed value
 	source map[string]string
+	// uses are the registered sections a stage's view also covers (its
+	// Spec.Uses): Hash and FileYAML include them.
+	uses []string
 }
 
 // keyInfo is what LoadConfig knows about a key.
@@ -51,7 +54,8 @@ type keyInfo struct {
 	field *Field // nil for keys from defaults.yaml
 }
 
-// knownKeys returns every config key: defaults.yaml's and the specs' fields.
+// knownKeys returns every config key: defaults.yaml's, the registered
+// sections' and the specs' fields.
 func knownKeys() (map[string]keyInfo, map[string]any, error) {
 	var tree map[string]any
 	if err := yaml.Unmarshal(defaultsYAML, &tree); err != nil {
@@ -62,6 +66,14 @@ func knownKeys() (map[string]keyInfo, map[string]any, error) {
 	for k, v := range defaults {
 		known[k] = keyInfo{typ: typeOf(v)}
 	}
+	for _, sec := range Sections() {
+		for i := range sec.Fields {
+			f := &sec.Fields[i]
+			k := sec.Name + "." + f.Key
+			known[k] = keyInfo{typ: f.Type, field: f}
+			defaults[k] = f.Default
+		}
+	}
 	for _, s := range Specs() {
 		for i := range s.Fields {
 			f := &s.Fields[i]
@@ -71,6 +83,50 @@ func knownKeys() (map[string]keyInfo, map[string]any, error) {
 		}
 	}
 	return known, defaults, nil
+}
+
+// movedKeys maps every key a stage no longer has (stages.<name>.<key>) to
+// where it lives now (Spec.Moved).
+func movedKeys() map[string]string {
+	out := map[string]string{}
+	for _, s := range Specs() {
+		for k, to := range s.Moved {
+			out["stages."+s.Name+"."+k] = to
+		}
+	}
+	return out
+}
+
+// movedError names every moved key in keys (full keys) with its new place,
+// or returns nil when none moved.
+func movedError(where string, keys []string, name func(string) string) error {
+	moved := movedKeys()
+	var errs []error
+	for _, k := range keys {
+		if to, ok := moved[k]; ok {
+			errs = append(errs, fmt.Errorf("%s: %s has moved to %s", where, name(k), to))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w\n(each model role is configured once, under roles.policy, roles.rubric_generator and roles.judge; `evolm config print` shows them)", errors.Join(errs...))
+}
+
+// reservedEnv reports whether an EVOLM_* var name belongs to the config
+// namespace (stages and registered sections), where a var naming no key is
+// an error rather than another tool's variable.
+func reservedEnv(name string) bool {
+	if strings.HasPrefix(name, EnvPrefix+"STAGES_") {
+		return true
+	}
+	for _, sec := range Sections() {
+		top, _, _ := strings.Cut(sec.Name, ".")
+		if strings.HasPrefix(name, EnvName(top)+"_") {
+			return true
+		}
+	}
+	return false
 }
 
 func typeOf(v any) FieldType {
@@ -145,6 +201,9 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
+			if err := movedError("config "+opts.File, unknown, func(k string) string { return k }); err != nil {
+				return nil, err
+			}
 			return nil, fmt.Errorf("config %s: unknown key %s%s", opts.File, strings.Join(unknown, ", "), suggest(unknown[0], known))
 		}
 		v.SetConfigType("yaml")
@@ -170,12 +229,20 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 		envKeys = append(envKeys, name)
 	}
 	sort.Strings(envKeys)
+	byOldEnv := map[string]string{}
+	for k := range movedKeys() {
+		byOldEnv[EnvName(k)] = k
+	}
 	for _, name := range envKeys {
 		k, ok := byEnv[name]
 		if !ok {
+			if old, ok := byOldEnv[name]; ok {
+				return nil, movedError("env "+name, []string{old}, func(k string) string { return k })
+			}
 			// Other EVOLM_* vars (EVOLM_ROOT, EVOLM_PYTHON) belong to the
-			// build; only the stages namespace is reserved for config.
-			if strings.HasPrefix(name, EnvPrefix+"STAGES_") {
+			// build; only the stages and sections namespaces are reserved
+			// for config.
+			if reservedEnv(name) {
 				return nil, fmt.Errorf("env %s: no such config key", name)
 			}
 			continue
@@ -221,7 +288,7 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 		info := known[k]
 		val, err := coerce(info.typ, v.Get(k))
 		if err == nil && info.field != nil {
-			err = info.field.checkEnum(val)
+			err = info.field.check(val)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("config key %s (from %s): %w", k, source[k], err))
@@ -235,37 +302,65 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 	return c, nil
 }
 
-// StageConfig returns the config section of a registered stage with its spec
-// defaults overridden by values (keys relative to the section, e.g.
-// "threshold"), type-checked like LoadConfig. Tests use it to call a stage's
-// constructor directly.
+// StageConfig returns the config view of a registered stage (its section
+// and the sections it uses) with the defaults overridden by values, keys
+// relative to the stage's section ("threshold") or full keys of a used
+// section ("roles.policy.model"), type-checked like LoadConfig. Tests use it
+// to call a stage's constructor directly.
 func StageConfig(stage string, values map[string]any) (*Config, error) {
 	spec, ok := Lookup(stage)
 	if !ok {
 		return nil, fmt.Errorf("no stage %q registered", stage)
 	}
-	c := &Config{prefix: "stages." + stage + ".", values: map[string]any{}, source: map[string]string{}}
-	for k := range values {
-		if _, ok := spec.Field(k); !ok {
-			return nil, fmt.Errorf("config key stages.%s.%s: unknown key", stage, k)
+	c := &Config{prefix: "stages." + stage + ".", values: map[string]any{}, source: map[string]string{}, uses: spec.Uses}
+	fields := map[string]Field{}
+	for _, f := range spec.Fields {
+		fields[c.prefix+f.Key] = f
+	}
+	for _, name := range spec.Uses {
+		sec, ok := LookupSection(name)
+		if !ok {
+			return nil, fmt.Errorf("stage %s uses section %s, which is not registered", stage, name)
+		}
+		for _, f := range sec.Fields {
+			fields[name+"."+f.Key] = f
 		}
 	}
-	for _, f := range spec.Fields {
+	full := map[string]any{}
+	for k, v := range values {
+		fk := c.prefix + k
+		if _, ok := fields[fk]; !ok {
+			fk = k
+		}
+		if _, ok := fields[fk]; !ok {
+			return nil, fmt.Errorf("config key %s%s: unknown key", c.prefix, k)
+		}
+		full[fk] = v
+	}
+	for k, f := range fields {
 		raw, src := f.Default, "default"
-		if v, ok := values[f.Key]; ok {
+		if v, ok := full[k]; ok {
 			raw, src = v, "test value"
 		}
 		val, err := coerce(f.Type, raw)
 		if err == nil {
-			err = f.checkEnum(val)
+			err = f.check(val)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("config key %s%s (from %s): %w", c.prefix, f.Key, src, err)
+			return nil, fmt.Errorf("config key %s (from %s): %w", k, src, err)
 		}
-		c.values[c.prefix+f.Key] = val
-		c.source[c.prefix+f.Key] = src
+		c.values[k] = val
+		c.source[k] = src
 	}
 	return c, nil
+}
+
+// StageView returns the view of cfg that stage spec's constructor gets: its
+// section, covering the sections it uses (Spec.Uses).
+func StageView(cfg *Config, spec Spec) *Config {
+	v := cfg.Section("stages." + spec.Name)
+	v.uses = spec.Uses
+	return v
 }
 
 // checkRequired checks that every Required field of spec has a value in
@@ -385,6 +480,75 @@ func coerce(t FieldType, raw any) (any, error) {
 	return nil, fmt.Errorf("unknown field type %q", t)
 }
 
+// check checks v (of f's Go type) against f's enum and bounds.
+func (f Field) check(v any) error {
+	if err := f.checkEnum(v); err != nil {
+		return err
+	}
+	return f.checkBounds(v)
+}
+
+// checkBounds checks v against Min and Max. A NaN fails every bound.
+func (f Field) checkBounds(v any) error {
+	if f.Min == nil && f.Max == nil {
+		return nil
+	}
+	var x float64
+	switch n := v.(type) {
+	case int:
+		x = float64(n)
+	case float64:
+		x = n
+	case time.Duration:
+		x = n.Seconds()
+	default:
+		return nil
+	}
+	lo, hi := f.Min != nil, f.Max != nil
+	ok := true
+	if lo {
+		ok = ok && (x > *f.Min || !f.ExclusiveMin && x == *f.Min)
+	}
+	if hi {
+		ok = ok && (x < *f.Max || !f.ExclusiveMax && x == *f.Max)
+	}
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("%v, want %s", v, f.BoundsText())
+}
+
+// BoundsText renders Min and Max: "> 0", "≥ 1", "in (0, 1]"; "" when
+// unbounded.
+func (f Field) BoundsText() string {
+	num := func(p *float64) string {
+		if f.Type == TypeDuration {
+			return time.Duration(*p * float64(time.Second)).String()
+		}
+		return fmt.Sprint(*p)
+	}
+	switch {
+	case f.Min != nil && f.Max != nil:
+		l, r := "[", "]"
+		if f.ExclusiveMin {
+			l = "("
+		}
+		if f.ExclusiveMax {
+			r = ")"
+		}
+		return "in " + l + num(f.Min) + ", " + num(f.Max) + r
+	case f.Min != nil && f.ExclusiveMin:
+		return "> " + num(f.Min)
+	case f.Min != nil:
+		return "≥ " + num(f.Min)
+	case f.Max != nil && f.ExclusiveMax:
+		return "< " + num(f.Max)
+	case f.Max != nil:
+		return "≤ " + num(f.Max)
+	}
+	return ""
+}
+
 func (f Field) checkEnum(v any) error {
 	if len(f.Enum) == 0 {
 		return nil
@@ -413,6 +577,16 @@ func isZero(v any) bool {
 func (c *Config) Section(prefix string) *Config {
 	return &Config{prefix: c.prefix + strings.TrimSuffix(prefix, ".") + ".", values: c.values, source: c.source}
 }
+
+// At returns the section of the whole config under prefix (a full key
+// prefix such as "roles.judge"), whichever section c is: a stage reads the
+// sections it uses with cfg.At(name).
+func (c *Config) At(prefix string) *Config {
+	return &Config{prefix: strings.TrimSuffix(prefix, ".") + ".", values: c.values, source: c.source}
+}
+
+// Uses returns the sections this stage view covers besides its own.
+func (c *Config) Uses() []string { return c.uses }
 
 // Get returns the typed value of key (relative to the section), or nil.
 func (c *Config) Get(key string) any { return c.values[c.prefix+key] }
@@ -495,16 +669,29 @@ func (c *Config) YAML() ([]byte, error) {
 	return b.Bytes(), enc.Close()
 }
 
-// FileYAML renders the section as a config file: its keys nested under the
-// section's prefix (stages.run.lr → stages: {run: {lr: …}}), so that
-// --config FILE reproduces exactly this section and nothing else.
+// FileYAML renders the section (and the sections a stage view uses) as a
+// config file: keys nested under their prefix (stages.run.lr → stages:
+// {run: {lr: …}}), so that --config FILE reproduces exactly these sections
+// and nothing else.
 func (c *Config) FileYAML() ([]byte, error) {
-	var doc any = c.Map()
-	parts := strings.Split(strings.TrimSuffix(c.prefix, "."), ".")
-	for i := len(parts) - 1; i >= 0; i-- {
-		if parts[i] != "" {
-			doc = map[string]any{parts[i]: doc}
+	doc := map[string]any{}
+	for _, sec := range append([]*Config{c}, c.used()...) {
+		m := sec.Map()
+		parts := strings.Split(strings.TrimSuffix(sec.prefix, "."), ".")
+		if len(parts) == 1 && parts[0] == "" {
+			doc = m
+			continue
 		}
+		node := doc
+		for _, p := range parts[:len(parts)-1] {
+			sub, ok := node[p].(map[string]any)
+			if !ok {
+				sub = map[string]any{}
+				node[p] = sub
+			}
+			node = sub
+		}
+		node[parts[len(parts)-1]] = m
 	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
@@ -515,8 +702,18 @@ func (c *Config) FileYAML() ([]byte, error) {
 	return b.Bytes(), enc.Close()
 }
 
-// Hash identifies the section's values: "sha256:" and 16 hex digits of its
-// canonical JSON. Shards record their stage's config hash.
+// used returns the views of the sections c uses.
+func (c *Config) used() []*Config {
+	out := make([]*Config, len(c.uses))
+	for i, u := range c.uses {
+		out[i] = c.At(u)
+	}
+	return out
+}
+
+// Hash identifies the section's values (and those of the sections a stage
+// view uses): "sha256:" and 16 hex digits of their canonical JSON. Shards
+// record their stage's config hash.
 func (c *Config) Hash() string { return c.HashExcept() }
 
 // HashExcept is Hash over every key but the given ones (relative to the
@@ -526,6 +723,9 @@ func (c *Config) HashExcept(keys ...string) string {
 	m := c.Map()
 	for _, k := range keys {
 		delete(m, k)
+	}
+	for _, u := range c.used() {
+		m[strings.TrimSuffix(u.prefix, ".")] = u.Map()
 	}
 	b, _ := json.Marshal(m) // map keys are sorted by encoding/json
 	h := sha256.Sum256(b)

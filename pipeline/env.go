@@ -232,8 +232,8 @@ func NewEnv(name string, cfg *Config, opts RunOptions) (*Env, error) {
 		return nil, err
 	}
 	p := cfg.Section("pipeline")
-	section := cfg.Section("stages." + name)
 	spec, _ := Lookup(name)
+	section := StageView(cfg, spec)
 	return &Env{
 		Stage:        name,
 		Run:          run,
@@ -263,7 +263,7 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 	if err := spec.checkRequired(cfg.Section("stages." + name)); err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
-	st, err := spec.New(cfg.Section("stages." + name))
+	st, err := spec.New(StageView(cfg, spec))
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}

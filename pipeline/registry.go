@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -23,7 +24,8 @@ const (
 	TypeStrings  FieldType = "strings"  // list of strings; comma-separated in env vars and flags
 )
 
-// Field describes one config field of a stage, under stages.<stage>.<Key>.
+// Field describes one config field of a stage, under stages.<stage>.<Key>,
+// or of a registered section (see RegisterSection), under <section>.<Key>.
 type Field struct {
 	Key         string    `json:"key"`                // snake_case, e.g. "threshold"; also the flag name with _ → -
 	Type        FieldType `json:"type"`               //
@@ -32,7 +34,17 @@ type Field struct {
 	Description string    `json:"description"`        // one line; shown in --help and `evolm stages`
 	Example     any       `json:"example,omitempty"`  // optional, shown in docs
 	Required    bool      `json:"required,omitempty"` // running the stage needs a non-empty value (string, strings)
+	// Min and Max bound an int, float or duration (in seconds) value; nil:
+	// unbounded. The loader rejects a value outside them (and NaN) with an
+	// error naming the key. ExclusiveMin and ExclusiveMax make a bound strict.
+	Min          *float64 `json:"min,omitempty"`
+	Max          *float64 `json:"max,omitempty"`
+	ExclusiveMin bool     `json:"exclusive_min,omitempty"`
+	ExclusiveMax bool     `json:"exclusive_max,omitempty"`
 }
+
+// Bound returns a pointer to v, for Field.Min and Field.Max.
+func Bound(v float64) *float64 { return &v }
 
 // Stage is one step of the pipeline.
 //
@@ -69,15 +81,37 @@ type Spec struct {
 	// co-evolution loop's total steps, raised to train longer). They are left
 	// out of the config hash that resume compares.
 	Volatile []string `json:"volatile,omitempty"`
+	// Uses lists the registered sections (RegisterSection) the stage reads
+	// besides its own, e.g. "roles.policy". Their values are part of the
+	// stage's config hash and of its config file (Config.FileYAML), their
+	// flags are the stage command's (SectionSpec.Flag), and the stage reads
+	// them through cfg.At(section).
+	Uses []string `json:"uses,omitempty"`
+	// Moved maps keys the stage no longer has (relative to stages.<name>) to
+	// where they live now, e.g. "policy_model" → "roles.policy.model". A
+	// config that still sets one fails with an error naming both.
+	Moved map[string]string `json:"moved,omitempty"`
 	// New builds the stage from its config section (stages.<name>), already
 	// merged and type-checked against Fields. It checks cross-field rules and
 	// returns an error naming the key on a bad value.
 	New func(cfg *Config) (Stage, error) `json:"-"`
 }
 
+// SectionSpec registers a config section shared by several stages, such as
+// a model role (roles.policy): its keys live once under <Name>.<Key>, with
+// env vars EVOLM_<NAME>_<KEY>, and every stage that lists it in Spec.Uses
+// gets its flags --<Flag>-<key>.
+type SectionSpec struct {
+	Name    string  `json:"name"`    // dotted, lower-case, e.g. "roles.policy"
+	Summary string  `json:"summary"` // one line
+	Flag    string  `json:"flag"`    // flag prefix, e.g. "policy" (--policy-model)
+	Fields  []Field `json:"fields"`
+}
+
 var (
 	regMu    sync.RWMutex
 	registry = map[string]Spec{}
+	sections = map[string]SectionSpec{}
 	regErrs  []error
 	nameRE   = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 	keyRE    = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
@@ -99,6 +133,54 @@ func Register(spec Spec) {
 		return
 	}
 	registry[spec.Name] = spec
+}
+
+// RegisterSection adds a shared config section. Packages call it from
+// init(); like Register, a mistake is kept and reported by RegistryErr.
+func RegisterSection(sec SectionSpec) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if err := sec.validate(); err != nil {
+		regErrs = append(regErrs, fmt.Errorf("register section: %w", err))
+		return
+	}
+	if _, dup := sections[sec.Name]; dup {
+		regErrs = append(regErrs, fmt.Errorf("register section: %q registered twice", sec.Name))
+		return
+	}
+	sections[sec.Name] = sec
+}
+
+// LookupSection returns a registered section.
+func LookupSection(name string) (SectionSpec, bool) {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	s, ok := sections[name]
+	return s, ok
+}
+
+// Sections returns every registered section, sorted by name.
+func Sections() []SectionSpec {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := make([]SectionSpec, 0, len(sections))
+	for _, s := range sections {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+var sectionRE = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
+
+func (sec SectionSpec) validate() error {
+	if !sectionRE.MatchString(sec.Name) || strings.HasPrefix(sec.Name, "stages.") {
+		return fmt.Errorf("section name %q: want %s outside stages.", sec.Name, sectionRE)
+	}
+	if !nameRE.MatchString(sec.Flag) {
+		return fmt.Errorf("section %q: flag prefix %q: want %s", sec.Name, sec.Flag, nameRE)
+	}
+	return validateFields("section "+sec.Name, sec.Fields, nil)
 }
 
 // RegistryErr returns the errors of every rejected Register call, or nil.
@@ -136,25 +218,45 @@ func (s Spec) validate() error {
 		return fmt.Errorf("stage %q: nil New", s.Name)
 	}
 	seen := map[string]bool{}
-	for _, f := range s.Fields {
-		if !keyRE.MatchString(f.Key) {
-			return fmt.Errorf("stage %q: field key %q: want %s", s.Name, f.Key, keyRE)
-		}
-		if seen[f.Key] {
-			return fmt.Errorf("stage %q: field %q twice", s.Name, f.Key)
-		}
-		seen[f.Key] = true
-		v, err := coerce(f.Type, f.Default)
-		if err != nil {
-			return fmt.Errorf("stage %q: field %q default: %w", s.Name, f.Key, err)
-		}
-		if err := f.checkEnum(v); err != nil {
-			return fmt.Errorf("stage %q: field %q default: %w", s.Name, f.Key, err)
-		}
+	if err := validateFields(fmt.Sprintf("stage %q", s.Name), s.Fields, seen); err != nil {
+		return err
 	}
 	for _, k := range s.Volatile {
 		if !seen[k] {
 			return fmt.Errorf("stage %q: volatile key %q is not a field", s.Name, k)
+		}
+	}
+	for k := range s.Moved {
+		if seen[k] {
+			return fmt.Errorf("stage %q: moved key %q is still a field", s.Name, k)
+		}
+	}
+	return nil
+}
+
+// validateFields checks keys, defaults, enums and bounds; seen (if not nil)
+// receives the keys.
+func validateFields(what string, fields []Field, seen map[string]bool) error {
+	if seen == nil {
+		seen = map[string]bool{}
+	}
+	for _, f := range fields {
+		if !keyRE.MatchString(f.Key) {
+			return fmt.Errorf("%s: field key %q: want %s", what, f.Key, keyRE)
+		}
+		if seen[f.Key] {
+			return fmt.Errorf("%s: field %q twice", what, f.Key)
+		}
+		seen[f.Key] = true
+		if (f.Min != nil || f.Max != nil) && f.Type != TypeInt && f.Type != TypeFloat && f.Type != TypeDuration {
+			return fmt.Errorf("%s: field %q: bounds on a %s", what, f.Key, f.Type)
+		}
+		v, err := coerce(f.Type, f.Default)
+		if err == nil {
+			err = f.check(v)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: field %q default: %w", what, f.Key, err)
 		}
 	}
 	return nil
