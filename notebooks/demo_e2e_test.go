@@ -79,8 +79,8 @@ func TestE2EDemoRun(t *testing.T) {
 	if err := os.WriteFile(rb2, []byte(rb2Small), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out = evolm([]string{"EVOLM_STAGES_RUBRICS_MODEL=" + filepath.Join(models, "policy"), "EVOLM_STAGES_RUBRICS_MAX_TOKENS=24",
-		"EVOLM_STAGES_JUDGE_MODEL=" + filepath.Join(models, "judge"), "EVOLM_STAGES_JUDGE_MODE=yesno"},
+	out = evolm([]string{"EVOLM_ROLES_POLICY_MODEL=" + filepath.Join(models, "policy"), "EVOLM_ROLES_RUBRIC_GENERATOR_MAX_TOKENS=24",
+		"EVOLM_ROLES_JUDGE_MODEL=" + filepath.Join(models, "judge"), "EVOLM_ROLES_JUDGE_MODE=yesno"},
 		append([]string{"eval", "--run-dir", run, "--benchmark", "rewardbench2", "--input", rb2, "--bootstrap-samples", "100"}, quiet...)...)
 	if !strings.Contains(out, "mean_of_subsets") {
 		t.Errorf("eval printed no overall row:\n%s", out)
@@ -104,7 +104,7 @@ func TestE2EDemoRun(t *testing.T) {
 
 	before := dirHash(t, run)
 	same := filepath.Join(tmp, "replay-same-judge")
-	yesno := []string{"EVOLM_STAGES_JUDGE_MODE=yesno"}
+	yesno := []string{"EVOLM_ROLES_JUDGE_MODE=yesno"}
 	evolm(yesno, append([]string{"replay", "--run-dir", same, "--source", run, "--judge-model", filepath.Join(models, "judge")}, quiet...)...)
 	other := filepath.Join(tmp, "replay-judge2")
 	out = evolm(yesno, append([]string{"replay", "--run-dir", other, "--source", run, "--judge-model", filepath.Join(models, "judge2")}, quiet...)...)

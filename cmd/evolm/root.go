@@ -39,6 +39,9 @@ over Parquet shards in a run directory (runs/<run>/<table>/<partitions>/part-NNN
 
 Configuration merges, later winning: built-in defaults, --config FILE (YAML),
 EVOLM_* env vars (stages.dedup.threshold → EVOLM_STAGES_DEDUP_THRESHOLD) and flags.
+The model roles are configured once each, in roles.policy, roles.rubric_generator
+and roles.judge (env EVOLM_ROLES_POLICY_MODEL …, flags --policy-model,
+--rubric-generator-temperature, --judge-backend … on every command that calls them).
 'evolm config print' shows the result; 'evolm stages' lists the stages.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -12,4 +12,7 @@ import (
 	_ "github.com/evolm/evolm/stages/replay"
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
+
+	// The in-process engine behind roles whose backend is torch.
+	_ "github.com/evolm/evolm/stages/roles/torchrole"
 )

@@ -15,9 +15,9 @@
 // eval_results and eval_items (output.go).
 //
 // The stage takes the generator and the judge as the run configures them:
-// the stages.rubrics and stages.judge sections (backend, model, sampling,
-// judge mode, prompt overrides), with generator_model and judge_model
-// overriding the models (and so entering the eval config hash). The
+// the roles.rubric_generator and roles.judge sections (backend, model,
+// sampling, judge mode, prompt overrides), which enter the eval config hash;
+// evaluate a checkpoint with --rubric-generator-model DIR. The
 // benchmark files are loaded, and their layout checked, before any model is
 // opened. For JudgeBench each order is its own request: a rubric is sampled
 // and the judge called for (A, B) and again for (B, A), with seeds derived

@@ -15,6 +15,7 @@ import (
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/stages/eval"
+	_ "github.com/evolm/evolm/stages/roles/torchrole"
 )
 
 const rb2JSONL = `{"id": "0", "prompt": "What is 2+2?", "chosen": ["4"], "rejected": ["5", "3", "22"], "num_correct": 1, "subset": "Math"}
@@ -55,8 +56,8 @@ func TestE2EEvalTinyModels(t *testing.T) {
 		cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{Env: []string{
 			"EVOLM_RUN_DIR=" + run, "EVOLM_PIPELINE_PROGRESS=off",
 			"EVOLM_STAGES_EVAL_BENCHMARK=" + tc.bench, "EVOLM_STAGES_EVAL_INPUT=" + in, "EVOLM_STAGES_EVAL_BOOTSTRAP_SAMPLES=50",
-			"EVOLM_STAGES_RUBRICS_MODEL=" + ckpt, "EVOLM_STAGES_RUBRICS_MAX_TOKENS=24",
-			"EVOLM_STAGES_JUDGE_MODEL=" + ckpt, "EVOLM_STAGES_JUDGE_MODE=yesno",
+			"EVOLM_ROLES_POLICY_MODEL=" + ckpt, "EVOLM_ROLES_RUBRIC_GENERATOR_MAX_TOKENS=24",
+			"EVOLM_ROLES_JUDGE_MODEL=" + ckpt, "EVOLM_ROLES_JUDGE_MODE=yesno",
 		}})
 		if err != nil {
 			t.Fatal(err)

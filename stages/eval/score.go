@@ -12,6 +12,7 @@ import (
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/judge"
 	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/rubrics"
 )
 
@@ -35,7 +36,7 @@ type Scorer interface {
 // judged as the co-evolution loop judges it (JudgingRubric with
 // InvalidRubric); a rubric left without criteria gives missing scores (NaN).
 type RubricJudge struct {
-	Generator *lmstage.Backend
+	Generator *roles.Backend
 	GenSpec   lmstage.SampleSpec // the generator's sampling; N is forced to 1
 	Prompts   *prompts.Set
 	Judge     *judge.Judge

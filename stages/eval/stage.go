@@ -2,7 +2,6 @@ package eval
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 
 	"github.com/evolm/evolm/datasets"
@@ -11,7 +10,7 @@ import (
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/judge"
 	"github.com/evolm/evolm/stages/prompts"
-	"github.com/evolm/evolm/stages/rubrics"
+	"github.com/evolm/evolm/stages/roles"
 )
 
 // Name is the stage's registered name.
@@ -19,15 +18,14 @@ const Name = "eval"
 
 // Config keys of stages.eval.
 const (
-	KeyBenchmark      = "benchmark"
-	KeyInput          = "input"
-	KeyLimit          = "limit"
-	KeyBatch          = "batch"
-	KeySamples        = "bootstrap_samples"
-	KeyBootSeed       = "bootstrap_seed"
-	KeyGeneratorModel = "generator_model"
-	KeyJudgeModel     = "judge_model"
-	KeyInvalidRubric  = "invalid_rubric"
+	KeyBenchmark     = "benchmark"
+	KeyInput         = "input"
+	KeyLimit         = "limit"
+	KeyBatch         = "batch"
+	KeySamples       = "bootstrap_samples"
+	KeyBootSeed      = "bootstrap_seed"
+	KeySeed          = lmstage.KeySeed
+	KeyInvalidRubric = "invalid_rubric"
 )
 
 func init() {
@@ -41,9 +39,9 @@ best-of-4 with ties at the top scored 1/#tied, the weighted Ties score, the
 mean of six subsets; JudgeBench: both orders, decided by vote; pairwise:
 chosen > rejected). Writes eval_results, eval_items and the rubrics and
 judgments made (eval_rubrics, eval_judgments) and prints the table.
-The generator and judge are configured as for the run: the stages.rubrics.*
-and stages.judge.* sections (backend, sampling, judge mode, prompts), with
-generator_model and judge_model overriding their model.`,
+The generator and judge are the run's: roles.rubric_generator and roles.judge
+(model, backend, sampling, judge mode, prompts); evaluate a checkpoint with
+--rubric-generator-model DIR.`,
 		Inputs:  []string{"external"},
 		Outputs: []string{ResultsTable, ItemsTable, RubricsTable, JudgmentsTable},
 		Fields: []pipeline.Field{
@@ -55,32 +53,31 @@ generator_model and judge_model overriding their model.`,
 			{Key: KeyBatch, Type: pipeline.TypeInt, Default: 64, Description: "prompts per rubric/judge call"},
 			{Key: KeySamples, Type: pipeline.TypeInt, Default: 1000, Description: "bootstrap resamples per interval"},
 			{Key: KeyBootSeed, Type: pipeline.TypeInt, Default: 0, Description: "bootstrap seed"},
-			{Key: KeyGeneratorModel, Type: pipeline.TypeString, Default: "", Description: "rubric generator model; empty: stages.rubrics.model"},
-			{Key: KeyJudgeModel, Type: pipeline.TypeString, Default: "", Description: "judge model; empty: stages.judge.model"},
+			{Key: KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed of rubric and judge sampling; each row's seed derives from it and the row's key"},
 			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: InvalidRawText, Enum: []string{InvalidRawText, InvalidSkip},
 				Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop does) or skip"},
 		},
-		New: func(cfg *pipeline.Config) (pipeline.Stage, error) { return newEvalFromConfig(cfg) },
+		Uses:  roles.Uses(roles.RubricGenerator, roles.Judge),
+		Moved: map[string]string{"generator_model": roles.Section(roles.RubricGenerator) + "." + roles.KeyModel, "judge_model": roles.Section(roles.Judge) + "." + roles.KeyModel},
+		New:   func(cfg *pipeline.Config) (pipeline.Stage, error) { return newEvalFromConfig(cfg) },
 	})
 }
 
 // Stage is the eval stage.
 type Stage struct {
-	Benchmark      string
-	Input          []string
-	Limit, Batch   int
-	Bootstrap      Bootstrap
-	GeneratorModel string
-	JudgeModel     string
-	InvalidRubric  string
+	Benchmark     string
+	Input         []string
+	Limit, Batch  int
+	Bootstrap     Bootstrap
+	InvalidRubric string
+	cfg           *pipeline.Config // the stage's view: its roles
 }
 
 func newEvalFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	s := &Stage{
 		Benchmark: cfg.String(KeyBenchmark), Input: cfg.Strings(KeyInput), Limit: cfg.Int(KeyLimit), Batch: cfg.Int(KeyBatch),
-		Bootstrap:      Bootstrap{Samples: cfg.Int(KeySamples), Seed: uint64(cfg.Int(KeyBootSeed))},
-		GeneratorModel: cfg.String(KeyGeneratorModel), JudgeModel: cfg.String(KeyJudgeModel),
-		InvalidRubric: cfg.String(KeyInvalidRubric),
+		Bootstrap:     Bootstrap{Samples: cfg.Int(KeySamples), Seed: uint64(cfg.Int(KeyBootSeed))},
+		InvalidRubric: cfg.String(KeyInvalidRubric), cfg: cfg,
 	}
 	switch {
 	case len(s.Input) == 0:
@@ -97,55 +94,37 @@ func newEvalFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	return s, nil
 }
 
-// stageSection returns the config section of a registered stage as merged in
-// global, with its model replaced when model is not empty.
-func stageSection(global *pipeline.Config, stage, model string) (*pipeline.Config, error) {
-	vals := global.Section("stages." + stage).Map()
-	if model != "" {
-		vals[lmstage.KeyModel] = model
-	}
-	return pipeline.StageConfig(stage, vals)
-}
-
 // Generator is an opened rubric generator.
 type Generator struct {
-	Backend   *lmstage.Backend
-	Spec      lmstage.SampleSpec // sampling from stages.rubrics (n, temperature …)
+	Backend   *roles.Backend
+	Spec      lmstage.SampleSpec // the role's sampling; N 1, seed from the stage
 	Prompts   *prompts.Set
 	BatchRows int
 }
 
-// OpenGenerator opens the rubric generator configured in global's
-// stages.rubrics section, with its model replaced by model when not empty.
-// The caller closes g.Backend.
-func OpenGenerator(global *pipeline.Config, model string, log *slog.Logger) (*Generator, error) {
-	cfg, err := stageSection(global, rubrics.Name, model)
+// OpenGenerator opens the rubric generator of roles.rubric_generator (cfg is
+// a stage's view that uses it); its rows record the base seed and n of the
+// stage's seed and n keys, when it has them. The caller closes g.Backend.
+func OpenGenerator(cfg *pipeline.Config, log *slog.Logger) (*Generator, error) {
+	rc, err := roles.Read(cfg, roles.RubricGenerator)
 	if err != nil {
 		return nil, err
 	}
-	bc, err := lmstage.ReadBackend(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("rubric generator: %w", err)
-	}
-	spec, err := lmstage.ReadSampleSpec(cfg, schemas.RoleRubricGenerator)
-	if err != nil {
-		return nil, fmt.Errorf("rubric generator: %w", err)
-	}
-	set, err := lmstage.Prompts(cfg)
+	set, err := roles.Prompts(rc)
 	if err != nil {
 		return nil, err
 	}
-	b, err := lmstage.Open(bc, log)
+	b, err := roles.Open(rc, log)
 	if err != nil {
-		return nil, fmt.Errorf("rubric generator: %w", err)
+		return nil, err
 	}
-	return &Generator{Backend: b, Spec: spec, Prompts: set, BatchRows: bc.BatchRows}, nil
+	return &Generator{Backend: b, Spec: lmstage.ReadSampleSpec(cfg, rc), Prompts: set, BatchRows: rc.BatchRows}, nil
 }
 
 // JudgeFactory is an opened judge backend; New makes a judge that records
 // the given phase and step in its judgments.
 type JudgeFactory struct {
-	Backend   *lmstage.Backend
+	Backend   *roles.Backend
 	Mode      string
 	Spec      lmstage.SampleSpec
 	Prompts   *prompts.Set
@@ -159,40 +138,34 @@ func (f *JudgeFactory) New(phase string, step int64) *judge.Judge {
 	return judge.New(f.Backend, judge.Options{Mode: f.Mode, Prompts: f.Prompts, Spec: spec, BatchRows: f.BatchRows})
 }
 
-// OpenJudge opens the judge configured in global's stages.judge section, with
-// its model replaced by model when not empty. The caller closes f.Backend.
-func OpenJudge(global *pipeline.Config, model string, log *slog.Logger) (*JudgeFactory, error) {
-	cfg, err := stageSection(global, judge.Name, model)
+// OpenJudge opens the judge of roles.judge (cfg is a stage's view that uses
+// it). The caller closes f.Backend.
+func OpenJudge(cfg *pipeline.Config, log *slog.Logger) (*JudgeFactory, error) {
+	rc, err := roles.Read(cfg, roles.Judge)
 	if err != nil {
 		return nil, err
 	}
-	bc, err := lmstage.ReadBackend(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("judge: %w", err)
-	}
-	spec, err := lmstage.ReadSampleSpec(cfg, schemas.RoleJudge)
-	if err != nil {
-		return nil, fmt.Errorf("judge: %w", err)
-	}
-	set, err := lmstage.Prompts(cfg)
+	set, err := roles.Prompts(rc)
 	if err != nil {
 		return nil, err
 	}
-	b, err := lmstage.Open(bc, log)
+	b, err := roles.Open(rc, log)
 	if err != nil {
-		return nil, fmt.Errorf("judge: %w", err)
+		return nil, err
 	}
-	return &JudgeFactory{Backend: b, Mode: cfg.String(judge.KeyMode), Spec: spec, Prompts: set, BatchRows: bc.BatchRows}, nil
+	spec := lmstage.ReadSampleSpec(cfg, rc)
+	spec.N = 1
+	return &JudgeFactory{Backend: b, Mode: rc.Mode, Spec: spec, Prompts: set, BatchRows: rc.BatchRows}, nil
 }
 
-// OpenRubricJudge opens the rubric generator and the judge as configured in
-// global (see OpenGenerator, OpenJudge). The caller calls the returned close.
-func OpenRubricJudge(global *pipeline.Config, genModel, judgeModel string, log *slog.Logger) (*RubricJudge, func(), error) {
-	g, err := OpenGenerator(global, genModel, log)
+// OpenRubricJudge opens the rubric generator and the judge of cfg's roles
+// (see OpenGenerator, OpenJudge). The caller calls the returned close.
+func OpenRubricJudge(cfg *pipeline.Config, log *slog.Logger) (*RubricJudge, func(), error) {
+	g, err := OpenGenerator(cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	jf, err := OpenJudge(global, judgeModel, log)
+	jf, err := OpenJudge(cfg, log)
 	if err != nil {
 		g.Backend.Close()
 		return nil, nil, err
@@ -227,7 +200,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err != nil {
 		return err
 	}
-	scorer, closeFn, err := OpenRubricJudge(env.Global, s.GeneratorModel, s.JudgeModel, env.Log)
+	scorer, closeFn, err := OpenRubricJudge(s.cfg, env.Log)
 	if err != nil {
 		return err
 	}

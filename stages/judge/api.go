@@ -6,6 +6,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/roles"
 )
 
 // Options configure a Judge used outside the stage: by the co-evolution
@@ -24,13 +25,13 @@ type Options struct {
 type Judge struct{ j *judge }
 
 // New returns a Judge calling b.
-func New(b *lmstage.Backend, o Options) *Judge {
+func New(b *roles.Backend, o Options) *Judge {
 	yn := prompts.DefaultYesNo
 	if o.YesNo != nil {
 		yn = *o.YesNo
 	}
 	o.Spec.N, o.Spec.Role = 1, schemas.RoleJudge
-	st := &Stage{mode: o.Mode, spec: o.Spec, prompts: o.Prompts, yn: yn, backend: lmstage.BackendConfig{BatchRows: max(o.BatchRows, 1)}}
+	st := &Stage{mode: o.Mode, spec: o.Spec, prompts: o.Prompts, yn: yn, batchRows: max(o.BatchRows, 1)}
 	return &Judge{j: &judge{Stage: st, b: b, version: o.Prompts.Template(st.promptName()).Version}}
 }
 

@@ -28,6 +28,7 @@ import (
 	_ "github.com/evolm/evolm/stages/dedup"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	_ "github.com/evolm/evolm/stages/judge"
+	_ "github.com/evolm/evolm/stages/roles/torchrole"
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
 )
@@ -56,8 +57,8 @@ func setupWorld(t *testing.T, mem memory.Allocator) *e2eWorld {
 		t.Fatal(err)
 	}
 	dedupRun := filepath.Join(w.dir, "dedup-run")
-	runStages(t, mem, dedupRun, map[string]any{"dedup": map[string]any{
-		"input": []string{filepath.Join(testutil.Root(t), "datasets/sample/tulu3_sample.parquet")}, "dataset": "sample"}}, "dedup")
+	runStages(t, mem, dedupRun, map[string]any{"stages": map[string]any{"dedup": map[string]any{
+		"input": []string{filepath.Join(testutil.Root(t), "datasets/sample/tulu3_sample.parquet")}, "dataset": "sample"}}}, "dedup")
 	files, err := filepath.Glob(filepath.Join(dedupRun, "prompts", "*.parquet"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("dedup wrote no prompts shards: %v", err)
@@ -110,17 +111,18 @@ func writeTable[T any](t *testing.T, mem memory.Allocator, path string, tbl *sch
 	}
 }
 
-// runStages writes the config to a file, loads it like the CLI and runs the
-// stages in order in run directory dir.
-func runStages(t *testing.T, mem memory.Allocator, dir string, stages map[string]any, names ...string) {
+// runStages writes the config (its stages and roles sections) to a file,
+// loads it like the CLI and runs the stages in order in run directory dir.
+func runStages(t *testing.T, mem memory.Allocator, dir string, doc map[string]any, names ...string) {
 	t.Helper()
+	stages := doc["stages"].(map[string]any)
 	if _, ok := stages["dedup"]; !ok {
 		// LoadConfig requires every stage's required keys, dedup's input
 		// among them, whichever stage runs.
 		stages["dedup"] = map[string]any{"input": []string{filepath.Join(testutil.Root(t), "datasets/sample/tulu3_sample.parquet")}}
 	}
 	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
-	b, err := yaml.Marshal(map[string]any{"run": map[string]any{"dir": dir}, "pipeline": map[string]any{"progress": "off"}, "stages": stages})
+	b, err := yaml.Marshal(map[string]any{"run": map[string]any{"dir": dir}, "pipeline": map[string]any{"progress": "off"}, "stages": stages, "roles": doc["roles"]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +184,9 @@ func readAll[T any](t *testing.T, mem memory.Allocator, dir string, tbl *schemas
 	return out, meta
 }
 
-// modelStages is the config of rollout → rubrics → judge for a backend.
+// modelStages is the config of rollout → rubrics → judge for a backend: the
+// stages' own keys and the roles (the shared model plays the rubric
+// generator), each role's engine set by backendCfg.
 func modelStages(w *e2eWorld, backendCfg map[string]any, runDir, mode string) map[string]any {
 	with := func(m map[string]any) map[string]any {
 		for k, v := range backendCfg {
@@ -191,10 +195,17 @@ func modelStages(w *e2eWorld, backendCfg map[string]any, runDir, mode string) ma
 		return m
 	}
 	return map[string]any{
-		"rollout": with(map[string]any{"input": []string{w.prompts}, "n": e2eN, "max_tokens": e2eTokens, "seed": 1, "threads": 1}),
-		"rubrics": with(map[string]any{"input": []string{w.prompts}, "n": e2eN, "max_tokens": e2eTokens, "seed": 2, "threads": 1}),
-		"judge": with(map[string]any{"mode": mode, "prompts": []string{w.prompts}, "max_tokens": e2eTokens, "seed": 3, "threads": 1,
-			"rubrics": []string{filepath.Join(runDir, "rubrics/phase=policy/step=000000/*.parquet"), w.rubrics}}),
+		"stages": map[string]any{
+			"rollout": map[string]any{"input": []string{w.prompts}, "n": e2eN, "seed": 1},
+			"rubrics": map[string]any{"input": []string{w.prompts}, "n": e2eN, "seed": 2},
+			"judge": map[string]any{"prompts": []string{w.prompts}, "seed": 3,
+				"rubrics": []string{filepath.Join(runDir, "rubrics/phase=policy/step=000000/*.parquet"), w.rubrics}},
+		},
+		"roles": map[string]any{
+			"policy":           with(map[string]any{"max_tokens": e2eTokens, "threads": 1}),
+			"rubric_generator": map[string]any{"max_tokens": e2eTokens},
+			"judge":            with(map[string]any{"mode": mode, "max_tokens": e2eTokens, "threads": 1}),
+		},
 	}
 }
 
@@ -306,19 +317,18 @@ func TestE2EModelStages(t *testing.T) {
 
 	torchCfg := map[string]any{"backend": "torch", "model": w.ckpt, "max_batch": 1}
 	openaiCfg := map[string]any{"backend": "openai", "model": m.ID(), "endpoints": []string{srv.URL + "/v1"},
-		"max_in_flight": 4, "score_top_logprobs": vocab}
+		"max_in_flight": 4}
 	runs := map[string]tables{}
 	for _, bk := range []struct {
 		name string
 		cfg  map[string]any
 	}{{"torch", torchCfg}, {"openai", openaiCfg}} {
 		dir := filepath.Join(w.dir, "run-"+bk.name)
-		stages := modelStages(w, bk.cfg, dir, schemas.JudgeYesNo)
+		doc := modelStages(w, bk.cfg, dir, schemas.JudgeYesNo)
 		if bk.name == "openai" {
-			delete(stages["rubrics"].(map[string]any), "score_top_logprobs")
-			delete(stages["rollout"].(map[string]any), "score_top_logprobs")
+			doc["roles"].(map[string]any)["judge"].(map[string]any)["top_logprobs"] = vocab
 		}
-		runStages(t, mem, dir, stages, "rollout", "rubrics", "judge")
+		runStages(t, mem, dir, doc, "rollout", "rubrics", "judge")
 		runs[bk.name] = checkTables(t, mem, w, dir, schemas.JudgeYesNo)
 	}
 
@@ -357,9 +367,12 @@ func TestE2EModelStages(t *testing.T) {
 		}{{"torch", torchCfg}, {"openai", openaiCfg}} {
 			src := filepath.Join(w.dir, "run-"+bk.name)
 			dir := filepath.Join(w.dir, "gen-"+bk.name)
-			j := modelStages(w, bk.cfg, src, schemas.JudgeGenerative)["judge"].(map[string]any)
+			doc := modelStages(w, bk.cfg, src, schemas.JudgeGenerative)
+			stages := doc["stages"].(map[string]any)
+			j := stages["judge"].(map[string]any)
 			j["responses"] = []string{filepath.Join(src, "rollouts/phase=policy/step=000000/role=policy/*.parquet")}
-			runStages(t, mem, dir, map[string]any{"judge": j}, "judge")
+			doc["stages"] = map[string]any{"judge": j}
+			runStages(t, mem, dir, doc, "judge")
 			rows, meta := readAll(t, mem, dir, schemas.Judgments, "phase=policy/step=000000")
 			if len(rows) != e2ePrompts*e2eN*(e2eN+1) {
 				t.Errorf("%s: %d generative judgments, want %d", bk.name, len(rows), e2ePrompts*e2eN*(e2eN+1))

@@ -52,6 +52,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/roles"
 )
 
 // Name is the stage's name.
@@ -60,7 +61,6 @@ const Name = "judge"
 // Config keys.
 const (
 	KeySource    = "source"
-	KeyMode      = "mode"
 	KeyResponses = "responses"
 	KeyRubrics   = "rubrics"
 	KeyPrompts   = "prompts"
@@ -77,8 +77,6 @@ func init() {
 	fields := []pipeline.Field{
 		{Key: KeySource, Type: pipeline.TypeString, Default: SourceRollouts, Enum: []string{SourceRollouts, SourcePairs},
 			Description: "responses to judge: policy rollouts (policy phase) or both answers of preference pairs (rubric phase)"},
-		{Key: KeyMode, Type: pipeline.TypeString, Default: schemas.JudgeGenerative, Enum: []string{schemas.JudgeGenerative, schemas.JudgeYesNo},
-			Description: "generative: one JSON verdict per (response, rubric); yesno: P(yes) per criterion from next-token log-probs"},
 		{Key: KeyResponses, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "rollouts or pairs Parquet files or globs; empty: what the rollout or pairs stage committed for this phase and step"},
 		{Key: KeyRubrics, Type: pipeline.TypeStrings, Default: []string{},
@@ -87,22 +85,22 @@ func init() {
 			Description: "source=rollouts: prompts Parquet files or globs holding the questions; empty: the dedup stage's"},
 		{Key: KeyRole, Type: pipeline.TypeString, Default: schemas.RolePolicy,
 			Description: "source=rollouts: judge only rollouts of this role"},
-		{Key: lmstage.KeyTopLogprobs, Type: pipeline.TypeInt, Default: 20,
-			Description: "openai yesno: alternatives asked per scored position (vLLM caps it at 20); a candidate outside them has no mass"},
+		{Key: lmstage.KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed; each judgment's seed derives from it and the row's key"},
 	}
 	fields = append(fields, lmstage.RunFields()...)
-	fields = append(fields, lmstage.SamplingFields(1, 1024, 0.6)...)
-	fields = append(fields, lmstage.BackendFields()...)
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
 		Summary: "score every response under every rubric of its item with the frozen judge",
 		Description: `Scores each (response, rubric) pair with the judge (DESIGN §1: generative at
 temperature 0.6 by default, or yes/no log-probability scoring with the shared
 (question, response) prefix reused across criteria). Unparseable or invalid
-scores are recorded as missing with their reason, never NaN.`,
+scores are recorded as missing with their reason, never NaN. The judge (model,
+backend, mode, sampling) is configured once in roles.judge.`,
 		Inputs:  []string{schemas.Rollouts.Name, schemas.Pairs.Name, schemas.Rubrics.Name, schemas.Prompts.Name},
 		Outputs: []string{schemas.Judgments.Name},
 		Fields:  fields,
+		Uses:    roles.Uses(roles.Judge),
+		Moved:   roles.MovedStageKeys(roles.Judge),
 		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
 	})
 }
@@ -112,23 +110,21 @@ type Stage struct {
 	source, mode, role         string
 	responses, rubrics, prompt []string
 	spec                       lmstage.SampleSpec
-	backend                    lmstage.BackendConfig
+	judge                      roles.Config
+	batchRows                  int
 	prompts                    *prompts.Set
 	yn                         prompts.YesNo
 }
 
 func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
-	c, err := lmstage.ReadCommon(cfg, schemas.RoleJudge)
+	c, err := lmstage.ReadCommon(cfg, roles.Judge)
 	if err != nil {
 		return nil, err
 	}
-	if c.Spec.N != 1 {
-		return nil, cfg.Errorf(lmstage.KeyN, "%d: the judge gives one verdict per (response, rubric), want 1", c.Spec.N)
-	}
 	return &Stage{
-		source: cfg.String(KeySource), mode: cfg.String(KeyMode), role: cfg.String(KeyRole),
+		source: cfg.String(KeySource), mode: c.Role.Mode, role: cfg.String(KeyRole),
 		responses: cfg.Strings(KeyResponses), rubrics: cfg.Strings(KeyRubrics), prompt: cfg.Strings(KeyPrompts),
-		spec: c.Spec, backend: c.Backend, prompts: c.Prompts, yn: prompts.DefaultYesNo,
+		spec: c.Spec, judge: c.Role, batchRows: c.Role.BatchRows, prompts: c.Prompts, yn: prompts.DefaultYesNo,
 	}, nil
 }
 
@@ -180,7 +176,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 			return err
 		}
 	}
-	b, err := lmstage.Open(s.backend, env.Log)
+	b, err := roles.Open(s.judge, env.Log)
 	if err != nil {
 		return err
 	}
@@ -309,7 +305,7 @@ func loadQuestions(ctx context.Context, env *pipeline.Env, files []string, byIte
 // judge scores responses against their items' rubrics.
 type judge struct {
 	*Stage
-	b       *lmstage.Backend
+	b       *roles.Backend
 	version string
 }
 
@@ -370,7 +366,7 @@ func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][
 			jobs = append(jobs, jb)
 		}
 	}
-	err := lmstage.Chunks(ctx, len(jobs), j.backend.BatchRows, func(start, end int) error {
+	err := lmstage.Chunks(ctx, len(jobs), j.batchRows, func(start, end int) error {
 		var done []schemas.Judgment
 		var err error
 		if j.mode == schemas.JudgeYesNo {

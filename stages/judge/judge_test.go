@@ -13,7 +13,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/internal/lmstage"
+	"github.com/evolm/evolm/stages/roles"
 )
 
 // fakeJudgeBackend is a test double: generative replies are looked up by
@@ -67,7 +67,7 @@ func (f *fakeJudgeBackend) Score(_ context.Context, reqs []backend.ScoreRequest)
 
 func newJudge(t *testing.T, mode string, fb *fakeJudgeBackend) *judge {
 	t.Helper()
-	cfg, err := pipeline.StageConfig(Name, map[string]any{"model": "fake", "mode": mode})
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.judge.model": "fake", "roles.judge.mode": mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func newJudge(t *testing.T, mode string, fb *fakeJudgeBackend) *judge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &lmstage.Backend{Name: "fake", Model: "fake-judge", Generator: fb, Scorer: fb}
+	b := roles.NewBackend("fake", "fake-judge", fb, fb, nil, nil)
 	return &judge{Stage: st, b: b, version: st.prompts.Template(st.promptName()).Version}
 }
 
@@ -206,8 +206,8 @@ func TestJudgeMissingQuestionIsAnError(t *testing.T) {
 }
 
 func TestJudgeEndpointDown(t *testing.T) {
-	cfg, err := pipeline.StageConfig(Name, map[string]any{"model": "judge", "mode": schemas.JudgeYesNo, "backend": "openai",
-		"endpoints": []string{"http://127.0.0.1:1/v1"}, "max_attempts": 2, "request_timeout": "2s"})
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.judge.model": "judge", "roles.judge.mode": schemas.JudgeYesNo, "roles.judge.backend": "openai",
+		"roles.judge.endpoints": []string{"http://127.0.0.1:1/v1"}, "roles.judge.max_attempts": 2, "roles.judge.request_timeout": "2s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestJudgeEndpointDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := lmstage.Open(st.backend, nil)
+	b, err := roles.Open(st.judge, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,10 +236,10 @@ func TestJudgeConfigErrors(t *testing.T) {
 		values map[string]any
 		want   string
 	}{
-		{"no model", map[string]any{}, "stages.judge.model"},
-		{"openai without endpoints", map[string]any{"model": "m", "backend": "openai"}, "stages.judge.endpoints"},
-		{"n above 1", map[string]any{"model": "m", "n": 2}, "stages.judge.n"},
-		{"bad prompt override", map[string]any{"model": "m", "prompt_files": []string{"judge_yesno"}}, "role=path"},
+		{"no model", map[string]any{}, "roles.judge.model"},
+		{"openai without endpoints", map[string]any{"roles.judge.model": "m", "roles.judge.backend": "openai"}, "roles.judge.endpoints"},
+		{"bad prompt override", map[string]any{"roles.judge.model": "m", "roles.judge.prompt_files": []string{"judge_yesno"}}, "name=path"},
+		{"another role's prompt", map[string]any{"roles.judge.model": "m", "roles.judge.prompt_files": []string{"policy=x.tmpl"}}, "roles.policy.prompt_files"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := pipeline.StageConfig(Name, tc.values)

@@ -88,8 +88,8 @@ func (l *loop) latestCheckpoint() (int, string, error) {
 		if st.Seed != l.cfg.Seed {
 			return 0, "", fmt.Errorf("checkpoint %s was made with seed %d, config has %d: resume with the run's own config (evolm run --resume %s)", p, st.Seed, l.cfg.Seed, l.env.Run.Dir)
 		}
-		if st.Shared != (l.cfg.RubricModel == "") {
-			return 0, "", fmt.Errorf("checkpoint %s: shared_model=%v does not match the config's rubric_model", p, st.Shared)
+		if st.Shared != l.cfg.RubricGen.Shared {
+			return 0, "", fmt.Errorf("checkpoint %s: shared_model=%v does not match the config's roles.rubric_generator.model", p, st.Shared)
 		}
 		n, _ := strconv.Atoi(ckptRE.FindStringSubmatch(names[i])[1])
 		if n != st.NextStep {

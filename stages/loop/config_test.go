@@ -9,7 +9,7 @@ import (
 )
 
 func TestConfigErrorsNameTheKey(t *testing.T) {
-	base := map[string]any{KeyPolicyModel: "p", KeyJudgeModel: "j"}
+	base := map[string]any{"roles.policy.model": "p", "roles.judge.model": "j"}
 	tests := []struct {
 		name string
 		set  map[string]any
@@ -22,7 +22,12 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"no strategy weight", map[string]any{KeyWTemporal: 0.0, KeyWBacktranslate: 0.0, KeyWRubricGuided: 0.0}, "stages.run.weight_temporal"},
 		{"one sample is no group", map[string]any{KeySamples: 1}, "stages.run.samples"},
 		{"bad window", map[string]any{KeyMinAge: 50, KeyMaxAge: 20}, "stages.run.temporal_min_age"},
-		{"openai judge without endpoints", map[string]any{KeyJudgeBackend: "openai"}, "stages.run.judge_endpoints"},
+		{"openai judge without endpoints", map[string]any{"roles.judge.backend": "openai"}, "roles.judge.endpoints"},
+		{"openai policy", map[string]any{"roles.policy.backend": "openai", "roles.policy.endpoints": []string{"http://x/v1"}}, "roles.policy.backend"},
+		{"shared rubric generator with its own device", map[string]any{"roles.rubric_generator.device": "cuda"}, "roles.rubric_generator.device"},
+		{"no policy model", map[string]any{"roles.policy.model": ""}, "roles.policy.model"},
+		{"epsilon at 1", map[string]any{KeyEpsilon: 1.0}, "stages.run.epsilon"},
+		{"top_p above 1", map[string]any{"roles.rubric_generator.top_p": 1.5}, "roles.rubric_generator.top_p"},
 		{"bad rubric reward", map[string]any{KeyRubricReward: "hinge"}, "rubric_reward"},
 	}
 	for _, tc := range tests {
@@ -46,7 +51,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 }
 
 func TestConfigDefaultsArePaper(t *testing.T) {
-	cfg, err := pipeline.StageConfig(Name, map[string]any{KeyPolicyModel: "p", KeyJudgeModel: "j"})
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.policy.model": "p", "roles.judge.model": "j"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +60,7 @@ func TestConfigDefaultsArePaper(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []float64{float64(c.K), float64(c.Samples), float64(c.PromptsPerStep), c.Trainer.LR, c.Trainer.Loss.Beta, c.Trainer.Loss.Epsilon,
-		c.Alpha, c.PolicyTemp, c.RubricTemp, c.JudgeTemp, c.InferTemp, float64(c.CheckpointEvery), float64(c.ReplaySize), float64(c.MinAge), float64(c.MaxAge)}
+		c.Alpha, c.Policy.Sampling.Temperature, c.RubricGen.Sampling.Temperature, c.Judge.Sampling.Temperature, c.InferTemp, float64(c.CheckpointEvery), float64(c.ReplaySize), float64(c.MinAge), float64(c.MaxAge)}
 	want := []float64{50, 8, 64, 1e-6, 0.001, 0.2, 0.7, 1.0, 0.6, 0.6, 0.3, 25, 2048, 20, 100}
 	for i := range want {
 		if got[i] != want[i] {
@@ -75,7 +80,7 @@ func TestConfigDefaultsArePaper(t *testing.T) {
 }
 
 func TestUnusedStrategiesGetZeroWeight(t *testing.T) {
-	cfg, err := pipeline.StageConfig(Name, map[string]any{KeyPolicyModel: "p", KeyJudgeModel: "j", KeyStrategies: []string{"backtranslate"}})
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.policy.model": "p", "roles.judge.model": "j", KeyStrategies: []string{"backtranslate"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,5 +63,5 @@
 // rows of every table, but for steps.elapsed_s (wall time) — equal those of
 // an uninterrupted run on the same libtorch thread count; steps already
 // committed after the checkpoint are rewritten with the same rows. The KL
-// reference is always the initial policy (policy_model), reloaded on resume.
+// reference is always the initial policy (roles.policy.model), reloaded on resume.
 package loop

@@ -77,22 +77,28 @@ func (e demoEnv) writeConfig(t *testing.T, dir string) string {
 	cfg := fmt.Sprintf(`stages:
   run:
     input: [%s]
-    policy_model: %s
-    judge_model: %s
-    judge_mode: yesno
     steps: 6
     k: 2
     prompts_per_step: 6
     samples: 3
     rubric_samples: 2
-    max_new_tokens: 12
     checkpoint_every: 2
     temporal_min_age: 1
     temporal_max_age: 2
     lr: 1.0e-4
+    seed: 11
+roles:
+  policy:
+    model: %s
+    max_tokens: 12
     threads: 1
     disable_thinking: true
-    seed: 11
+  rubric_generator:
+    max_tokens: 12
+  judge:
+    model: %s
+    mode: yesno
+    threads: 1
 pipeline:
   progress: "off"
 log:
@@ -399,7 +405,8 @@ func TestE2ELoopTwoModels(t *testing.T) {
 	rubricModel := filepath.Join(e.models, "rubric")
 	run(t, e.bin, "model", "init", "--arch", "qwen3", "--preset", "tiny", "--seed", "3", "--out", rubricModel)
 	runDir := filepath.Join(dir, "run")
-	run(t, e.bin, "run", "--config", e.writeConfig(t, dir), "--run-dir", runDir, "--steps", "4", "--rubric-model", rubricModel)
+	run(t, e.bin, "run", "--config", e.writeConfig(t, dir), "--run-dir", runDir, "--steps", "4", "--rubric-generator-model", rubricModel,
+		"--rubric-generator-threads", "1", "--rubric-generator-disable-thinking")
 	for _, f := range []string{"policy/model.safetensors", "policy_optimizer.safetensors", "rubric_generator/model.safetensors", "rubric_generator_optimizer.safetensors", "replay.parquet"} {
 		if _, err := os.Stat(filepath.Join(runDir, "checkpoints", "step-000004", f)); err != nil {
 			t.Errorf("two-model checkpoint: %v", err)

@@ -20,6 +20,8 @@ import (
 	"github.com/evolm/evolm/stages/judge"
 	"github.com/evolm/evolm/stages/pairs"
 	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/stages/roles/torchrole"
 )
 
 type stage struct {
@@ -32,7 +34,7 @@ func newFromConfig(cfg *pipeline.Config) (*stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	set, err := lmstage.Prompts(cfg)
+	set, err := roles.Prompts(c.Policy, c.RubricGen, c.Judge)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +45,7 @@ func newFromConfig(cfg *pipeline.Config) (*stage, error) {
 type role struct {
 	m  *torchbe.Model
 	tr *grpo.Trainer
-	b  *lmstage.Backend
+	b  *roles.Backend
 }
 
 // loop is one running co-evolution loop.
@@ -56,7 +58,7 @@ type loop struct {
 	epoch   int
 
 	policy, rubric *role // the same *role when the model is shared
-	judge          *lmstage.Backend
+	judge          *roles.Backend
 	buf            *pairs.Buffer
 	ckpt           string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
 	prog           *pipeline.Progress
@@ -195,17 +197,17 @@ func (l *loop) snapshotConfig() error {
 // and the replay buffer.
 func (l *loop) open(ctx context.Context, ck string) error {
 	var err error
-	if l.policy, err = l.openRole("policy", l.cfg.PolicyModel, ck); err != nil {
+	if l.policy, err = l.openRole(l.cfg.Policy, ck); err != nil {
 		return err
 	}
 	l.rubric = l.policy
-	if l.cfg.RubricModel != "" {
-		if l.rubric, err = l.openRole("rubric_generator", l.cfg.RubricModel, ck); err != nil {
+	if !l.cfg.RubricGen.Shared {
+		if l.rubric, err = l.openRole(l.cfg.RubricGen, ck); err != nil {
 			return err
 		}
 	}
-	if l.judge, err = lmstage.Open(l.cfg.Judge, l.env.Log); err != nil {
-		return fmt.Errorf("judge: %w", err)
+	if l.judge, err = roles.Open(l.cfg.Judge, l.env.Log); err != nil {
+		return err
 	}
 	if ck == "" {
 		l.buf, err = pairs.NewBuffer(l.cfg.ReplaySize)
@@ -220,26 +222,26 @@ func (l *loop) open(ctx context.Context, ck string) error {
 	return err
 }
 
-func (l *loop) openRole(name, initial, ck string) (*role, error) {
+func (l *loop) openRole(rc roles.Config, ck string) (*role, error) {
+	name, initial := rc.Role, rc.Model
 	dir := initial
 	if ck != "" {
 		dir = l.env.Run.Path(ckptDir(ck) + "/" + name)
 	}
-	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: name, Device: l.cfg.Device, DType: l.cfg.DType,
-		Threads: l.cfg.Threads, MaxBatch: l.cfg.MaxBatch, DisableThinking: l.cfg.DisableThinking})
+	m, err := torchbe.Load(torchrole.Options(rc, dir, name))
 	if err != nil {
 		return nil, fmt.Errorf("%s model: %w", name, err)
 	}
 	var ref model.CausalLM
 	if l.cfg.Trainer.Loss.Beta != 0 {
-		dev, err := torch.ParseDevice(l.cfg.Device)
+		dev, err := torch.ParseDevice(rc.Device)
 		if err != nil {
 			m.Close()
 			return nil, err
 		}
 		var dt torch.DType
-		if l.cfg.DType != "" {
-			if dt, err = torch.ParseDType(l.cfg.DType); err != nil {
+		if rc.DType != "" {
+			if dt, err = torch.ParseDType(rc.DType); err != nil {
 				m.Close()
 				return nil, err
 			}
@@ -249,7 +251,7 @@ func (l *loop) openRole(name, initial, ck string) (*role, error) {
 			return nil, fmt.Errorf("%s reference model: %w", name, err)
 		}
 	}
-	tr, err := grpo.NewTrainer(m.LM(), ref, l.cfg.Trainer, model.SaveOptions{TokenizerDir: initial})
+	tr, err := grpo.NewTrainer(m.LM(), ref, l.cfg.TrainerFor(name), model.SaveOptions{TokenizerDir: initial})
 	if err != nil {
 		if ref != nil {
 			ref.Close()
@@ -265,7 +267,7 @@ func (l *loop) openRole(name, initial, ck string) (*role, error) {
 			return nil, fmt.Errorf("checkpoint %s: %w", ck, err)
 		}
 	}
-	return &role{m: m, tr: tr, b: &lmstage.Backend{Name: lmstage.BackendTorch, Model: m.ID(), Generator: m, Scorer: m}}, nil
+	return &role{m: m, tr: tr, b: roles.NewBackend(roles.BackendTorch, m.ID(), m, m, m, nil)}, nil
 }
 
 func (l *loop) close() {
@@ -302,18 +304,18 @@ func write[T any](l *loop, t *schemas.Table[T], rows []T, step int, phase string
 	return err
 }
 
-func (l *loop) spec(role string, phase string, step, n int, temp float64) lmstage.SampleSpec {
+// spec is the sampling of rc's generations at step: the role's sampling
+// defaults, n samples per item.
+func (l *loop) spec(rc roles.Config, phase string, step, n int) lmstage.SampleSpec {
 	return lmstage.SampleSpec{
-		Role: role, Phase: phase, Step: int64(step), N: n, BaseSeed: l.cfg.Seed, Checkpoint: l.ckpt,
-		Sampling: backend.Sampling{MaxTokens: l.cfg.MaxNewTokens, Temperature: temp, TopP: l.cfg.TopP},
+		Role: rc.Role, Phase: phase, Step: int64(step), N: n, BaseSeed: l.cfg.Seed, Checkpoint: l.ckpt, Sampling: rc.Sampling,
 	}
 }
 
 func (l *loop) newJudge(phase string, step int) *judge.Judge {
 	return judge.New(l.judge, judge.Options{
-		Mode: l.cfg.JudgeMode, Prompts: l.set, BatchRows: l.cfg.Judge.BatchRows,
-		Spec: lmstage.SampleSpec{Phase: phase, Step: int64(step), BaseSeed: l.cfg.Seed,
-			Sampling: backend.Sampling{MaxTokens: l.cfg.JudgeMaxTokens, Temperature: l.cfg.JudgeTemp}},
+		Mode: l.cfg.Judge.Mode, Prompts: l.set, BatchRows: l.cfg.Judge.BatchRows,
+		Spec: lmstage.SampleSpec{Phase: phase, Step: int64(step), BaseSeed: l.cfg.Seed, Sampling: l.cfg.Judge.Sampling},
 	})
 }
 

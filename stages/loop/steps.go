@@ -47,7 +47,7 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	if err != nil {
 		return m, err
 	}
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, len(ritems), l.spec(schemas.RoleRubricGenerator, phase, step, 1, l.cfg.RubricTemp), ritems)
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
 	if err != nil {
 		return m, fmt.Errorf("rubrics: %w", err)
 	}
@@ -62,7 +62,7 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	for i := range batch {
 		pitems[i] = lmstage.Item{ID: keys[i], Messages: rollout.Conversation(&batch[i], system)}
 	}
-	rolls, err := lmstage.Sample(ctx, l.policy.b, max(l.cfg.MaxBatch, l.cfg.Samples), l.spec(schemas.RolePolicy, phase, step, l.cfg.Samples, l.cfg.PolicyTemp), pitems)
+	rolls, err := lmstage.Sample(ctx, l.policy.b, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
 	if err != nil {
 		return m, fmt.Errorf("rollouts: %w", err)
 	}
@@ -139,13 +139,12 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	for i := range batch {
 		items[i] = pairs.Item{PromptID: batch[i].PromptID, Question: questionText(&batch[i])}
 	}
-	pcfg := pairs.DefaultConfig(l.cfg.MaxNewTokens)
+	pcfg := pairs.DefaultConfig(l.cfg.Policy.Sampling.MaxTokens)
 	pcfg.Weights = l.cfg.Weights
 	pcfg.Window = pairs.Window{MinAge: l.cfg.MinAge, MaxAge: l.cfg.MaxAge}
 	pcfg.WidenStep = l.cfg.Widen
-	pcfg.Policy.Temperature, pcfg.Policy.TopP = l.cfg.PolicyTemp, l.cfg.TopP
+	pcfg.Policy, pcfg.Infer, pcfg.Rubric = l.cfg.Policy.Sampling, l.cfg.Policy.Sampling, l.cfg.RubricGen.Sampling
 	pcfg.Infer.Temperature = l.cfg.InferTemp
-	pcfg.Rubric.Temperature, pcfg.Rubric.TopP = l.cfg.RubricTemp, l.cfg.TopP
 	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.m.ID(), l.ckpt
 	pb := &pairs.Builder{Policy: l.policy.m, RubricGen: l.rubric.m, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
 	built, err := pb.Build(ctx, int64(step), items)
@@ -165,7 +164,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		return m, err
 	}
 	n := l.cfg.RubricSamples
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, max(l.cfg.MaxBatch, n), l.spec(schemas.RoleRubricGenerator, phase, step, n, l.cfg.RubricTemp), ritems)
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, max(l.cfg.RubricGen.BatchRows, n), l.spec(l.cfg.RubricGen, phase, step, n), ritems)
 	if err != nil {
 		return m, fmt.Errorf("rubrics: %w", err)
 	}

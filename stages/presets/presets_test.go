@@ -21,16 +21,16 @@ func TestPresetsLoadAndBuildEveryStage(t *testing.T) {
 	}
 	want := map[string]map[string]any{
 		"paper": {
-			"stages.rollout.n": 8, "stages.rollout.temperature": 1.0, "stages.rollout.model": "models/Qwen3-8B",
-			"stages.rubrics.temperature": 0.6, "stages.rubrics.model": "models/Qwen3-8B",
-			"stages.judge.model": "models/Qwen3-1.7B", "stages.judge.mode": "generative", "stages.judge.temperature": 0.6,
-			"stages.run.k": 50, "stages.run.samples": 8, "stages.run.alpha": 0.7, "stages.run.lr": 1e-6, "stages.run.beta": 0.001,
-			"stages.run.checkpoint_every": 25, "stages.run.prompts_per_step": 64, "stages.run.judge_mode": "generative",
+			"roles.policy.model": "models/Qwen3-8B", "roles.policy.temperature": 1.0, "roles.policy.device": "cuda",
+			"roles.rubric_generator.model": "", "roles.rubric_generator.temperature": 0.6,
+			"roles.judge.model": "models/Qwen3-1.7B", "roles.judge.mode": "generative", "roles.judge.temperature": 0.6,
+			"stages.rollout.n": 8, "stages.run.k": 50, "stages.run.samples": 8, "stages.run.alpha": 0.7, "stages.run.lr": 1e-6,
+			"stages.run.beta": 0.001, "stages.run.checkpoint_every": 25, "stages.run.prompts_per_step": 64,
 		},
 		"demo": {
-			"stages.rollout.n": 2, "stages.rollout.max_tokens": 16, "stages.judge.mode": "yesno",
-			"stages.rollout.model": "runs/demo-models/policy", "stages.judge.model": "runs/demo-models/judge",
-			"stages.run.judge_mode": "yesno", "stages.run.policy_model": "runs/demo-models/policy",
+			"stages.rollout.n": 2, "roles.policy.max_tokens": 24, "roles.judge.mode": "yesno",
+			"roles.policy.model": "runs/demo-models/policy", "roles.judge.model": "runs/demo-models/judge",
+			"roles.rubric_generator.model": "",
 		},
 	}
 	for _, name := range presets.Names() {
@@ -50,9 +50,9 @@ func TestPresetsLoadAndBuildEveryStage(t *testing.T) {
 			if d := cmp.Diff(want[name], got); d != "" {
 				t.Errorf("values (-want +got):\n%s", d)
 			}
-			for _, stage := range []string{"rollout", "rubrics", "judge"} {
+			for _, stage := range []string{"rollout", "rubrics", "judge", "run"} {
 				spec, _ := pipeline.Lookup(stage)
-				if _, err := spec.New(cfg.Section("stages." + stage)); err != nil {
+				if _, err := spec.New(pipeline.StageView(cfg, spec)); err != nil {
 					t.Errorf("stage %s: %v", stage, err)
 				}
 			}

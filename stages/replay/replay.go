@@ -12,12 +12,12 @@
 //   - Inputs: the source's committed pairs shards (table pairs, phase=rubric
 //     step partitions) and, when the rubrics are reused, its rubric-phase
 //     rubrics (item_id = pair_id).
-//   - Rubrics: generator_model empty reuses the source's rubrics; otherwise
-//     the generator configured in stages.rubrics (model replaced) samples n
-//     candidates per pair, shown a+ and a− in the order the rubrics stage
-//     uses (drawn from the pair's seed).
-//   - Judge: stages.judge (mode, sampling, prompts, backend), judge_model
-//     replacing its model; one judgment per (answer, rubric), response ids
+//   - Rubrics: new_rubrics false reuses the source's rubrics; true has the
+//     rubric generator of roles.rubric_generator sample n candidates per
+//     pair from the question alone, as the co-evolution loop writes
+//     rubric-phase rubrics.
+//   - Judge: roles.judge (model, mode, sampling, prompts, backend); one
+//     judgment per (answer, rubric), response ids
 //     "<pair_id>/chosen" and "<pair_id>/rejected". A rubric failing R_format
 //     is judged as the loop judges it (invalid_rubric, eval.JudgingRubric); the
 //     rubrics written are the source's (or generator's) rows, unchanged.
@@ -42,6 +42,7 @@ import (
 	"github.com/evolm/evolm/stages/export"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/judge"
+	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/rubrics"
 )
 
@@ -50,32 +51,39 @@ const Name = "replay"
 
 // Config keys of stages.replay.
 const (
-	KeySource         = "source"
-	KeyGeneratorModel = "generator_model"
-	KeyJudgeModel     = "judge_model"
-	KeySteps          = "steps"
-	KeyInvalidRubric  = "invalid_rubric"
+	KeySource        = "source"
+	KeyNewRubrics    = "new_rubrics"
+	KeyN             = lmstage.KeyN
+	KeySeed          = lmstage.KeySeed
+	KeySteps         = "steps"
+	KeyInvalidRubric = "invalid_rubric"
 )
 
 func init() {
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
 		Summary: "re-score a run's stored pairs with another judge and/or rubric generator into a new run",
-		Description: `Reads the pairs (and, unless generator_model is set, the rubrics) of the source
-run, judges a+ and a− under every rubric with the judge of stages.judge
-(judge_model replacing its model), and writes pairs, rubrics, judgments and
+		Description: `Reads the pairs (and, unless new_rubrics is set, the rubrics) of the source
+run, judges a+ and a− under every rubric with the judge of roles.judge (set
+--judge-model to replay with another judge), and writes pairs, rubrics, judgments and
 replay_results (discriminative accuracy overall, per strategy and per step) into
 the target run. The source run is never modified.`,
 		Inputs:  []string{schemas.Pairs.Name, schemas.Rubrics.Name},
 		Outputs: []string{schemas.Pairs.Name, schemas.Rubrics.Name, schemas.Judgments.Name, ResultsTable},
 		Fields: []pipeline.Field{
 			{Key: KeySource, Type: pipeline.TypeString, Default: "", Required: true, Description: "the source run directory (read only)", Example: "runs/demo"},
-			{Key: KeyGeneratorModel, Type: pipeline.TypeString, Default: "",
-				Description: "rubric generator model to write new rubrics with; empty: reuse the source's rubrics"},
-			{Key: KeyJudgeModel, Type: pipeline.TypeString, Default: "", Description: "judge model; empty: stages.judge.model"},
+			{Key: KeyNewRubrics, Type: pipeline.TypeBool, Default: false,
+				Description: "write new rubrics with the rubric generator of roles.rubric_generator; false: reuse the source's rubrics"},
+			{Key: KeyN, Type: pipeline.TypeInt, Default: 8, Min: pipeline.Bound(1), Description: "new_rubrics: candidate rubrics per pair"},
+			{Key: KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed of rubric and judge sampling; each row's seed derives from it and the row's key"},
 			{Key: KeySteps, Type: pipeline.TypeString, Default: "", Description: "source steps to replay (e.g. 10-20,25); empty: all"},
 			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: eval.InvalidRawText, Enum: []string{eval.InvalidRawText, eval.InvalidSkip},
 				Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop does) or skip"},
+		},
+		Uses: roles.Uses(roles.RubricGenerator, roles.Judge),
+		Moved: map[string]string{
+			"generator_model": roles.Section(roles.RubricGenerator) + "." + roles.KeyModel + " (with stages.replay.new_rubrics: true)",
+			"judge_model":     roles.Section(roles.Judge) + "." + roles.KeyModel,
 		},
 		New: func(cfg *pipeline.Config) (pipeline.Stage, error) { return newReplayFromConfig(cfg) },
 	})
@@ -83,11 +91,11 @@ the target run. The source run is never modified.`,
 
 // Stage is the replay stage.
 type Stage struct {
-	Source         string
-	GeneratorModel string
-	JudgeModel     string
-	Steps          export.StepSet
-	InvalidRubric  string
+	Source        string
+	NewRubrics    bool
+	Steps         export.StepSet
+	InvalidRubric string
+	cfg           *pipeline.Config // the stage's view: its roles
 }
 
 func newReplayFromConfig(cfg *pipeline.Config) (*Stage, error) {
@@ -95,8 +103,8 @@ func newReplayFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	if err != nil {
 		return nil, cfg.Errorf(KeySteps, "%v", err)
 	}
-	s := &Stage{Source: cfg.String(KeySource), GeneratorModel: cfg.String(KeyGeneratorModel), JudgeModel: cfg.String(KeyJudgeModel), Steps: steps,
-		InvalidRubric: cfg.String(KeyInvalidRubric)}
+	s := &Stage{Source: cfg.String(KeySource), NewRubrics: cfg.Bool(KeyNewRubrics), Steps: steps,
+		InvalidRubric: cfg.String(KeyInvalidRubric), cfg: cfg}
 	if s.Source == "" {
 		return nil, cfg.Errorf(KeySource, "no source run given")
 	}
@@ -136,9 +144,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		return fmt.Errorf("source: %w", err)
 	}
 	var rubShards []export.Shard
-	if s.GeneratorModel == "" {
+	if !s.NewRubrics {
 		if rubShards, err = export.TableShards(src, schemas.Rubrics.Name); err != nil {
-			return fmt.Errorf("source (rubrics are reused: set generator_model to write new ones): %w", err)
+			return fmt.Errorf("source (rubrics are reused: set new_rubrics to write new ones): %w", err)
 		}
 	}
 	pairsByStep, rubsByStep := map[int64][]export.Shard{}, map[int64][]export.Shard{}
@@ -160,14 +168,14 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 			rubsByStep[sh.Step] = append(rubsByStep[sh.Step], sh)
 		}
 	}
-	jf, err := eval.OpenJudge(env.Global, s.JudgeModel, env.Log)
+	jf, err := eval.OpenJudge(s.cfg, env.Log)
 	if err != nil {
 		return err
 	}
 	defer jf.Backend.Close()
 	var gen *eval.Generator
-	if s.GeneratorModel != "" {
-		if gen, err = eval.OpenGenerator(env.Global, s.GeneratorModel, env.Log); err != nil {
+	if s.NewRubrics {
+		if gen, err = eval.OpenGenerator(s.cfg, env.Log); err != nil {
 			return err
 		}
 		defer gen.Backend.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/export/synthrun"
 	"github.com/evolm/evolm/stages/replay"
+	_ "github.com/evolm/evolm/stages/roles/torchrole"
 )
 
 // TestE2EReplayTinyJudge replays the synthetic run's pairs (test data) with a
@@ -34,7 +35,7 @@ func TestE2EReplayTinyJudge(t *testing.T) {
 	}
 	before := treeHash(t, src)
 	target := filepath.Join(dir, "replayed")
-	env := []string{"EVOLM_STAGES_REPLAY_SOURCE=" + src, "EVOLM_STAGES_JUDGE_MODEL=" + ckpt, "EVOLM_STAGES_JUDGE_MODE=yesno"}
+	env := []string{"EVOLM_STAGES_REPLAY_SOURCE=" + src, "EVOLM_ROLES_JUDGE_MODEL=" + ckpt, "EVOLM_ROLES_JUDGE_MODE=yesno"}
 	if err := runReplay(t, target, env...); err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/roles"
 )
 
 // Name is the stage's name.
@@ -51,8 +52,7 @@ func init() {
 			Description: "prompts Parquet files or globs; empty: the prompts the dedup stage committed in the run"},
 	}
 	fields = append(fields, lmstage.RunFields()...)
-	fields = append(fields, lmstage.SamplingFields(8, 1024, 1.0)...)
-	fields = append(fields, lmstage.BackendFields()...)
+	fields = append(fields, lmstage.SamplingFields(8)...)
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
 		Summary: "sample n policy completions per prompt into the rollouts table",
@@ -60,10 +60,13 @@ func init() {
 temperature 1.0) through the torch or openai backend, and writes one rollouts
 row per sample with its token counts, finish reason, sampled-token log-probs,
 model, sampling parameters, seed, phase and step. Failed rows are recorded
-with finish_reason "error", never dropped.`,
+with finish_reason "error", never dropped. The policy (model, backend,
+sampling) is configured once in roles.policy.`,
 		Inputs:  []string{schemas.Prompts.Name},
 		Outputs: []string{schemas.Rollouts.Name},
 		Fields:  fields,
+		Uses:    roles.Uses(roles.Policy),
+		Moved:   roles.MovedStageKeys(roles.Policy),
 		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
 	})
 }
@@ -72,7 +75,7 @@ with finish_reason "error", never dropped.`,
 type Stage struct {
 	input   []string
 	spec    lmstage.SampleSpec
-	backend lmstage.BackendConfig
+	role    roles.Config
 	prompts *prompts.Set
 }
 
@@ -82,9 +85,9 @@ func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
 		return nil, err
 	}
 	if _, err := c.Prompts.Policy(); err != nil {
-		return nil, cfg.Errorf(lmstage.KeyPromptFiles, "%v", err)
+		return nil, cfg.At(roles.Section(roles.Policy)).Errorf(roles.KeyPromptFiles, "%v", err)
 	}
-	return &Stage{input: cfg.Strings(KeyInput), spec: c.Spec, backend: c.Backend, prompts: c.Prompts}, nil
+	return &Stage{input: cfg.Strings(KeyInput), spec: c.Spec, role: c.Role, prompts: c.Prompts}, nil
 }
 
 // Run implements pipeline.Stage.
@@ -93,7 +96,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err != nil {
 		return err
 	}
-	b, err := lmstage.Open(s.backend, env.Log)
+	b, err := roles.Open(s.role, env.Log)
 	if err != nil {
 		return err
 	}
@@ -123,7 +126,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 					for k := range ps {
 						items[k] = lmstage.Item{ID: ps[k].PromptID, Messages: Conversation(&ps[k], system)}
 					}
-					out, err := lmstage.Sample(ctx, b, s.backend.BatchRows, s.spec, items)
+					out, err := lmstage.Sample(ctx, b, s.role.BatchRows, s.spec, items)
 					if err != nil {
 						return nil, err
 					}

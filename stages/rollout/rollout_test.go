@@ -40,11 +40,12 @@ func TestConfigErrors(t *testing.T) {
 		values map[string]any
 		want   string
 	}{
-		{map[string]any{"model": "m", "n": 0}, "stages.rollout.n"},
-		{map[string]any{"model": "m", "max_tokens": -1}, "stages.rollout.max_tokens"},
-		{map[string]any{"model": "m", "top_p": 0.0}, "stages.rollout.top_p"},
-		{map[string]any{"model": "m", "stop": []string{""}}, "stages.rollout.stop"},
-		{map[string]any{"model": "m", "backend": "vllm"}, "stages.rollout.backend"},
+		{map[string]any{"roles.policy.model": "m", "n": 0}, "stages.rollout.n"},
+		{map[string]any{"roles.policy.model": "m", "roles.policy.max_tokens": -1}, "roles.policy.max_tokens"},
+		{map[string]any{"roles.policy.model": "m", "roles.policy.top_p": 0.0}, "roles.policy.top_p"},
+		{map[string]any{"roles.policy.model": "m", "roles.policy.stop": []string{""}}, "roles.policy.stop"},
+		{map[string]any{"roles.policy.model": "m", "roles.policy.backend": "vllm"}, "roles.policy.backend"},
+		{map[string]any{}, "roles.policy.model"},
 	} {
 		cfg, err := pipeline.StageConfig(Name, tc.values)
 		if err == nil {

@@ -37,6 +37,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/roles"
 )
 
 // Name is the stage's name.
@@ -62,8 +63,7 @@ func init() {
 			Description: "prompts or pairs Parquet files or globs; empty: what the dedup or pairs stage committed in the run"},
 	}
 	fields = append(fields, lmstage.RunFields()...)
-	fields = append(fields, lmstage.SamplingFields(1, 2048, 0.6)...)
-	fields = append(fields, lmstage.BackendFields()...)
+	fields = append(fields, lmstage.SamplingFields(1)...)
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
 		Summary: "sample n rubrics per question or pair and check their format",
@@ -71,10 +71,13 @@ func init() {
 0.6; one rubric per question in the policy phase, n = 8 candidates per pair in
 the rubric phase), writes the generations to the rollouts table
 (role=rubric_generator) and one rubrics row per generation with the parsed
-criteria, format_ok (R_format) and the parse error.`,
+criteria, format_ok (R_format) and the parse error. The rubric generator is
+configured once in roles.rubric_generator (empty model: the policy's).`,
 		Inputs:  []string{schemas.Prompts.Name, schemas.Pairs.Name},
 		Outputs: []string{schemas.Rollouts.Name, schemas.Rubrics.Name},
 		Fields:  fields,
+		Uses:    roles.Uses(roles.RubricGenerator),
+		Moved:   roles.MovedStageKeys(roles.RubricGenerator),
 		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
 	})
 }
@@ -84,7 +87,7 @@ type Stage struct {
 	source  string
 	input   []string
 	spec    lmstage.SampleSpec
-	backend lmstage.BackendConfig
+	gen     roles.Config
 	prompts *prompts.Set
 }
 
@@ -93,7 +96,7 @@ func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, backend: c.Backend, prompts: c.Prompts}, nil
+	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, gen: c.Role, prompts: c.Prompts}, nil
 }
 
 func (s *Stage) role() prompts.Name { return prompts.RubricQuestion }
@@ -110,7 +113,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err != nil {
 		return err
 	}
-	b, err := lmstage.Open(s.backend, env.Log)
+	b, err := roles.Open(s.gen, env.Log)
 	if err != nil {
 		return err
 	}
@@ -140,7 +143,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 					if err != nil {
 						return nil, err
 					}
-					out, err := lmstage.Sample(ctx, b, s.backend.BatchRows, s.spec, items)
+					out, err := lmstage.Sample(ctx, b, s.gen.BatchRows, s.spec, items)
 					if err != nil {
 						return nil, err
 					}

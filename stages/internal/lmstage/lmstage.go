@@ -1,9 +1,8 @@
 // Package lmstage holds what the model-calling stages (rollout, rubrics,
-// judge) share, so that each is written once: the backend config fields and
-// opening a backend (`torch` in process via model/torchbe, or `openai`
-// against OpenAI-compatible endpoints), input discovery in the run
-// directory, the derivation of per-row seeds, role prompt loading with
-// overrides, provenance metadata and request batching.
+// judge) share, so that each is written once: their own config fields (n,
+// seed, phase, step, checkpoint; the model roles they call are configured
+// once in package roles), input discovery in the run directory, the
+// derivation of per-row seeds, provenance metadata and request batching.
 //
 // Seeds. A row's seed is DeriveSeed(base, key…): the first 8 bytes of
 // SHA-256 over the base seed and the row's key parts, as a non-negative
@@ -21,157 +20,25 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/evolm/evolm/model/backend"
-	"github.com/evolm/evolm/model/openai"
-	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/roles"
 )
 
-// Backend names.
+// Config keys shared by the model stages (their own: the role keys live in
+// package roles).
 const (
-	BackendTorch  = "torch"
-	BackendOpenAI = "openai"
+	KeySeed  = "seed"
+	KeyStep  = "step"
+	KeyPhase = "phase"
 )
-
-// Config keys shared by the model stages.
-const (
-	KeyBackend     = "backend"
-	KeyModel       = "model"
-	KeyEndpoints   = "endpoints"
-	KeyDevice      = "device"
-	KeyDType       = "dtype"
-	KeyThreads     = "threads"
-	KeyMaxBatch    = "max_batch"
-	KeyThinking    = "disable_thinking"
-	KeyInFlight    = "max_in_flight"
-	KeyTimeout     = "request_timeout"
-	KeyAttempts    = "max_attempts"
-	KeyTopLogprobs = "score_top_logprobs"
-	KeyBatchRows   = "batch_rows"
-	KeyPromptFiles = "prompt_files"
-	KeySeed        = "seed"
-	KeyStep        = "step"
-	KeyPhase       = "phase"
-)
-
-// BackendFields are the config fields of a model stage's backend.
-func BackendFields() []pipeline.Field {
-	return []pipeline.Field{
-		{Key: KeyBackend, Type: pipeline.TypeString, Default: BackendTorch, Enum: []string{BackendTorch, BackendOpenAI},
-			Description: "model backend: torch (in process) or openai (OpenAI-compatible endpoints)"},
-		{Key: KeyModel, Type: pipeline.TypeString, Default: "",
-			Description: "torch: checkpoint directory (HF format); openai: the served model name",
-			Example:     "checkpoints/qwen3-tiny"},
-		{Key: KeyEndpoints, Type: pipeline.TypeStrings, Default: []string{},
-			Description: "openai: base URLs of the servers", Example: []string{"http://127.0.0.1:8000/v1"}},
-		{Key: KeyDevice, Type: pipeline.TypeString, Default: "cpu", Description: "torch: cpu, cuda or cuda:N"},
-		{Key: KeyDType, Type: pipeline.TypeString, Default: "", Description: "torch: parameter dtype; empty: float32 on CPU, bfloat16 on CUDA"},
-		{Key: KeyThreads, Type: pipeline.TypeInt, Default: 0, Description: "torch: libtorch intra-op threads; 0: libtorch's default"},
-		{Key: KeyMaxBatch, Type: pipeline.TypeInt, Default: 64, Description: "torch: most sequences decoded or scored together"},
-		{Key: KeyThinking, Type: pipeline.TypeBool, Default: false, Description: "torch: render chats with enable_thinking=False"},
-		{Key: KeyInFlight, Type: pipeline.TypeInt, Default: 16, Description: "openai: most requests in flight over all endpoints"},
-		{Key: KeyTimeout, Type: pipeline.TypeDuration, Default: "10m", Description: "openai: timeout of one HTTP attempt"},
-		{Key: KeyAttempts, Type: pipeline.TypeInt, Default: 6, Description: "openai: attempts per request (retries on 429, 5xx, timeouts)"},
-		{Key: KeyBatchRows, Type: pipeline.TypeInt, Default: 64, Description: "requests handed to the backend per call"},
-		{Key: KeyPromptFiles, Type: pipeline.TypeStrings, Default: []string{},
-			Description: "role prompt overrides as role=path", Example: []string{"judge_yesno=prompts/judge_yesno.tmpl"}},
-	}
-}
-
-// BackendConfig is the backend part of a model stage's config.
-type BackendConfig struct {
-	Backend         string
-	Model           string
-	Endpoints       []string
-	Device, DType   string
-	Threads         int
-	MaxBatch        int
-	DisableThinking bool
-	MaxInFlight     int
-	RequestTimeout  time.Duration
-	MaxAttempts     int
-	TopLogprobs     int // openai Score alternatives; 0: the client's default
-	BatchRows       int
-}
-
-// ReadBackend reads and checks the backend fields.
-func ReadBackend(cfg *pipeline.Config) (BackendConfig, error) {
-	bc := BackendConfig{
-		Backend: cfg.String(KeyBackend), Model: cfg.String(KeyModel), Endpoints: cfg.Strings(KeyEndpoints),
-		Device: cfg.String(KeyDevice), DType: cfg.String(KeyDType), Threads: cfg.Int(KeyThreads),
-		MaxBatch: cfg.Int(KeyMaxBatch), DisableThinking: cfg.Bool(KeyThinking), MaxInFlight: cfg.Int(KeyInFlight),
-		RequestTimeout: cfg.Duration(KeyTimeout), MaxAttempts: cfg.Int(KeyAttempts), BatchRows: cfg.Int(KeyBatchRows),
-	}
-	if cfg.Has(KeyTopLogprobs) {
-		bc.TopLogprobs = cfg.Int(KeyTopLogprobs)
-	}
-	switch {
-	case bc.Model == "":
-		return bc, cfg.Errorf(KeyModel, "required: a checkpoint directory (torch) or a served model name (openai)")
-	case bc.Backend == BackendOpenAI && len(bc.Endpoints) == 0:
-		return bc, cfg.Errorf(KeyEndpoints, "the openai backend needs at least one endpoint")
-	case bc.MaxBatch <= 0:
-		return bc, cfg.Errorf(KeyMaxBatch, "%d, want > 0", bc.MaxBatch)
-	case bc.MaxInFlight <= 0:
-		return bc, cfg.Errorf(KeyInFlight, "%d, want > 0", bc.MaxInFlight)
-	case bc.MaxAttempts <= 0:
-		return bc, cfg.Errorf(KeyAttempts, "%d, want > 0", bc.MaxAttempts)
-	case bc.BatchRows <= 0:
-		return bc, cfg.Errorf(KeyBatchRows, "%d, want > 0", bc.BatchRows)
-	case bc.Threads < 0:
-		return bc, cfg.Errorf(KeyThreads, "%d, want >= 0", bc.Threads)
-	case bc.TopLogprobs < 0:
-		return bc, cfg.Errorf(KeyTopLogprobs, "%d, want >= 0", bc.TopLogprobs)
-	}
-	return bc, nil
-}
-
-// Backend is an opened model backend.
-type Backend struct {
-	Name  string // BackendTorch or BackendOpenAI
-	Model string // model id recorded in outputs
-	backend.Generator
-	backend.Scorer
-	close func()
-}
-
-// Close releases the backend (the torch model's weights, idle connections).
-func (b *Backend) Close() {
-	if b.close != nil {
-		b.close()
-		b.close = nil
-	}
-}
-
-// Open opens the configured backend.
-func Open(bc BackendConfig, log *slog.Logger) (*Backend, error) {
-	switch bc.Backend {
-	case BackendTorch:
-		m, err := torchbe.Load(torchbe.Options{Dir: bc.Model, Device: bc.Device, DType: bc.DType, Threads: bc.Threads,
-			MaxBatch: bc.MaxBatch, DisableThinking: bc.DisableThinking})
-		if err != nil {
-			return nil, err
-		}
-		return &Backend{Name: BackendTorch, Model: m.ID(), Generator: m, Scorer: m, close: m.Close}, nil
-	case BackendOpenAI:
-		c, err := openai.New(openai.Config{Endpoints: bc.Endpoints, Model: bc.Model, MaxInFlight: bc.MaxInFlight,
-			MaxAttempts: bc.MaxAttempts, RequestTimeout: bc.RequestTimeout, ScoreTopLogprobs: bc.TopLogprobs, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		return &Backend{Name: BackendOpenAI, Model: c.Model(), Generator: c, Scorer: c, close: c.Close}, nil
-	}
-	return nil, fmt.Errorf("unknown backend %q", bc.Backend)
-}
 
 // DeriveSeed returns the seed of a row: SHA-256 over the base seed and the
 // key parts, first 8 bytes, as a non-negative int64.
@@ -185,24 +52,6 @@ func DeriveSeed(base int64, parts ...string) int64 {
 		h.Write([]byte(p))
 	}
 	return int64(binary.LittleEndian.Uint64(h.Sum(nil)[:8]) >> 1)
-}
-
-// Prompts loads the role prompts with the overrides of the prompt_files key
-// ("role=path" entries).
-func Prompts(cfg *pipeline.Config) (*prompts.Set, error) {
-	over := map[prompts.Name]string{}
-	for _, kv := range cfg.Strings(KeyPromptFiles) {
-		role, path, ok := strings.Cut(kv, "=")
-		if !ok || role == "" || path == "" {
-			return nil, cfg.Errorf(KeyPromptFiles, "entry %q: want role=path", kv)
-		}
-		over[prompts.Name(role)] = path
-	}
-	set, err := prompts.Load(over)
-	if err != nil {
-		return nil, cfg.Errorf(KeyPromptFiles, "%v", err)
-	}
-	return set, nil
 }
 
 // Metadata keys a model stage adds to its output schema (and so to every
@@ -231,7 +80,7 @@ func WithMeta(schema *arrow.Schema, kv map[string]string) *arrow.Schema {
 
 // Provenance is the metadata of a model stage's output: the backend, the
 // model and the versions of the role prompts used.
-func Provenance(b *Backend, set *prompts.Set, roles ...prompts.Name) map[string]string {
+func Provenance(b *roles.Backend, set *prompts.Set, roles ...prompts.Name) map[string]string {
 	kv := map[string]string{MetaBackend: b.Name, MetaModel: b.Model}
 	for _, r := range roles {
 		kv[MetaPromptPrefix+string(r)] = set.Template(r).Version

@@ -10,6 +10,7 @@ import (
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/roles"
 )
 
 // fakeGenerator is a test double: it answers every request with N
@@ -56,7 +57,7 @@ func TestDeriveSeedIsStable(t *testing.T) {
 
 func TestSampleRowsAndFailures(t *testing.T) {
 	fg := &fakeGenerator{fail: map[string]bool{"p2": true}}
-	b := &Backend{Name: "fake", Model: "fake", Generator: fg}
+	b := roles.NewBackend("fake", "fake", fg, nil, nil, nil)
 	sp := SampleSpec{Role: schemas.RolePolicy, Phase: schemas.PhasePolicy, Step: 3, N: 2, BaseSeed: 9,
 		Sampling: backend.Sampling{MaxTokens: 4, Temperature: 1, TopP: 1}}
 	items := []Item{{ID: "p1"}, {ID: "p2"}, {ID: "p3"}}

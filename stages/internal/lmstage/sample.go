@@ -3,34 +3,26 @@ package lmstage
 import (
 	"context"
 	"fmt"
-	"github.com/evolm/evolm/stages/prompts"
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/roles"
 )
 
-// Sampling config keys.
+// Config keys of a sampling stage.
 const (
-	KeyN           = "n"
-	KeyMaxTokens   = "max_tokens"
-	KeyTemperature = "temperature"
-	KeyTopP        = "top_p"
-	KeyTopK        = "top_k"
-	KeyStop        = "stop"
-	KeyCheckpoint  = "checkpoint"
+	KeyN          = "n"
+	KeyCheckpoint = "checkpoint"
 )
 
 // SamplingFields are the config fields of a stage that samples n
-// completions per item.
-func SamplingFields(n, maxTokens int, temperature float64) []pipeline.Field {
+// completions per item; the sampling parameters are the role's (package
+// roles).
+func SamplingFields(n int) []pipeline.Field {
 	return []pipeline.Field{
-		{Key: KeyN, Type: pipeline.TypeInt, Default: n, Description: "samples per item"},
-		{Key: KeyMaxTokens, Type: pipeline.TypeInt, Default: maxTokens, Description: "most new tokens per sample"},
-		{Key: KeyTemperature, Type: pipeline.TypeFloat, Default: temperature, Description: "sampling temperature; 0 is greedy"},
-		{Key: KeyTopP, Type: pipeline.TypeFloat, Default: 1.0, Description: "nucleus mass in (0, 1]; 1 disables it"},
-		{Key: KeyTopK, Type: pipeline.TypeInt, Default: 0, Description: "keep the k most likely tokens; 0 disables it"},
-		{Key: KeyStop, Type: pipeline.TypeStrings, Default: []string{}, Description: "stop strings"},
+		{Key: KeyN, Type: pipeline.TypeInt, Default: n, Min: pipeline.Bound(1), Description: "samples per item"},
 		{Key: KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed; each row's seed derives from it and the row's key"},
 		{Key: KeyCheckpoint, Type: pipeline.TypeString, Default: "", Description: "checkpoint id recorded in each row; empty: the model id"},
 	}
@@ -41,7 +33,7 @@ func RunFields() []pipeline.Field {
 	return []pipeline.Field{
 		{Key: KeyPhase, Type: pipeline.TypeString, Default: schemas.PhasePolicy, Enum: []string{schemas.PhasePolicy, schemas.PhaseRubric},
 			Description: "training phase recorded in the rows and the output partition"},
-		{Key: KeyStep, Type: pipeline.TypeInt, Default: 0, Description: "training step recorded in the rows and the output partition"},
+		{Key: KeyStep, Type: pipeline.TypeInt, Default: 0, Min: pipeline.Bound(0), Description: "training step recorded in the rows and the output partition"},
 	}
 }
 
@@ -55,59 +47,40 @@ type SampleSpec struct {
 	Checkpoint  string
 }
 
-// Common is what every model stage reads from its config section.
+// Common is what every model stage reads: its own sampling fields and the
+// role it calls.
 type Common struct {
 	Spec    SampleSpec
-	Backend BackendConfig
+	Role    roles.Config
 	Prompts *prompts.Set
 }
 
-// ReadCommon reads and checks the sampling, backend and prompt fields of a
-// model stage whose rows have role.
+// ReadCommon reads a model stage's fields (cfg, its view) and the role it
+// calls.
 func ReadCommon(cfg *pipeline.Config, role string) (Common, error) {
-	sp, err := ReadSampleSpec(cfg, role)
+	rc, err := roles.Read(cfg, role)
 	if err != nil {
 		return Common{}, err
 	}
-	bc, err := ReadBackend(cfg)
+	set, err := roles.Prompts(rc)
 	if err != nil {
 		return Common{}, err
 	}
-	set, err := Prompts(cfg)
-	if err != nil {
-		return Common{}, err
-	}
-	return Common{Spec: sp, Backend: bc, Prompts: set}, nil
+	return Common{Spec: ReadSampleSpec(cfg, rc), Role: rc, Prompts: set}, nil
 }
 
-// ReadSampleSpec reads the sampling and run fields.
-func ReadSampleSpec(cfg *pipeline.Config, role string) (SampleSpec, error) {
-	sp := SampleSpec{
-		Role: role, Phase: cfg.String(KeyPhase), Step: int64(cfg.Int(KeyStep)), N: cfg.Int(KeyN),
-		Sampling: backend.Sampling{MaxTokens: cfg.Int(KeyMaxTokens), Temperature: cfg.Float(KeyTemperature),
-			TopP: cfg.Float(KeyTopP), TopK: cfg.Int(KeyTopK), Stop: cfg.Strings(KeyStop)},
-		BaseSeed: int64(cfg.Int(KeySeed)), Checkpoint: cfg.String(KeyCheckpoint),
+// ReadSampleSpec reads the stage's n, seed, phase, step and checkpoint (the
+// loader has checked their bounds) and takes the sampling from rc.
+func ReadSampleSpec(cfg *pipeline.Config, rc roles.Config) SampleSpec {
+	sp := SampleSpec{Role: rc.Role, Sampling: rc.Sampling, Phase: schemas.PhasePolicy}
+	if cfg.Has(KeyPhase) {
+		sp.Phase, sp.Step = cfg.String(KeyPhase), int64(cfg.Int(KeyStep))
 	}
-	switch {
-	case sp.N <= 0:
-		return sp, cfg.Errorf(KeyN, "%d, want > 0", sp.N)
-	case sp.Sampling.MaxTokens <= 0:
-		return sp, cfg.Errorf(KeyMaxTokens, "%d, want > 0", sp.Sampling.MaxTokens)
-	case sp.Sampling.Temperature < 0:
-		return sp, cfg.Errorf(KeyTemperature, "%v, want >= 0", sp.Sampling.Temperature)
-	case sp.Sampling.TopP <= 0 || sp.Sampling.TopP > 1:
-		return sp, cfg.Errorf(KeyTopP, "%v, want in (0, 1]", sp.Sampling.TopP)
-	case sp.Sampling.TopK < 0:
-		return sp, cfg.Errorf(KeyTopK, "%d, want >= 0", sp.Sampling.TopK)
-	case sp.Step < 0:
-		return sp, cfg.Errorf(KeyStep, "%d, want >= 0", sp.Step)
+	sp.N, sp.BaseSeed, sp.Checkpoint = 1, int64(cfg.Int(KeySeed)), cfg.String(KeyCheckpoint)
+	if cfg.Has(KeyN) {
+		sp.N = cfg.Int(KeyN)
 	}
-	for i, s := range sp.Sampling.Stop {
-		if s == "" {
-			return sp, cfg.Errorf(KeyStop, "entry %d is empty", i)
-		}
-	}
-	return sp, nil
+	return sp
 }
 
 // Partitions are the output partitions of a stage's rows.
@@ -136,7 +109,7 @@ func (sp SampleSpec) ItemSeed(item string) int64 {
 // call, and returns N rollouts rows per item in item and sample order. A
 // row that failed on the backend is kept with FinishReason "error" and the
 // reason in Error.
-func Sample(ctx context.Context, b *Backend, batchRows int, sp SampleSpec, items []Item) ([]schemas.Rollout, error) {
+func Sample(ctx context.Context, b *roles.Backend, batchRows int, sp SampleSpec, items []Item) ([]schemas.Rollout, error) {
 	out := make([]schemas.Rollout, 0, len(items)*sp.N)
 	ckpt := sp.Checkpoint
 	if ckpt == "" {
