@@ -122,7 +122,11 @@ func runStages(t *testing.T, mem memory.Allocator, dir string, doc map[string]an
 		stages["dedup"] = map[string]any{"input": []string{filepath.Join(testutil.Root(t), "datasets/sample/tulu3_sample.parquet")}}
 	}
 	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
-	b, err := yaml.Marshal(map[string]any{"run": map[string]any{"dir": dir}, "pipeline": map[string]any{"progress": "off"}, "stages": stages, "roles": doc["roles"]})
+	file := map[string]any{"run": map[string]any{"dir": dir}, "pipeline": map[string]any{"progress": "off"}, "stages": stages}
+	if r, ok := doc["roles"]; ok {
+		file["roles"] = r
+	}
+	b, err := yaml.Marshal(file)
 	if err != nil {
 		t.Fatal(err)
 	}
