@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -63,6 +62,10 @@ type ShardInfo struct {
 	Rows   int64  `json:"rows"`
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+	// TailSHA256 is the sha256 of the file's last 64 KiB (footer and last
+	// pages): the cheap identity CheckShard compares. Empty in manifests
+	// written before it existed.
+	TailSHA256 string `json:"tail_sha256,omitempty"`
 	// Inputs is the fingerprint of the task's inputs; resume compares it.
 	Inputs string `json:"inputs,omitempty"`
 }
@@ -123,13 +126,11 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+"."+hex.EncodeToString(rnd[:])+TempSuffix)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	f, err := createTemp(dir, filepath.Base(path))
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
+	tmp := f.Name()
 	level := opts.CompressionLevel
 	if level == 0 {
 		level = compress.DefaultCompressionLevel
@@ -246,17 +247,22 @@ func (w *ShardWriter) Commit() (ShardInfo, error) {
 	if err := w.f.Sync(); err != nil {
 		return fail(err)
 	}
-	if err := w.f.Close(); err != nil {
+	tail, err := tailHash(w.f, w.sink.n)
+	if err != nil {
 		return fail(err)
 	}
+	// Rename while the temp file is still open, so its flock keeps a
+	// concurrent CleanTemp away until it has its final name.
 	if err := os.Rename(w.tmp, w.path); err != nil {
-		os.Remove(w.tmp)
+		return fail(err)
+	}
+	if err := w.f.Close(); err != nil {
 		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
 	}
 	if err := syncDir(filepath.Dir(w.path)); err != nil {
 		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
 	}
-	return ShardInfo{Path: w.path, Rows: w.rows, Bytes: w.sink.n, SHA256: hex.EncodeToString(w.sink.h.Sum(nil))}, nil
+	return ShardInfo{Path: w.path, Rows: w.rows, Bytes: w.sink.n, SHA256: hex.EncodeToString(w.sink.h.Sum(nil)), TailSHA256: tail}, nil
 }
 
 // Abort discards the shard: nothing appears at Path. It is safe to call after
@@ -267,8 +273,9 @@ func (w *ShardWriter) Abort() error {
 	}
 	w.done = true
 	w.fw.Close() // releases buffers; the data goes nowhere
+	err := os.Remove(w.tmp)
 	w.f.Close()
-	if err := os.Remove(w.tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("shard %s: abort: %w", w.path, err)
 	}
 	return nil
