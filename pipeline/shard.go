@@ -32,6 +32,11 @@ const (
 	MetaConfigHash  = "evolm.config_hash"  // Config.Hash of the writing stage's section
 	MetaCodeVersion = "evolm.code_version" // CodeVersion() of the writer
 	MetaInputs      = "evolm.inputs"       // JSON list of input fingerprints
+	// MetaPartitions is the JSON object {column: value} of the partition
+	// columns the writer took out of the file: a reader that puts them back
+	// from the path checks the path still says the same (a shard copied or
+	// moved to another step=… directory would otherwise change its rows).
+	MetaPartitions = "evolm.partitions"
 )
 
 // TempSuffix ends the name of every shard (and manifest) being written. Temp
@@ -159,6 +164,14 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 		{MetaConfigHash, opts.Provenance.ConfigHash},
 		{MetaCodeVersion, orDefault(opts.Provenance.CodeVersion, CodeVersion())},
 		{MetaInputs, string(inputs)},
+	}
+	if len(dropped) > 0 {
+		pm := map[string]string{}
+		for k, ci := range dropped {
+			pm[schema.Field(ci).Name] = values[k]
+		}
+		b, _ := json.Marshal(pm)
+		kv = append(kv, [2]string{MetaPartitions, string(b)})
 	}
 	for _, p := range kv {
 		if err := fw.AppendKeyValueMetadata(p[0], p[1]); err != nil {
@@ -436,9 +449,21 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 	if len(problems) > 0 {
 		return &SchemaError{Where: "shard " + r.path, Problems: problems, Want: want, Got: r.schema}
 	}
+	var written map[string]string
+	if len(consts) > 0 {
+		if js, ok := r.Metadata()[MetaPartitions]; ok {
+			if err := json.Unmarshal([]byte(js), &written); err != nil {
+				return fmt.Errorf("shard %s: metadata %s: %w", r.path, MetaPartitions, err)
+			}
+		}
+	}
 	for _, c := range consts {
 		if err := checkPartitionValue(c.field.Type, c.value); err != nil {
 			return fmt.Errorf("shard %s: column %q from partition %s=%s: %w", r.path, c.field.Name, c.field.Name, c.value, err)
+		}
+		if w, ok := written[c.field.Name]; ok && w != c.value {
+			return fmt.Errorf("shard %s: written as partition %s=%s, found under %s=%s: the file was copied or moved; its rows belong to %s=%s",
+				r.path, c.field.Name, w, c.field.Name, c.value, c.field.Name, w)
 		}
 	}
 	// GetRecordReader returns fields in the order of their first leaf in cols,
