@@ -63,7 +63,7 @@ TYPES = {
         "zero_std_frac": (F64, False), "reward_temporal": (F64, True), "reward_backtranslate": (F64, True),
         "reward_rubric_guided": (F64, True), "count_temporal": (I64, False), "count_backtranslate": (I64, False),
         "count_rubric_guided": (I64, False), "format_rate": (F64, True), "judge_missing_rate": (F64, False),
-        "elapsed_s": (F64, False),
+        "elapsed_s": (F64, False), "skipped_updates": (I64, False),
     },
     "dedup_report": {
         "cluster_id": (I64, False), "kept_id": (S, False), "removed_ids": (pa.list_(S), False),
