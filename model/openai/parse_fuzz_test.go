@@ -39,6 +39,7 @@ func FuzzParseResponse(f *testing.F) {
 	f.Add(200, `{"choices":[{"index":0,"text":" yes","finish_reason":"length","logprobs":{"tokens":[" yes"],"token_logprobs":[null],"top_logprobs":[{" no":-1.5}]}}]}`, uint8(3))
 	f.Add(400, `{"error":{"message":"prompt too long \u00e9\u00e9","type":"invalid_request_error","param":null,"code":null}}`, uint8(0))
 	f.Add(404, strings.Repeat("é", 150), uint8(2))
+	f.Add(422, "a"+strings.Repeat("é", 150), uint8(0)) // a 200-byte cut inside a character
 	f.Add(200, `{"choices":[{"index":0,"text":"a","finish_reason":"length"}]} trailing`, uint8(0))
 	f.Fuzz(func(t *testing.T, status int, body string, mode uint8) {
 		if status < 200 || status > 599 || retryableStatus(status) {
