@@ -314,11 +314,17 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return tooLarge
 	}
 	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil {
+	deadline := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil
+	timedOut := false
+	defer func() {
 		// Lifted once the body is read: net/http's background read, which
-		// notices a client going away, would otherwise hit it mid-generation.
-		defer rc.SetReadDeadline(time.Time{})
-	}
+		// notices a client going away, would otherwise hit it
+		// mid-generation. After a timeout it stays, so that the server does
+		// not wait for the rest of the body before closing.
+		if deadline && !timedOut {
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+	}()
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
@@ -326,6 +332,7 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		case errors.As(err, &mbe):
 			return tooLarge
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			timedOut = true
 			w.Header().Set("Connection", "close")
 			return &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error",
 				msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
