@@ -449,7 +449,8 @@ func decodeInto[T any](v *T) func([]byte) error {
 		if err := dec.Decode(&fresh); err != nil {
 			return err
 		}
-		if dec.More() {
+		// Only whitespace may follow (dec.More would let a stray '}' through).
+		if _, err := dec.Token(); err != io.EOF {
 			return errors.New("trailing data after JSON value")
 		}
 		*v = fresh

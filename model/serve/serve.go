@@ -38,6 +38,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -326,7 +327,7 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		}
 	}()
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err := dec.Decode(v); err != nil {
+	bodyErr := func(err error) error {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
@@ -339,8 +340,16 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		}
 		return badRequest("", "invalid JSON body: %v", err)
 	}
-	if dec.More() {
-		return badRequest("", "invalid JSON body: trailing data")
+	if err := dec.Decode(v); err != nil {
+		return bodyErr(err)
+	}
+	// Only whitespace may follow the value. (dec.More would let a stray
+	// '}' or ']' through: found by FuzzDecodeRequest.)
+	if _, err := dec.Token(); err != io.EOF {
+		if err != nil && bodyErr(err).(*apiError).status != http.StatusBadRequest {
+			return bodyErr(err) // too large, or too slow
+		}
+		return badRequest("", "invalid JSON body: trailing data after the JSON value")
 	}
 	return nil
 }
