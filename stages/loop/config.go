@@ -69,6 +69,14 @@ var moved = map[string]string{
 	"prompt_files":           "roles.<role>.prompt_files (each role's own prompts)",
 }
 
+// KeyMaxSkippedUpdates stops the run after this many updates in a row
+// skipped for a NaN or Inf loss or gradient norm.
+const KeyMaxSkippedUpdates = "max_skipped_updates"
+
+// maxSkippedUpdatesLimit bounds max_skipped_updates: a run that skips more
+// updates in a row than this has stopped learning.
+const maxSkippedUpdatesLimit = 1000
+
 // Config is the loop's validated configuration.
 type Config struct {
 	Input []string
@@ -87,6 +95,9 @@ type Config struct {
 	CheckpointEvery                                  int
 	Seed                                             int64
 	Trainer                                          grpo.TrainerConfig
+	// MaxSkippedUpdates is how many updates in a row may be skipped (NaN
+	// or Inf loss or gradient norm) before the run stops.
+	MaxSkippedUpdates int
 }
 
 // Phase returns the phase of step s.
@@ -142,6 +153,7 @@ func fields() []pipeline.Field {
 		bounded(f(KeyMicroBatch, pipeline.TypeInt, 8, "sequences per forward/backward pass; gradients accumulate over the step"), one, nil, false, false),
 		f(KeyMaxGradNorm, pipeline.TypeFloat, 1.0, "clip the global gradient norm to this (≤ 0: no clipping)"),
 		bounded(f(KeyWeightDecay, pipeline.TypeFloat, 0.0, "AdamW weight decay on ≥2-dim tensors"), zero, nil, false, false),
+		bounded(f(KeyMaxSkippedUpdates, pipeline.TypeInt, 3, "stop the run after this many updates in a row skipped for a NaN or Inf loss or gradient norm"), one, pipeline.Bound(maxSkippedUpdatesLimit), false, false),
 	}
 }
 
@@ -185,6 +197,7 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		},
 		ReplaySize: cfg.Int(KeyReplaySize), MinAge: int64(cfg.Int(KeyMinAge)), MaxAge: int64(cfg.Int(KeyMaxAge)), Widen: int64(cfg.Int(KeyWiden)),
 		InvalidRubric: cfg.String(KeyInvalidRubric), CheckpointEvery: cfg.Int(KeyCheckpointEvery), Seed: int64(cfg.Int(KeySeed)),
+		MaxSkippedUpdates: cfg.Int(KeyMaxSkippedUpdates),
 	}
 	var err error
 	for _, r := range []struct {

@@ -29,6 +29,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"epsilon at 1", map[string]any{KeyEpsilon: 1.0}, "stages.run.epsilon"},
 		{"top_p above 1", map[string]any{"roles.rubric_generator.top_p": 1.5}, "roles.rubric_generator.top_p"},
 		{"bad rubric reward", map[string]any{KeyRubricReward: "hinge"}, "rubric_reward"},
+		{"alpha NaN", map[string]any{KeyAlpha: "NaN"}, "stages.run.alpha"},
+		{"no skipped update allowed", map[string]any{KeyMaxSkippedUpdates: 0}, "stages.run.max_skipped_updates"},
+		{"huge skipped updates", map[string]any{KeyMaxSkippedUpdates: 100000}, "stages.run.max_skipped_updates"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
