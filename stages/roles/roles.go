@@ -233,7 +233,9 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 	engine := sec
 	if role == RubricGenerator && sec.String(KeyModel) == "" {
 		for _, k := range engineKeys {
-			if src := sec.Source(k); src != "" && src != "default" {
+			// A saved config (evolm run's config.yaml) repeats every
+			// default; only a value that differs from it would be ignored.
+			if !isDefault(RubricGenerator, k, sec.Get(k)) {
 				return Config{}, sec.Errorf(k, "set, but %s.%s is empty: the shared model runs with %s's settings; set %s there, or give the rubric generator a model of its own (two-model ablation)",
 					Section(role), KeyModel, Section(Policy), k)
 			}
@@ -262,6 +264,27 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// isDefault reports whether v is the default of role's key.
+func isDefault(role, key string, v any) bool {
+	for _, f := range fields(role) {
+		if f.Key != key {
+			continue
+		}
+		def := f.Default
+		if f.Type == pipeline.TypeDuration {
+			if s, ok := def.(string); ok {
+				d, err := time.ParseDuration(s)
+				if err != nil {
+					return false
+				}
+				def = d
+			}
+		}
+		return fmt.Sprint(def) == fmt.Sprint(v)
+	}
+	return false
 }
 
 // engineRole is the role whose section holds a role's engine keys.
