@@ -8,6 +8,7 @@ import (
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
+	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/model/optim"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/evolm/evolm/model/train"
@@ -22,6 +23,14 @@ type TrainerConfig struct {
 	// MicroBatch is the number of sequences per forward/backward pass; the
 	// step accumulates gradients over ⌈batch/MicroBatch⌉ of them.
 	MicroBatch int
+	// LoRA, with Rank > 0, trains a LoRA adapter (fp32) on the frozen
+	// policy instead of every weight; the KL reference is then the policy
+	// with its adapter off. Rank 0 is full fine-tuning.
+	LoRA lora.Config
+	// Seed draws the adapter's initial lora_A and, with LoRA dropout, the
+	// dropout masks of each optimizer step (seeded from Seed and the step,
+	// so a resumed run draws the same masks).
+	Seed int64
 }
 
 // DefaultTrainerConfig returns the paper's defaults (DESIGN §1).
@@ -34,15 +43,20 @@ func DefaultTrainerConfig() TrainerConfig {
 	}
 }
 
-// Trainer is backend.Trainer over the in-process engine: it trains Policy in
-// place with AdamW and keeps Ref, a frozen copy made at construction, for the
-// k3 KL term. One TrainStep is one optimizer step.
+// Trainer is backend.Trainer over the in-process engine. In full
+// fine-tuning it trains Policy in place with AdamW and keeps Ref, a frozen
+// copy made at construction, for the k3 KL term. With LoRA it trains
+// Adapter, attached to the frozen Policy, and the reference is Policy with
+// the adapter off. One TrainStep is one optimizer step.
 type Trainer struct {
-	Policy model.CausalLM
-	Ref    model.CausalLM // frozen; nil when Beta = 0
-	tr     *train.Trainer[[]backend.TrainSample]
-	cfg    TrainerConfig
-	save   model.SaveOptions
+	Policy  model.CausalLM
+	Ref     model.CausalLM // frozen; nil when Beta = 0 or with LoRA
+	Adapter *lora.Adapter  // the trained adapter with LoRA, else nil
+	// BaseModel is recorded as base_model_name_or_path in saved adapters.
+	BaseModel string
+	tr        *train.Trainer[[]backend.TrainSample]
+	cfg       TrainerConfig
+	save      model.SaveOptions
 }
 
 var _ backend.Trainer = (*Trainer)(nil)
@@ -53,12 +67,20 @@ var _ backend.Trainer = (*Trainer)(nil)
 // resume, where the caller loads the initial weights. The trainer owns ref.
 // save says how Save writes checkpoints (dtype, tokenizer files). Close frees
 // the optimizer and the reference.
+//
+// With cfg.LoRA.Rank > 0, NewTrainer attaches a fresh adapter to policy
+// (seeded by cfg.Seed) and trains only that; ref must be nil, since the
+// reference is policy with the adapter off. Close then also detaches and
+// frees the adapter. To resume, LoadAdapter the checkpoint's adapter.
 func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOptions) (*Trainer, error) {
 	if cfg.MicroBatch <= 0 {
 		return nil, fmt.Errorf("grpo trainer: micro_batch = %d, want > 0", cfg.MicroBatch)
 	}
 	if cfg.Loss.Norm == NormDrGRPO && cfg.Loss.MaxCompletionLen <= 0 {
 		return nil, fmt.Errorf("grpo trainer: dr_grpo needs max completion length > 0")
+	}
+	if cfg.LoRA.Rank > 0 {
+		return newLoRATrainer(policy, ref, cfg, save)
 	}
 	t := &Trainer{Policy: policy, Ref: ref, cfg: cfg, save: save}
 	if cfg.Loss.Beta != 0 && ref == nil {
@@ -82,16 +104,40 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 	return t, nil
 }
 
+func newLoRATrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOptions) (*Trainer, error) {
+	if ref != nil {
+		return nil, fmt.Errorf("grpo trainer: with LoRA the reference is the policy with its adapter off; pass no reference model")
+	}
+	ad, err := lora.New(policy, cfg.LoRA, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("grpo trainer: %w", err)
+	}
+	t := &Trainer{Policy: policy, Adapter: ad, cfg: cfg, save: save}
+	adam := optim.DefaultAdamW(cfg.LR)
+	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, Params: ad.Parameters()})
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("grpo trainer: %w", err)
+	}
+	t.tr = tr
+	return t, nil
+}
+
 // Optimizer exposes the AdamW state for checkpointing.
 func (t *Trainer) Optimizer() *optim.AdamW { return t.tr.Opt }
 
-// Close frees the optimizer state and the reference model (not the policy).
+// Close frees the optimizer state, the reference model and the adapter
+// (not the policy).
 func (t *Trainer) Close() {
 	if t.tr != nil {
 		t.tr.Close()
 	}
 	if t.Ref != nil {
 		t.Ref.Close()
+	}
+	if t.Adapter != nil {
+		t.Adapter.Close()
+		t.Adapter = nil
 	}
 }
 
@@ -116,6 +162,13 @@ func (t *Trainer) TrainStep(ctx context.Context, batch []backend.TrainSample) (b
 	var mbs [][]backend.TrainSample
 	for i := 0; i < len(rows); i += t.cfg.MicroBatch {
 		mbs = append(mbs, rows[i:min(i+t.cfg.MicroBatch, len(rows))])
+	}
+	if t.Adapter != nil {
+		prev := t.Adapter.SetTraining(true) // dropout in the policy's forward passes only
+		defer t.Adapter.SetTraining(prev)
+		if t.cfg.LoRA.Dropout > 0 {
+			torch.ManualSeed(stepSeed(t.cfg.Seed, t.tr.Opt.StepCount()))
+		}
 	}
 	m, err := t.tr.Step(ctx, mbs, t.microLoss)
 	if err != nil {
@@ -145,7 +198,16 @@ func (t *Trainer) fillRef(ctx context.Context, rows []backend.TrainSample) error
 	if len(need) == 0 {
 		return nil
 	}
-	lps, _, err := generate.LogProbs(ctx, t.Ref, conts, t.cfg.MicroBatch, false)
+	var lps [][]float32
+	var err error
+	if t.Adapter != nil {
+		err = t.Adapter.Disabled(func() error {
+			lps, _, err = generate.LogProbs(ctx, t.Policy, conts, t.cfg.MicroBatch, false)
+			return err
+		})
+	} else {
+		lps, _, err = generate.LogProbs(ctx, t.Ref, conts, t.cfg.MicroBatch, false)
+	}
 	if err != nil {
 		return fmt.Errorf("grpo step: reference log-probs: %w", err)
 	}
@@ -228,15 +290,44 @@ func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample) (train.Los
 	}, nil
 }
 
-// Save writes the policy as an HF checkpoint to dir and returns dir.
+// Save writes the policy as an HF checkpoint to dir and returns dir; with
+// LoRA it writes the adapter in PEFT's format instead (adapter_config.json,
+// adapter_model.safetensors), which PEFT and vLLM load on the base model.
 func (t *Trainer) Save(ctx context.Context, dir string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
+	}
+	if t.Adapter != nil {
+		if err := t.Adapter.Save(dir, t.BaseModel); err != nil {
+			return "", fmt.Errorf("grpo: %w", err)
+		}
+		return dir, nil
 	}
 	if err := model.Save(t.Policy, dir, t.save); err != nil {
 		return "", fmt.Errorf("grpo: %w", err)
 	}
 	return dir, nil
+}
+
+// LoadAdapter loads the adapter weights that Save wrote to dir into the
+// trained adapter, in place (resume; the optimizer state loads separately).
+func (t *Trainer) LoadAdapter(dir string) error {
+	if t.Adapter == nil {
+		return fmt.Errorf("grpo: load adapter %s: the trainer does full fine-tuning", dir)
+	}
+	if err := t.Adapter.LoadWeights(dir); err != nil {
+		return fmt.Errorf("grpo: %w", err)
+	}
+	return nil
+}
+
+// stepSeed is the libtorch seed of optimizer step n's dropout masks
+// (splitmix64 of the base seed and the step).
+func stepSeed(seed, n int64) int64 {
+	z := uint64(seed) + 0x9e3779b97f4a7c15*uint64(n+1)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return int64((z ^ (z >> 31)) >> 1)
 }
 
 func toF64(xs []float32) []float64 {
