@@ -7,13 +7,53 @@ import (
 
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama" // registers Llama, Qwen2, Qwen3
+	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/model/torch"
 )
 
 // newModelCmd is `evolm model`: checkpoint utilities of the engine.
 func newModelCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "model", Short: "Model checkpoint utilities (random checkpoints for tests and the demo)"}
-	cmd.AddCommand(newModelInitCmd())
+	cmd := &cobra.Command{Use: "model", Short: "Model checkpoint utilities (random checkpoints, LoRA merge)"}
+	cmd.AddCommand(newModelInitCmd(), newModelMergeCmd())
+	return cmd
+}
+
+func newModelMergeCmd() *cobra.Command {
+	var base, adapter, out, dtype string
+	cmd := &cobra.Command{
+		Use:   "merge --base DIR --adapter DIR --out DIR",
+		Short: "Merge a LoRA adapter into its base model and write an HF checkpoint",
+		Long: `Loads the base HF checkpoint, attaches the PEFT-format LoRA adapter
+(adapter_config.json, adapter_model.safetensors: what evolm's LoRA training
+checkpoints and PEFT's save_pretrained write), folds it into the weights as
+PEFT's merge_and_unload does (W += alpha/r · B@A, in float32) and writes the
+merged model to --out with the base's tokenizer and generation config.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var o lora.MergeOptions
+			if dtype != "" {
+				dt, err := torch.ParseDType(dtype)
+				if err != nil {
+					return err
+				}
+				o.DType = dt
+			}
+			cfg, err := lora.MergeDir(base, adapter, out, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s merged with %s, %d parameters\n", out, cfg.Architectures[0], adapter, cfg.NumParams())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&base, "base", "", "base model checkpoint directory")
+	f.StringVar(&adapter, "adapter", "", "LoRA adapter directory (PEFT format)")
+	f.StringVar(&out, "out", "", "output checkpoint directory")
+	f.StringVar(&dtype, "dtype", "", "saved dtype: float32, bfloat16 or float16 (default: the base's)")
+	for _, n := range []string{"base", "adapter", "out"} {
+		_ = cmd.MarkFlagRequired(n)
+	}
 	return cmd
 }
 
