@@ -146,7 +146,8 @@ def check_pyarrow(run, expected):
                     check(name in schema.names, f"{rel}: no column {name}")
             md = schema.metadata or {}
             check(md.get(b"evolm.table") == table.encode(), f"{rel}: schema metadata evolm.table = {md.get(b'evolm.table')}")
-            check(md.get(b"evolm.schema_version") == b"1", f"{rel}: schema version {md.get(b'evolm.schema_version')}")
+            check(md.get(b"evolm.schema_version") == spec["version"].encode(),
+                  f"{rel}: schema version {md.get(b'evolm.schema_version')}, evolm declares {spec['version']}")
             meta = pf.metadata
             kv = meta.metadata
             check(kv.get(b"evolm.stage") == b"interop", f"{rel}: footer evolm.stage = {kv.get(b'evolm.stage')}")
