@@ -24,7 +24,6 @@ import (
 // interopTable is what interop_read.py expects of one table.
 type interopTable struct {
 	Columns    [][3]any                     `json:"columns"`              // (name, pyarrow type string, nullable) in order
-	Version    string                       `json:"version"`              // the schema version evolm declares
 	Files      map[string][]json.RawMessage `json:"files"`                // run-relative path → rows
 	Partitions map[string]map[string]int    `json:"partitions,omitempty"` // "phase/step" → rows, logprobs
 	Roles      [][]any                      `json:"roles,omitempty"`
@@ -87,8 +86,7 @@ func TestInteropPeersReadRun(t *testing.T) {
 	add := func(table string, schema *arrow.Schema, rel string, build func() arrow.RecordBatch) {
 		tt := expected[table]
 		if tt == nil {
-			v, _ := schema.Metadata().GetValue(schemas.MetaVersion)
-			tt = &interopTable{Files: map[string][]json.RawMessage{}, Version: v}
+			tt = &interopTable{Files: map[string][]json.RawMessage{}}
 			for _, f := range schema.Fields() {
 				tt.Columns = append(tt.Columns, [3]any{f.Name, pyType(t, f.Type), f.Nullable})
 			}

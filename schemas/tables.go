@@ -281,7 +281,11 @@ type StepMetrics struct {
 	FormatRate          *float64
 	JudgeMissingRate    float64 // share of judgments with no parseable score
 	ElapsedS            float64 // wall time of the step
-	// Active sampling (version 2): prompts sampled beyond prompts_per_step to
+	// SkippedUpdates is how many updates in a row were skipped for a NaN or
+	// Inf loss or gradient norm, this step's included; 0 when its update
+	// was applied (or it had none to apply).
+	SkippedUpdates int64
+	// Active sampling (version 3): prompts sampled beyond prompts_per_step to
 	// replace groups whose rewards all tie, the refill rounds that took, and
 	// the groups with a reward signal the update trained on.
 	RefillPrompts int64
@@ -289,9 +293,10 @@ type StepMetrics struct {
 	GroupsTrained int64
 }
 
-// Steps is the steps table. Version 2 added refill_prompts, refill_rounds and
-// groups_trained; version-1 shards read them as 0.
-var Steps = newTable("steps", 2,
+// Steps is the steps table. Version 2 added skipped_updates; version 3 added
+// refill_prompts, refill_rounds and groups_trained, which version-2 shards
+// read as 0.
+var Steps = newTable("steps", 3,
 	numCol("step", func(r *StepMetrics) *int64 { return &r.Step }),
 	strCol("phase", func(r *StepMetrics) *string { return &r.Phase }),
 	numCol("loss", func(r *StepMetrics) *float64 { return &r.Loss }),
@@ -313,9 +318,10 @@ var Steps = newTable("steps", 2,
 	optF64Col("format_rate", func(r *StepMetrics) **float64 { return &r.FormatRate }),
 	numCol("judge_missing_rate", func(r *StepMetrics) *float64 { return &r.JudgeMissingRate }),
 	numCol("elapsed_s", func(r *StepMetrics) *float64 { return &r.ElapsedS }),
-	addedNumCol(2, "refill_prompts", func(r *StepMetrics) *int64 { return &r.RefillPrompts }),
-	addedNumCol(2, "refill_rounds", func(r *StepMetrics) *int64 { return &r.RefillRounds }),
-	addedNumCol(2, "groups_trained", func(r *StepMetrics) *int64 { return &r.GroupsTrained }),
+	numCol("skipped_updates", func(r *StepMetrics) *int64 { return &r.SkippedUpdates }),
+	addedNumCol(3, "refill_prompts", func(r *StepMetrics) *int64 { return &r.RefillPrompts }),
+	addedNumCol(3, "refill_rounds", func(r *StepMetrics) *int64 { return &r.RefillRounds }),
+	addedNumCol(3, "groups_trained", func(r *StepMetrics) *int64 { return &r.GroupsTrained }),
 )
 
 // DedupCluster is a row of the dedup_report table: one cluster of duplicate

@@ -44,7 +44,7 @@ func olderVersion(t *testing.T, rec arrow.RecordBatch, v string, drop ...string)
 	return array.NewRecordBatch(arrow.NewSchema(fields, &nmd), cols, rec.NumRows())
 }
 
-// TestOlderVersionsRead: version-1 pairs and steps shards (before the
+// TestOlderVersionsRead: version-1 pairs and version-2 steps shards (before the
 // temporal fallback and active-sampling columns) read with the current
 // tables, the new fields zero; read directly, a batch that claims the current
 // version but lacks a column is an error naming it.
@@ -57,7 +57,7 @@ func TestOlderVersionsRead(t *testing.T) {
 	steps := schematest.Steps(6)
 	rec := schemas.Steps.Build(mem, steps)
 	defer rec.Release()
-	v1 := olderVersion(t, rec, "1", "refill_prompts", "refill_rounds", "groups_trained")
+	v1 := olderVersion(t, rec, "2", "refill_prompts", "refill_rounds", "groups_trained")
 	defer v1.Release()
 	path := filepath.Join(dir, "steps.parquet")
 	w, err := pipeline.CreateShard(path, v1.Schema(), pipeline.WriteOptions{Mem: mem})
@@ -86,7 +86,7 @@ func TestOlderVersionsRead(t *testing.T) {
 		want[i].RefillPrompts, want[i].RefillRounds, want[i].GroupsTrained = 0, 0, 0
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
-		t.Errorf("version-1 steps shard (-want +got):\n%s", diff)
+		t.Errorf("version-2 steps shard (-want +got):\n%s", diff)
 	}
 
 	pairs := schematest.Pairs(6)
