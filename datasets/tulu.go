@@ -119,24 +119,26 @@ type fileReader interface {
 //     Hub (`huggingface-cli download --local-dir DIR`, which stores Tulu 3 as
 //     DIR/data/train-0000N-of-00004.parquet) is given as DIR. Hidden files and
 //     directories (.cache of the Hub client, .git) are skipped;
-//   - a path that does not exist but holds a glob pattern (*, ?, [) stands
-//     for its matches, sorted.
+//   - a path that names no file and holds glob metacharacters
+//     ('data/*.parquet', as a shell would have expanded it) stands for its
+//     matches in sorted order; a pattern that matches nothing is an error
+//     naming it.
 func ResolveInputs(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		st, err := os.Stat(p)
-		if errors.Is(err, os.ErrNotExist) && strings.ContainsAny(p, "*?[") {
+		if err != nil && isGlob(p) {
 			matches, gerr := filepath.Glob(p)
 			if gerr != nil {
-				return nil, fmt.Errorf("input %s: %w", p, gerr)
+				return nil, fmt.Errorf("input %q: bad glob pattern: %w", p, gerr)
 			}
 			if len(matches) == 0 {
-				return nil, fmt.Errorf("input %s: no file matches the pattern: %w", p, ErrEmptyInput)
+				return nil, fmt.Errorf("input %q: the glob pattern matches no file: %w", p, ErrEmptyInput)
 			}
-			slices.Sort(matches)
+			// Matches in sorted order, each resolved as if given by name.
 			sub, err := ResolveInputs(matches)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("input %q: %w", p, err)
 			}
 			out = append(out, sub...)
 			continue
@@ -178,6 +180,10 @@ func ResolveInputs(paths []string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// isGlob reports whether p has glob metacharacters (a file of that exact
+// name wins over the pattern).
+func isGlob(p string) bool { return strings.ContainsAny(p, "*?[") }
 
 func formatOf(name string) string {
 	switch strings.ToLower(filepath.Ext(name)) {

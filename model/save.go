@@ -34,7 +34,9 @@ type SaveOptions struct {
 // Save writes m to dir in HF format: config.json (torch_dtype set to the
 // saved dtype), model.safetensors or shards with model.safetensors.index.json,
 // generation_config.json and the tokenizer files. Parameters are converted
-// and written one at a time. A tied lm_head is not written, as in HF.
+// and written one at a time. A tied lm_head is not written, as in HF. A
+// model with NaN or Inf parameters is refused before anything is written
+// (CheckFinite).
 func Save(m CausalLM, dir string, opts SaveOptions) error {
 	dt := opts.DType
 	if dt == 0 {
@@ -47,6 +49,9 @@ func Save(m CausalLM, dir string, opts SaveOptions) error {
 	maxShard := opts.MaxShardBytes
 	if maxShard == 0 {
 		maxShard = DefaultMaxShardBytes
+	}
+	if err := CheckFinite(m); err != nil {
+		return fmt.Errorf("save %s: refusing to write a model with %w", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save %s: %w", dir, err)
