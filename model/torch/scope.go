@@ -154,6 +154,9 @@ func (s *Scope) Close() {
 		drop(s.tensors[i])
 	}
 	s.tensors = nil
+	if s.parent == nil {
+		dropStages(s)
+	}
 	runtime.UnlockOSThread()
 }
 
