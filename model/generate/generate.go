@@ -27,6 +27,9 @@
 //     (before temperature and filters), as vLLM and TRL report by default.
 //   - Memory. Everything a call allocates is freed before it returns; caches
 //     are sized to the chunk's longest prompt plus its largest MaxNewTokens.
+//     Prefill projects only each prompt's last position to the vocabulary,
+//     and runs long prompts in query chunks through the cache (Prefill), so
+//     its transient memory is bounded whatever the prompt length.
 package generate
 
 import (
@@ -202,16 +205,16 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 	defer func() { cache.Close() }()
 
 	// Prefill every prompt once; logits only at the last position.
-	h, err := g.m.Hidden(s, model.Batch{
+	h, err := Prefill(s, g.m, model.Batch{
 		IDs:       s.To(s.FromInt64(ids, P, int64(Tp)), dev, torch.Int64),
 		Positions: s.To(s.FromInt64(pos, P, int64(Tp)), dev, torch.Int64),
 		Mask:      s.To(s.FromInt64(mask, P, int64(Tp)), dev, torch.Int64),
 		Cache:     cache,
-	})
+	}) // (P, 1, C)
 	if err != nil {
 		return nil, fmt.Errorf("prefill: %w", err)
 	}
-	logits, err := g.m.Logits(s, s.Narrow(h, 1, int64(Tp)-1, 1)) // (P, 1, V)
+	logits, err := g.m.Logits(s, h) // (P, 1, V)
 	if err != nil {
 		return nil, fmt.Errorf("prefill: %w", err)
 	}
