@@ -17,7 +17,9 @@
 // sum of per-sequence means divided by the number of sequences).
 //
 // Each micro-batch runs in its own scope with grad on and the OS thread
-// locked; its activations are freed right after its backward pass.
+// locked; torch.Backward also runs the deferred recomputation of chunked
+// log-probs and activation checkpointing (torch.Scope.DeferBackward), and
+// the micro-batch's activations are freed right after.
 //
 // The frozen reference model of GRPO is model.FrozenCopy.
 package train
@@ -55,6 +57,9 @@ type Config struct {
 	AdamW       optim.AdamWConfig // lr, betas, eps
 	WeightDecay float64           // applied to parameters with ≥ 2 dims only
 	MaxGradNorm float64           // clip the global norm to this; ≤ 0: no clipping
+	// GradCheckpointing recomputes each decoder layer in backward instead of
+	// keeping its activations; the model must be a model.GradCheckpointer.
+	GradCheckpointing bool
 }
 
 // Metrics reports one step.
@@ -79,6 +84,13 @@ type Trainer[M any] struct {
 // New turns on requires_grad for every parameter of m and builds AdamW over
 // them (optim.DefaultGroups). Close frees the optimizer state (not m).
 func New[M any](m model.CausalLM, cfg Config) (*Trainer[M], error) {
+	if cfg.GradCheckpointing {
+		gc, ok := m.(model.GradCheckpointer)
+		if !ok {
+			return nil, fmt.Errorf("train: grad checkpointing: %T cannot recompute its layers", m)
+		}
+		gc.SetGradCheckpointing(true)
+	}
 	if err := model.SetRequiresGrad(m, true); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}

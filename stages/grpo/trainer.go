@@ -22,6 +22,9 @@ type TrainerConfig struct {
 	// MicroBatch is the number of sequences per forward/backward pass; the
 	// step accumulates gradients over ⌈batch/MicroBatch⌉ of them.
 	MicroBatch int
+	// GradCheckpointing recomputes each decoder layer in backward instead of
+	// keeping its activations (stages.run.grad_checkpointing).
+	GradCheckpointing bool
 }
 
 // DefaultTrainerConfig returns the paper's defaults (DESIGN §1).
@@ -73,7 +76,7 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 		}
 	}
 	adam := optim.DefaultAdamW(cfg.LR)
-	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm})
+	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, GradCheckpointing: cfg.GradCheckpointing})
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("grpo trainer: %w", err)
