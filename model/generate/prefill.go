@@ -11,13 +11,17 @@ import (
 // elements, 16 MiB in float32) one prefill chunk materializes.
 const PrefillScoreElems = 1 << 22
 
-// minPrefillChunk keeps chunks long enough to use the hardware well.
-const minPrefillChunk = 64
+// minPrefillChunk keeps chunks long enough to use the hardware well; tests
+// lower it with prefillElems to force many chunks.
+var (
+	minPrefillChunk int64 = 64
+	prefillElems    int64 = PrefillScoreElems
+)
 
 // PrefillChunk is the number of query positions Prefill runs at once for B
 // rows of T tokens on a model with the given attention heads.
 func PrefillChunk(B, T, heads int64) int64 {
-	return max(1, min(T, max(minPrefillChunk, PrefillScoreElems/max(1, B*heads*T))))
+	return max(1, min(T, max(minPrefillChunk, prefillElems/max(1, B*heads*T))))
 }
 
 // Prefill runs b (IDs, Positions and Mask over the new tokens (B, T); Mask
