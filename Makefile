@@ -26,7 +26,7 @@ export EVOLM_PYTHON := $(PY)
 export EVOLM_ROOT := $(CURDIR)
 GO_TEST_FLAGS ?= -count=1 -p 2 -timeout 60m
 
-.PHONY: build deps venv torch npm test test-go test-e2e demo bench clean
+.PHONY: build deps venv torch npm test test-go test-e2e demo bench fuzz clean
 
 $(VENV)/.ok: scripts/requirements.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "evolm needs Python 3.11 (torch 2.1.0 wheels): set PYTHON=/path/to/python3.11"'
@@ -79,6 +79,21 @@ demo: build npm
 	@echo "  analysis tables:                        $(DEMO_RUN)/export_{responses,pairs,steps}/, $(DEMO_RUN)/rubric_stats/"
 	@echo "  query it: .venv/bin/python scripts/demo_summary.py $(DEMO_RUN)"
 	@echo "  plots:    EVOLM_RUN_DIR=$(abspath $(DEMO_RUN)) .venv/bin/jupyter nbconvert --to notebook --execute notebooks/training.ipynb --output-dir $(abspath $(DEMO_RUN))/notebooks"
+
+# Go native fuzz targets (package:Fuzz function). `make test` runs their seed
+# corpora (testdata/fuzz included); `make fuzz` fuzzes each for FUZZTIME, one
+# after another, FUZZPARALLEL workers each (default: GOMAXPROCS).
+FUZZTIME     ?= 1m
+FUZZPARALLEL ?=
+FUZZ_TARGETS ?= schemas:FuzzValidateRubric model/tokenizer:FuzzEncodeDecode model/tokenizer:FuzzDecodeEncode \
+	model/chat:FuzzRender model/safetensors:FuzzParseHeader pipeline:FuzzLoadConfig \
+	model/openai:FuzzParseResponse model/serve:FuzzDecodeRequest
+fuzz: deps
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn ($$pkg) for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $(if $(FUZZPARALLEL),-parallel $(FUZZPARALLEL)) ./$$pkg || exit 1; \
+	done
 
 bench: deps build
 	go test -run '^$$' -bench . -benchmem ./...

@@ -2,6 +2,7 @@ package datasets
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -122,11 +123,29 @@ func LoadRewardBench2(mem memory.Allocator, paths []string) ([]RewardBench2Item,
 
 // ParseTiesID splits a Ties-subset id "ref:<n>" or "tied:<n>" into its kind
 // ("ref": the reference prompt with one correct answer; "tied": the prompt
-// with several) and prompt number, as the official scorer does.
-func ParseTiesID(id string) (kind string, prompt string, err error) {
-	kind, prompt, ok := strings.Cut(id, ":")
-	if !ok || (kind != "ref" && kind != "tied") || prompt == "" || strings.Contains(prompt, ":") {
-		return "", "", fmt.Errorf("Ties id %q: want \"ref:<n>\" or \"tied:<n>\"", id)
+// with several) and prompt number. The number is read as Python's int() reads
+// it, as the official scorer does, so "ref:07" and "tied:7" are one prompt:
+// surrounding spaces, a sign and single underscores between digits are
+// accepted.
+func ParseTiesID(id string) (kind string, prompt int64, err error) {
+	kind, num, ok := strings.Cut(id, ":")
+	if !ok || (kind != "ref" && kind != "tied") {
+		return "", 0, fmt.Errorf("Ties id %q: want \"ref:<n>\" or \"tied:<n>\"", id)
 	}
-	return kind, prompt, nil
+	n, ok := pythonInt(num)
+	if !ok {
+		return "", 0, fmt.Errorf("Ties id %q: prompt number %q is not an integer", id, num)
+	}
+	return kind, n, nil
+}
+
+// pythonInt parses s as Python's int(s) does for base-10 text.
+func pythonInt(s string) (int64, bool) {
+	s = strings.TrimSpace(s)
+	body := strings.TrimLeft(s, "+-")
+	if len(s)-len(body) > 1 || body == "" || body[0] == '_' || body[len(body)-1] == '_' || strings.Contains(body, "__") {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:len(s)-len(body)]+strings.ReplaceAll(body, "_", ""), 10, 64)
+	return n, err == nil
 }

@@ -111,11 +111,30 @@ type fileReader interface {
 
 // ResolveInputs expands paths into the list of data files they name: a file
 // stands for itself; a directory stands for its *.parquet, *.jsonl and
-// *.json files (not recursive, sorted by name). Hidden files are skipped.
+// *.json files (not recursive, sorted by name). Hidden files are skipped. A
+// path that names no file and holds glob metacharacters ('data/*.parquet',
+// as a shell would have expanded it) stands for its matches in sorted
+// order; a pattern that matches nothing is an error naming it.
 func ResolveInputs(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		st, err := os.Stat(p)
+		if err != nil && isGlob(p) {
+			matches, gerr := filepath.Glob(p)
+			if gerr != nil {
+				return nil, fmt.Errorf("input %q: bad glob pattern: %w", p, gerr)
+			}
+			if len(matches) == 0 {
+				return nil, fmt.Errorf("input %q: the glob pattern matches no file: %w", p, ErrEmptyInput)
+			}
+			// Matches in sorted order, each resolved as if given by name.
+			sub, err := ResolveInputs(matches)
+			if err != nil {
+				return nil, fmt.Errorf("input %q: %w", p, err)
+			}
+			out = append(out, sub...)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("input %s: %w", p, err)
 		}
@@ -149,6 +168,10 @@ func ResolveInputs(paths []string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// isGlob reports whether p has glob metacharacters (a file of that exact
+// name wins over the pattern).
+func isGlob(p string) bool { return strings.ContainsAny(p, "*?[") }
 
 func formatOf(name string) string {
 	switch strings.ToLower(filepath.Ext(name)) {

@@ -34,7 +34,7 @@ type Config struct {
 	MLPBias               bool     `json:"mlp_bias,omitempty"`             // bias on MLP projections (Llama); must be false
 	TieWordEmbeddings     bool     `json:"tie_word_embeddings"`            // lm_head shares embed_tokens' weight
 	UseCache              bool     `json:"use_cache"`                      // HF generate flag, kept for round-trip
-	UseSlidingWindow      bool     `json:"use_sliding_window,omitempty"`   // Qwen2/3 sliding-window attention; must be false
+	UseSlidingWindow      *bool    `json:"use_sliding_window,omitempty"`   // Qwen2/3 sliding-window attention; must be false or absent
 	TorchDType            string   `json:"torch_dtype,omitempty"`          // dtype the weights were saved in ("bfloat16" …)
 	BOSTokenID            *int     `json:"bos_token_id,omitempty"`         // beginning-of-sequence id
 	EOSTokenID            TokenIDs `json:"eos_token_id,omitempty"`         // end-of-sequence id(s): an int or a list
@@ -193,7 +193,7 @@ func NewConfig(cfg *Config) error {
 	if cfg.MLPBias {
 		return fmt.Errorf("mlp_bias: not supported")
 	}
-	if cfg.UseSlidingWindow {
+	if cfg.UseSlidingWindow != nil && *cfg.UseSlidingWindow {
 		return fmt.Errorf("use_sliding_window: not supported")
 	}
 	if cfg.InitializerRange == 0 {

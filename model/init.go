@@ -72,6 +72,19 @@ func PresetConfig(archName, preset string, vocab int) (*Config, error) {
 	cfg.BOSTokenID = gen.BOSTokenID
 	cfg.EOSTokenID = TokenIDs{151645}
 	cfg.PadTokenID = nil
+	if arch.ModelType == "qwen2" || arch.ModelType == "qwen3" {
+		// transformers 4.51's Qwen2/Qwen3 causal mask applies config.sliding_window
+		// (default 4096) whatever use_sliding_window says, so a checkpoint
+		// without these keys gets a 4,096-token window there and its logits
+		// differ from ours past that position. The engine attends to the full
+		// context, and so must the config.
+		off := false
+		cfg.UseSlidingWindow = &off
+		if cfg.Extra == nil {
+			cfg.Extra = map[string]json.RawMessage{}
+		}
+		cfg.Extra["sliding_window"] = json.RawMessage("null")
+	}
 	if err := NewConfig(cfg); err != nil {
 		return nil, err
 	}

@@ -131,6 +131,8 @@ func label(what, name string) string {
 // LoadWeights copies every parameter of m from src, converting dtype and
 // device. It checks all names and shapes first and returns one error listing
 // every missing, unexpected and mis-shaped tensor; m is untouched then.
+// Weights holding NaN or Inf are an error naming each such tensor
+// (CheckFinite).
 func LoadWeights(m CausalLM, src TensorSource) error {
 	params := m.Parameters()
 	want := map[string]bool{}
@@ -181,7 +183,8 @@ func LoadWeights(m CausalLM, src TensorSource) error {
 				return fmt.Errorf("%s: %w", p.Name, err)
 			}
 		}
-		return nil
+		// NaN or Inf weights would be trained on and saved again: refuse them.
+		return CheckFinite(m)
 	})
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/evolm/evolm/internal/testutil"
+
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/safetensors"
@@ -275,5 +277,53 @@ func TestNumParams(t *testing.T) {
 	}
 	if n != cfg.NumParams() {
 		t.Errorf("parameters hold %d values, NumParams says %d", n, cfg.NumParams())
+	}
+}
+
+// TestInitFullAttention checks that a Qwen checkpoint made by Init attends to
+// the whole context in transformers too: 4.51's Qwen2/Qwen3 mask applies
+// config.sliding_window whenever it is set, whatever use_sliding_window says.
+func TestInitFullAttention(t *testing.T) {
+	for _, arch := range []string{"qwen3", "qwen2"} {
+		t.Run(arch, func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := model.Init(model.InitOptions{Arch: arch, Preset: "tiny", OutDir: dir}); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{`"sliding_window": null`, `"use_sliding_window": false`} {
+				if !strings.Contains(string(b), key) {
+					t.Errorf("config.json lacks %s:\n%s", key, b)
+				}
+			}
+			// Read and written back by the engine, the keys survive.
+			cfg, err := model.ReadConfig(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := cfg.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{`"sliding_window": null`, `"use_sliding_window": false`} {
+				if !strings.Contains(string(again), key) {
+					t.Errorf("re-saved config.json lacks %s", key)
+				}
+			}
+			script := `import sys, transformers
+c = transformers.AutoConfig.from_pretrained(sys.argv[1])
+print(transformers.__version__, c.model_type, c.sliding_window, c.use_sliding_window)`
+			py := filepath.Join(t.TempDir(), "read_config.py")
+			if err := os.WriteFile(py, []byte(script), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got := strings.TrimSpace(string(testutil.RunPython(t, py, dir)))
+			if want := "4.51.3 " + arch + " None False"; got != want {
+				t.Errorf("transformers reads %q, want %q", got, want)
+			}
+		})
 	}
 }

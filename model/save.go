@@ -34,7 +34,9 @@ type SaveOptions struct {
 // Save writes m to dir in HF format: config.json (torch_dtype set to the
 // saved dtype), model.safetensors or shards with model.safetensors.index.json,
 // generation_config.json and the tokenizer files. Parameters are converted
-// and written one at a time. A tied lm_head is not written, as in HF.
+// and written one at a time. A tied lm_head is not written, as in HF. A
+// model with NaN or Inf parameters is refused before anything is written
+// (CheckFinite).
 func Save(m CausalLM, dir string, opts SaveOptions) error {
 	return save(m, dir, opts, nil)
 }
@@ -54,6 +56,9 @@ func save(m CausalLM, dir string, opts SaveOptions, draw func(s *torch.Scope, na
 	maxShard := opts.MaxShardBytes
 	if maxShard == 0 {
 		maxShard = DefaultMaxShardBytes
+	}
+	if err := CheckFinite(m); err != nil {
+		return fmt.Errorf("save %s: refusing to write a model with %w", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save %s: %w", dir, err)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -87,6 +88,35 @@ func typeOf(v any) FieldType {
 	return TypeString
 }
 
+// unknownSections returns the paths of the nested maps in tree (a config
+// file) that are no section of a known key: `stagez: {}` or `stages:
+// {dedupp: {}}` vanish in flatten but are typos all the same.
+func unknownSections(prefix string, tree map[string]any, known map[string]keyInfo) []string {
+	var out []string
+	for k, v := range tree {
+		sub, ok := v.(map[string]any)
+		if !ok {
+			continue
+		}
+		path := strings.ToLower(prefix + k)
+		isSection := false
+		for kk := range known {
+			if strings.HasPrefix(kk, path+".") {
+				isSection = true
+				break
+			}
+		}
+		if !isSection {
+			if _, leaf := known[path]; !leaf {
+				out = append(out, path)
+			}
+			continue
+		}
+		out = append(out, unknownSections(path+".", sub, known)...)
+	}
+	return out
+}
+
 // flatten turns nested maps into dotted keys; empty maps vanish.
 func flatten(prefix string, m map[string]any) map[string]any {
 	out := map[string]any{}
@@ -143,6 +173,17 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 				unknown = append(unknown, k)
 			}
 		}
+		// Sections with no key under them (`stagez:`, `stagez: {}`) vanish
+		// in flatten; they are typos all the same.
+	sections:
+		for _, sec := range unknownSections("", tree, known) {
+			for _, k := range unknown {
+				if strings.HasPrefix(k, sec+".") {
+					continue sections
+				}
+			}
+			unknown = append(unknown, sec)
+		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
 			return nil, fmt.Errorf("config %s: unknown key %s%s", opts.File, strings.Join(unknown, ", "), suggest(unknown[0], known))
@@ -181,6 +222,10 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 			continue
 		}
 		val := any(env[name])
+		if t := known[k].typ; env[name] == "" && t != TypeString && t != TypeStrings {
+			// An empty value would otherwise coerce to 0 or false.
+			return nil, fmt.Errorf("env %s: empty value for config key %s (%s): set a value or unset the variable", name, k, t)
+		}
 		if known[k].typ == TypeStrings {
 			val = splitList(env[name])
 		}
@@ -350,7 +395,14 @@ func coerce(t FieldType, raw any) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("want float, got %q", fmt.Sprint(raw))
 		}
-		return f, nil
+		// NaN passes every range check (all comparisons are false) and
+		// cannot be hashed; Inf is no setting either.
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("want a finite float, got %v", f)
+		}
+		// -0 prints as "-0", which YAML reads back as the integer 0: one
+		// zero keeps a printed config's hash (found by FuzzLoadConfig).
+		return f + 0, nil
 	case TypeBool:
 		b, err := cast.ToBoolE(raw)
 		if err != nil {
@@ -527,7 +579,31 @@ func (c *Config) HashExcept(keys ...string) string {
 	for _, k := range keys {
 		delete(m, k)
 	}
-	b, _ := json.Marshal(m) // map keys are sorted by encoding/json
+	// LoadConfig and StageConfig refuse non-finite floats; should one get
+	// here anyway it is hashed as its name, never as the empty input that a
+	// failed Marshal would leave.
+	b, err := json.Marshal(hashable(m)) // map keys are sorted by encoding/json
+	if err != nil {
+		b = []byte("unhashable config: " + err.Error() + fmt.Sprintf("%v", m))
+	}
 	h := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(h[:8])
+}
+
+// hashable returns v with non-finite floats replaced by their names, which
+// encoding/json cannot encode.
+func hashable(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return "float:" + fmt.Sprint(x)
+		}
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, vv := range x {
+			out[k] = hashable(vv)
+		}
+		return out
+	}
+	return v
 }

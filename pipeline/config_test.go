@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,6 +135,25 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown stage env var", "", []string{"EVOLM_STAGES_TESTCOPY_TRESHOLD=0.3"}, nil,
 			[]string{"env EVOLM_STAGES_TESTCOPY_TRESHOLD: no such config key"}},
 		{"missing file", "-", nil, nil, []string{"nope.yaml", "no such file"}},
+		{"NaN in env", "", []string{"EVOLM_STAGES_TESTCOPY_THRESHOLD=NaN"}, nil,
+			[]string{"config key stages.testcopy.threshold (from env EVOLM_STAGES_TESTCOPY_THRESHOLD)", "want a finite float, got NaN"}},
+		{"Inf in env", "", []string{"EVOLM_STAGES_TESTCOPY_THRESHOLD=-Inf"}, nil,
+			[]string{"config key stages.testcopy.threshold (from env", "want a finite float, got -Inf"}},
+		{"NaN in file", "stages:\n  testcopy:\n    threshold: .nan\n", nil, nil,
+			[]string{"config key stages.testcopy.threshold (from config file", "want a finite float, got NaN"}},
+		{"Inf in file", "stages:\n  testcopy:\n    threshold: .inf\n", nil, nil,
+			[]string{"config key stages.testcopy.threshold (from config file", "want a finite float, got +Inf"}},
+		{"Inf for an int", "stages:\n  testcopy:\n    rows: .inf\n", nil, nil,
+			[]string{"config key stages.testcopy.rows (from config file", "want int"}},
+		{"NaN flag", "", nil, []string{"--threshold", "NaN"},
+			[]string{"config key stages.testcopy.threshold (from flag --threshold)", "want a finite float, got NaN"}},
+		{"empty env var", "", []string{"EVOLM_STAGES_TESTCOPY_ROWS="}, nil,
+			[]string{"env EVOLM_STAGES_TESTCOPY_ROWS: empty value for config key stages.testcopy.rows"}},
+		{"empty float env var", "", []string{"EVOLM_STAGES_TESTCOPY_THRESHOLD="}, nil,
+			[]string{"env EVOLM_STAGES_TESTCOPY_THRESHOLD: empty value"}},
+		{"unknown empty section", "stagez:\n", nil, nil, []string{"c.yaml: unknown key stagez"}},
+		{"unknown section as map", "stagez: {}\nrun:\n  name: x\n", nil, nil, []string{"c.yaml: unknown key stagez"}},
+		{"unknown stage section", "stages:\n  dedupp: {}\n", nil, nil, []string{"c.yaml: unknown key stages.dedupp"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,6 +211,22 @@ func TestConfigPrintAndHash(t *testing.T) {
 	// Keys outside the stage's section do not change its hash.
 	if loadConfig(t, "EVOLM_RUN_NAME=x").Section("stages.testcopy").Hash() != h {
 		t.Error("hash depends on keys outside the section")
+	}
+}
+
+func TestConfigEmptyStringEnvIsAValue(t *testing.T) {
+	// An empty string is a string; only typed keys refuse "".
+	cfg := loadConfig(t, "EVOLM_RUN_DIR=", "EVOLM_STAGES_TESTCOPY_SOURCES=")
+	if cfg.String("run.dir") != "" || len(cfg.Section("stages.testcopy").Strings("sources")) != 0 {
+		t.Errorf("run.dir %q, sources %v", cfg.String("run.dir"), cfg.Section("stages.testcopy").Strings("sources"))
+	}
+}
+
+func TestStageConfigRefusesNaN(t *testing.T) {
+	for _, v := range []any{math.NaN(), math.Inf(1), "NaN"} {
+		if _, err := pipeline.StageConfig("testcopy", map[string]any{"threshold": v}); err == nil || !strings.Contains(err.Error(), "stages.testcopy.threshold") {
+			t.Errorf("threshold %v: %v", v, err)
+		}
 	}
 }
 

@@ -41,6 +41,9 @@ type Env struct {
 
 	fpMu  sync.Mutex
 	fpMem map[string]string // path → fingerprint, computed once per path
+
+	committed   committedIndex  // the run's committed shards, for checkInput
+	rowsChecked map[string]bool // path and fingerprint → footer rows checked; under committed.mu
 }
 
 // ReadOptions returns read options that use the env's allocator and batch
@@ -97,6 +100,9 @@ type Task struct {
 
 // MapShards runs tasks with at most e.Parallelism at once, each writing one
 // shard that is committed atomically and recorded in the stage manifest.
+// An input that is a committed shard of the run must be the file its
+// manifest recorded (sha256 and row count; see CheckShard), or the task
+// fails naming it.
 // Tasks whose shard is already committed with the same input fingerprints
 // (and whose file is still there with the recorded size) are skipped, so a
 // rerun after a crash or Ctrl-C resumes. The first error cancels the rest;
@@ -141,6 +147,9 @@ func (e *Env) runTask(ctx context.Context, m *Manifest, t Task, prog *Progress) 
 	for i, in := range t.Inputs {
 		fp, err := e.Fingerprint(in)
 		if err != nil {
+			return fmt.Errorf("stage %s: %s: %w", e.Stage, t.Output, err)
+		}
+		if err := e.checkInput(in, fp); err != nil {
 			return fmt.Errorf("stage %s: %s: %w", e.Stage, t.Output, err)
 		}
 		fps[i] = fp
@@ -252,8 +261,9 @@ func NewEnv(name string, cfg *Config, opts RunOptions) (*Env, error) {
 }
 
 // RunStage builds the registered stage name from cfg and runs it in its run
-// directory. Before Run it removes stale temp files under the stage's output
-// tables and checks that committed shards were made with the same config
+// directory. It holds the stage's lock in the run (LockStage) throughout.
+// Before Run it removes stale temp files under the stage's output tables
+// (only those of dead writers) and checks that committed shards were made with the same config
 // (pipeline.fresh forgets them instead of failing).
 func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) error {
 	spec, ok := Lookup(name)
@@ -271,6 +281,11 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
+	unlock, err := env.Run.LockStage(name)
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", name, err)
+	}
+	defer unlock()
 	if n, err := env.Run.CleanTemp(append([]string{"_manifests"}, spec.Outputs...)...); err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	} else if n > 0 {

@@ -14,20 +14,32 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 )
 
+// InspectOptions configure Inspect.
+type InspectOptions struct {
+	Rows int // first rows shown of a file
+	// Verify checks the sha256 of every committed shard of a run against its
+	// manifest and lists every stray file (in no manifest) under its tables.
+	Verify bool
+}
+
 // Inspect writes a human-readable description of path to w. For a Parquet
 // file: size, rows, row groups, Arrow schema, key-value metadata and its
 // first rows as JSON lines. For a directory (a run, a table or any tree of
 // shards): its manifests, and per table and partition the shard and row
-// counts, plus shards no manifest lists and stale temp files.
-func Inspect(ctx context.Context, w io.Writer, path string, rows int) error {
+// counts, plus shards no manifest lists and stale temp files. Every
+// committed shard of a run is checked against its manifest (Run.CheckShard,
+// or Run.VerifyShard with opts.Verify): a shard that is missing, swapped or
+// edited is listed and makes Inspect return an error wrapping
+// ErrShardMismatch.
+func Inspect(ctx context.Context, w io.Writer, path string, opts InspectOptions) error {
 	st, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
 	if st.IsDir() {
-		return inspectDir(w, path)
+		return inspectDir(w, path, opts.Verify)
 	}
-	return inspectFile(ctx, w, path, st.Size(), rows)
+	return inspectFile(ctx, w, path, st.Size(), opts.Rows)
 }
 
 func inspectFile(ctx context.Context, w io.Writer, path string, size int64, n int) error {
@@ -107,12 +119,13 @@ type partStats struct {
 	bytes int64
 }
 
-func inspectDir(w io.Writer, dir string) error {
+func inspectDir(w io.Writer, dir string, verify bool) error {
 	committed := map[string]bool{} // absolute path → listed in a manifest
+	var listed []ShardInfo
+	run := &Run{Dir: dir}
 	mdir := filepath.Join(dir, "_manifests")
 	if ents, err := os.ReadDir(mdir); err == nil {
 		fmt.Fprintf(w, "run: %s\nmanifests:\n", dir)
-		run := &Run{Dir: dir}
 		for _, e := range ents {
 			if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
 				continue
@@ -125,11 +138,12 @@ func inspectDir(w io.Writer, dir string) error {
 				m.Stage, len(m.Shards), m.Rows(""), m.ConfigHash, m.CodeVersion, m.Updated.Format("2006-01-02 15:04:05Z"))
 			for _, s := range m.Shards {
 				committed[filepath.Clean(run.Path(s.Path))] = true
+				listed = append(listed, s)
 			}
 		}
 	}
 	parts := map[string]*partStats{} // "table/k=v/..." → stats
-	var uncommitted, temps, checkpoints []string
+	var uncommitted, temps, checkpoints, strays []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -156,6 +170,9 @@ func inspectDir(w io.Writer, dir string) error {
 			return nil
 		}
 		if !strings.HasSuffix(d.Name(), ".parquet") {
+			if len(committed) > 0 && filepath.Dir(p) != filepath.Clean(dir) {
+				strays = append(strays, rel)
+			}
 			return nil
 		}
 		r, err := OpenShard(p, ReadOptions{})
@@ -226,7 +243,37 @@ func inspectDir(w io.Writer, dir string) error {
 		fmt.Fprintf(w, "shards in no manifest (written but not recorded; a rerun redoes them):\n  %s\n", strings.Join(uncommitted, "\n  "))
 	}
 	if len(temps) > 0 {
-		fmt.Fprintf(w, "stale temp files (removed when their stage reruns):\n  %s\n", strings.Join(temps, "\n  "))
+		fmt.Fprintf(w, "temp files (of a live writer, or stale: removed when their stage reruns):\n  %s\n", strings.Join(temps, "\n  "))
+	}
+	if verify {
+		strays = append(strays, uncommitted...)
+		sort.Strings(strays)
+		if len(strays) > 0 {
+			fmt.Fprintf(w, "stray files (in no manifest, besides temp files):\n  %s\n", strings.Join(strays, "\n  "))
+		} else {
+			fmt.Fprintln(w, "stray files: none")
+		}
+	}
+	var bad []string
+	for _, s := range listed {
+		check := run.CheckShard
+		if verify {
+			check = run.VerifyShard
+		}
+		if err := check(s); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+	what := "checked (size, tail sha256, rows)"
+	if verify {
+		what = "verified (sha256, rows)"
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(w, "shards that do not match their manifest:\n  %s\n", strings.Join(bad, "\n  "))
+		return fmt.Errorf("inspect %s: %d of %d committed shards do not match their manifest (%w)", dir, len(bad), len(listed), ErrShardMismatch)
+	}
+	if len(listed) > 0 {
+		fmt.Fprintf(w, "committed shards %s: %d, all match their manifest\n", what, len(listed))
 	}
 	return nil
 }

@@ -45,8 +45,9 @@ func ShardPath(table string, i int, parts ...Partition) string {
 
 // Run is a run directory: runs/<run>/<table>/<partitions>/part-NNNNN.parquet,
 // plus runs/<run>/_manifests/<stage>.json. Its methods are safe for
-// concurrent use within one process; two processes must not run the same
-// stage on one run directory at once.
+// concurrent use within one process; RunStage takes a per-stage lock
+// (LockStage) so that two processes never run the same stage on one run
+// directory at once.
 type Run struct {
 	Dir string
 	mu  sync.Mutex
@@ -191,7 +192,10 @@ func (r *Run) ResetStage(stage string) error {
 
 // CleanTemp removes leftover temp files (from a crash) under the run-relative
 // directories given, or the whole run when none are. It returns how many it
-// removed. Call it only when no writer of this run is active.
+// removed. Only temp files of writers that are gone are removed: a live
+// writer holds an flock on its temp file (see createTemp), which CleanTemp
+// tests before it removes anything, so it is safe while other processes
+// write to the run.
 func (r *Run) CleanTemp(rels ...string) (int, error) {
 	if len(rels) == 0 {
 		rels = []string{"."}
@@ -207,10 +211,13 @@ func (r *Run) CleanTemp(rels ...string) (int, error) {
 				return err
 			}
 			if !d.IsDir() && IsTemp(d.Name()) {
-				if err := os.Remove(p); err != nil {
+				removed, err := removeIfDead(p)
+				if err != nil {
 					return err
 				}
-				n++
+				if removed {
+					n++
+				}
 			}
 			return nil
 		})
@@ -233,19 +240,19 @@ func WriteFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*"+TempSuffix)
+	f, err := createTemp(dir, filepath.Base(path))
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	tmp := f.Name()
 	if _, err = f.Write(data); err == nil {
 		err = f.Sync()
 	}
+	if err == nil {
+		err = os.Rename(tmp, path) // while open: the flock guards the name
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
 	}
 	if err != nil {
 		os.Remove(tmp)

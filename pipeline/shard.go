@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -33,6 +32,11 @@ const (
 	MetaConfigHash  = "evolm.config_hash"  // Config.Hash of the writing stage's section
 	MetaCodeVersion = "evolm.code_version" // CodeVersion() of the writer
 	MetaInputs      = "evolm.inputs"       // JSON list of input fingerprints
+	// MetaPartitions is the JSON object {column: value} of the partition
+	// columns the writer took out of the file: a reader that puts them back
+	// from the path checks the path still says the same (a shard copied or
+	// moved to another step=… directory would otherwise change its rows).
+	MetaPartitions = "evolm.partitions"
 )
 
 // TempSuffix ends the name of every shard (and manifest) being written. Temp
@@ -63,6 +67,10 @@ type ShardInfo struct {
 	Rows   int64  `json:"rows"`
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+	// TailSHA256 is the sha256 of the file's last 64 KiB (footer and last
+	// pages): the cheap identity CheckShard compares. Empty in manifests
+	// written before it existed.
+	TailSHA256 string `json:"tail_sha256,omitempty"`
 	// Inputs is the fingerprint of the task's inputs; resume compares it.
 	Inputs string `json:"inputs,omitempty"`
 }
@@ -123,13 +131,11 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+"."+hex.EncodeToString(rnd[:])+TempSuffix)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	f, err := createTemp(dir, filepath.Base(path))
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
+	tmp := f.Name()
 	level := opts.CompressionLevel
 	if level == 0 {
 		level = compress.DefaultCompressionLevel
@@ -158,6 +164,14 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 		{MetaConfigHash, opts.Provenance.ConfigHash},
 		{MetaCodeVersion, orDefault(opts.Provenance.CodeVersion, CodeVersion())},
 		{MetaInputs, string(inputs)},
+	}
+	if len(dropped) > 0 {
+		pm := map[string]string{}
+		for k, ci := range dropped {
+			pm[schema.Field(ci).Name] = values[k]
+		}
+		b, _ := json.Marshal(pm)
+		kv = append(kv, [2]string{MetaPartitions, string(b)})
 	}
 	for _, p := range kv {
 		if err := fw.AppendKeyValueMetadata(p[0], p[1]); err != nil {
@@ -246,17 +260,22 @@ func (w *ShardWriter) Commit() (ShardInfo, error) {
 	if err := w.f.Sync(); err != nil {
 		return fail(err)
 	}
-	if err := w.f.Close(); err != nil {
+	tail, err := tailHash(w.f, w.sink.n)
+	if err != nil {
 		return fail(err)
 	}
+	// Rename while the temp file is still open, so its flock keeps a
+	// concurrent CleanTemp away until it has its final name.
 	if err := os.Rename(w.tmp, w.path); err != nil {
-		os.Remove(w.tmp)
+		return fail(err)
+	}
+	if err := w.f.Close(); err != nil {
 		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
 	}
 	if err := syncDir(filepath.Dir(w.path)); err != nil {
 		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
 	}
-	return ShardInfo{Path: w.path, Rows: w.rows, Bytes: w.sink.n, SHA256: hex.EncodeToString(w.sink.h.Sum(nil))}, nil
+	return ShardInfo{Path: w.path, Rows: w.rows, Bytes: w.sink.n, SHA256: hex.EncodeToString(w.sink.h.Sum(nil)), TailSHA256: tail}, nil
 }
 
 // Abort discards the shard: nothing appears at Path. It is safe to call after
@@ -267,8 +286,9 @@ func (w *ShardWriter) Abort() error {
 	}
 	w.done = true
 	w.fw.Close() // releases buffers; the data goes nowhere
+	err := os.Remove(w.tmp)
 	w.f.Close()
-	if err := os.Remove(w.tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("shard %s: abort: %w", w.path, err)
 	}
 	return nil
@@ -429,9 +449,21 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 	if len(problems) > 0 {
 		return &SchemaError{Where: "shard " + r.path, Problems: problems, Want: want, Got: r.schema}
 	}
+	var written map[string]string
+	if len(consts) > 0 {
+		if js, ok := r.Metadata()[MetaPartitions]; ok {
+			if err := json.Unmarshal([]byte(js), &written); err != nil {
+				return fmt.Errorf("shard %s: metadata %s: %w", r.path, MetaPartitions, err)
+			}
+		}
+	}
 	for _, c := range consts {
 		if err := checkPartitionValue(c.field.Type, c.value); err != nil {
 			return fmt.Errorf("shard %s: column %q from partition %s=%s: %w", r.path, c.field.Name, c.field.Name, c.value, err)
+		}
+		if w, ok := written[c.field.Name]; ok && w != c.value {
+			return fmt.Errorf("shard %s: written as partition %s=%s, found under %s=%s: the file was copied or moved; its rows belong to %s=%s",
+				r.path, c.field.Name, w, c.field.Name, c.value, c.field.Name, w)
 		}
 	}
 	// GetRecordReader returns fields in the order of their first leaf in cols,

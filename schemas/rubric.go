@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math"
 	"strings"
 )
 
@@ -49,54 +47,7 @@ var ErrNoJSON = errors.New("no JSON object found")
 // and a nil error exactly when R_format = 1. The error text says which rule
 // failed and is what the rubrics table stores as parse_error.
 func ValidateRubric(raw string) ([]Criterion, error) {
-	obj, err := ExtractJSONObject(StripThink(raw))
-	if err != nil {
-		return nil, err
-	}
-	critRaw, ok := obj["criteria"]
-	if !ok {
-		return nil, errors.New(`no "criteria" key`)
-	}
-	var entries []json.RawMessage
-	if err := json.Unmarshal(critRaw, &entries); err != nil {
-		return nil, fmt.Errorf(`"criteria" is not a list`)
-	}
-	if len(entries) < MinCriteria {
-		return nil, fmt.Errorf(`"criteria" has %d entries, want at least %d`, len(entries), MinCriteria)
-	}
-	out := make([]Criterion, len(entries))
-	sum := 0.0
-	for i, e := range entries {
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(e, &fields); err != nil {
-			return nil, fmt.Errorf("criteria[%d] is not an object", i)
-		}
-		c, ok := fields["criterion"]
-		if !ok {
-			return nil, fmt.Errorf(`criteria[%d] has no "criterion"`, i)
-		}
-		if err := json.Unmarshal(c, &out[i].Criterion); err != nil {
-			return nil, fmt.Errorf(`criteria[%d].criterion is not a string`, i)
-		}
-		if strings.TrimSpace(out[i].Criterion) == "" {
-			return nil, fmt.Errorf(`criteria[%d].criterion is empty`, i)
-		}
-		w, ok := fields["weight"]
-		if !ok {
-			return nil, fmt.Errorf(`criteria[%d] has no "weight"`, i)
-		}
-		if err := json.Unmarshal(w, &out[i].Weight); err != nil {
-			return nil, fmt.Errorf(`criteria[%d].weight is not a number: %s`, i, w)
-		}
-		if !(out[i].Weight > 0) || math.IsInf(out[i].Weight, 0) {
-			return nil, fmt.Errorf(`criteria[%d].weight is %g, want > 0`, i, out[i].Weight)
-		}
-		sum += out[i].Weight
-	}
-	if math.Abs(sum-1) > WeightSumTol+weightSumEpsilo {
-		return out, fmt.Errorf("weights sum to %g, want 1 ± %g", sum, WeightSumTol)
-	}
-	return out, nil
+	return ValidateRubricAs(raw, FormatStrict)
 }
 
 // RFormat is 1 when raw passes ValidateRubric and 0 otherwise.

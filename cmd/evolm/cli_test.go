@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,6 +161,28 @@ func TestRunStageAndInspect(t *testing.T) {
 		"evolm.schema_version: 1", "first 2 rows:", `"step":1`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect file lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestServeBindWarning(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:80": true, "[::1]:80": true, "0.0.0.0:80": false, "10.0.0.5:80": false} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := loopback(a); got != want {
+			t.Errorf("loopback(%s) = %v, want %v", addr, got, want)
+		}
+	}
+	for s, want := range map[string]int64{"0": 0, "6GiB": 6 << 30, "512 MiB": 512 << 20, "1.5kb": 1500, "42": 42} {
+		if got, err := parseBytes(s); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "-1", "NaN", "inf", "5 parsecs"} {
+		if _, err := parseBytes(s); err == nil {
+			t.Errorf("parseBytes(%q) accepted", s)
 		}
 	}
 }

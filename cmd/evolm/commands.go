@@ -81,15 +81,17 @@ func newConfigCmd(a *app) *cobra.Command {
 
 func newInspectCmd() *cobra.Command {
 	var rows int
+	var verify bool
 	cmd := &cobra.Command{
 		Use:   "inspect PATH",
 		Short: "Describe a Parquet file (schema, rows, row groups, metadata, first rows) or a run directory",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return pipeline.Inspect(cmd.Context(), cmd.OutOrStdout(), args[0], rows)
+			return pipeline.Inspect(cmd.Context(), cmd.OutOrStdout(), args[0], pipeline.InspectOptions{Rows: rows, Verify: verify})
 		},
 	}
 	cmd.Flags().IntVarP(&rows, "rows", "n", 5, "rows to show for a file")
+	cmd.Flags().BoolVar(&verify, "verify", false, "check the sha256 of every committed shard of a run against its manifest and list stray files")
 	return cmd
 }
 

@@ -249,6 +249,9 @@ type TrainStats struct {
 	ClipFrac float64 // share of tokens whose ratio was clipped
 	GradNorm float64 // global gradient norm before clipping
 	Tokens   int     // completion tokens in the batch
+	// Skipped says why the update was not applied (a NaN or Inf loss or
+	// gradient norm); "" when it was.
+	Skipped string
 }
 
 // Trainer takes GRPO steps on the policy. Implementations accumulate

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,7 @@ import (
 // big for memory) fails only its own caller, at the cost of O(log n) extra
 // calls. This relies on a row's result not depending on its batch, which
 // the engines guarantee. An error of a single-request call goes to its
-// caller.
+// caller; so does a panic of the generator, as an error.
 // A Batcher starts goroutines only while it has work, so it needs no Close.
 type Batcher struct {
 	g          Generator
@@ -164,7 +165,7 @@ func (b *Batcher) try(batch []*batchItem) error {
 		reqs[i] = it.req
 		reqs[i].ID = "batch-" + strconv.FormatUint(b.seq.Add(1), 36)
 	}
-	resps, err := b.g.Generate(ctx, reqs)
+	resps, err := b.generate(ctx, reqs)
 	if err != nil {
 		return err
 	}
@@ -182,6 +183,18 @@ func (b *Batcher) try(batch []*batchItem) error {
 		it.done <- batchResult{resp: r}
 	}
 	return nil
+}
+
+// generate calls the generator, turning a panic into an error: the batch
+// runs on the Batcher's own goroutine, where an unrecovered panic would end
+// the process, not one request.
+func (b *Batcher) generate(ctx context.Context, reqs []GenerateRequest) (_ []GenerateResponse, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("batcher: generator panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return b.g.Generate(ctx, reqs)
 }
 
 var _ Generator = (*Batcher)(nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -181,5 +182,47 @@ func TestBatcherErrorsAndCancel(t *testing.T) {
 	// The batcher still serves later callers.
 	if r, err := b.Generate(context.Background(), []GenerateRequest{req("b", "later")}); err != nil || r[0].Completions[0].Text != "re: later" {
 		t.Errorf("after cancel: %+v, %v", r, err)
+	}
+}
+
+// panicGenerator is a test double whose calls panic when they hold the
+// poison prompt.
+type panicGenerator struct{ gateGenerator }
+
+func (g *panicGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
+	for _, r := range reqs {
+		if r.Prompt == "poison" {
+			var m map[string]int
+			m["x"]++ // a nil-map write: a runtime panic, as gotch's nil-tensor dereference
+		}
+	}
+	return g.gateGenerator.Generate(ctx, reqs)
+}
+
+// TestBatcherRecoversAPanic: a generator that panics on one request fails
+// that request with an error; the process lives, the other requests of the
+// batch get their answers, and the Batcher keeps serving.
+func TestBatcherRecoversAPanic(t *testing.T) {
+	g := &panicGenerator{}
+	b := NewBatcher(g, 8, 1)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, p := range []string{"a", "poison", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = b.Generate(context.Background(), []GenerateRequest{req("r", p)})
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[2] != nil {
+		t.Errorf("healthy requests failed: %v, %v", errs[0], errs[2])
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "panicked") {
+		t.Errorf("poison request: error %v, want a panic turned into an error", errs[1])
+	}
+	out, err := b.Generate(context.Background(), []GenerateRequest{req("r", "after")})
+	if err != nil || out[0].Completions[0].Text != "re: after" {
+		t.Errorf("after the panic: %+v, %v", out, err)
 	}
 }

@@ -1,6 +1,9 @@
 package backend
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // FailureReason classifies a permanent per-row failure.
 type FailureReason string
@@ -24,3 +27,10 @@ type RowFailure struct {
 }
 
 func (f *RowFailure) Error() string { return fmt.Sprintf("%s: %s", f.Reason, f.Message) }
+
+// ErrUnavailable marks a call that failed because the engine could not run
+// it now: it ran out of memory, or libtorch failed or panicked under it. The
+// call failed on its own; the engine and any server around it stay usable,
+// and the same request may succeed later or smaller. `evolm serve` answers
+// it with HTTP 503, which clients retry.
+var ErrUnavailable = errors.New("engine unavailable")

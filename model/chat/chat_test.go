@@ -221,6 +221,8 @@ func TestPyJSON(t *testing.T) {
 		{`[1.0, 1e-5, 1E16, 123456789012345678901234567890, -0, -0.0, 0.0001, 1.5e300, 100e-2]`, `[1.0, 1e-05, 1e+16, 123456789012345678901234567890, 0, -0.0, 0.0001, 1.5e+300, 1.0]`},
 		{`"ü \"q\" \\ \n\t\u0001 \u2028 /"`, `"ü \"q\" \\ \n\t\u0001 ` + "\u2028" + ` /"`},
 		{`{"k": null, "t": true, "f": false}`, `{"k": null, "t": true, "f": false}`},
+		// Found by FuzzRender: Python reads an out-of-range float as inf.
+		{`[1e400, -1e400, 1e-400]`, `[Infinity, -Infinity, 0.0]`},
 	}
 	for _, tc := range tests {
 		got, err := PyJSON(json.RawMessage(tc.in))

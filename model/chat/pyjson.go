@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"strconv"
 	"strings"
@@ -123,7 +124,12 @@ func pyNumber(lit string) (string, error) {
 		return n.String(), nil
 	}
 	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil {
+	switch {
+	case err != nil && math.IsInf(f, 1):
+		return "Infinity", nil // Python's float() overflows to inf, and json.dumps writes it so
+	case err != nil && math.IsInf(f, -1):
+		return "-Infinity", nil
+	case err != nil:
 		return "", fmt.Errorf("number %q: %w", lit, err)
 	}
 	if f == 0 { // keeps the sign: -0.0

@@ -27,9 +27,11 @@
 //     (before temperature and filters), as vLLM and TRL report by default.
 //   - Memory. Everything a call allocates is freed before it returns; caches
 //     are sized to the chunk's longest prompt plus its largest MaxNewTokens.
-//     Prefill projects only each prompt's last position to the vocabulary,
-//     and runs long prompts in query chunks through the cache (Prefill), so
-//     its transient memory is bounded whatever the prompt length.
+//     Prompts are prefilled Options.PrefillChunk positions at a time, so
+//     attention scores never take (prompt × prompt) memory.
+//   - Sharing. With Options.Scheduler, concurrent calls take turns per
+//     prefill chunk and per decode step and stay within a memory budget
+//     (see Scheduler); a row's tokens do not depend on the interleaving.
 package generate
 
 import (
@@ -89,9 +91,26 @@ type Options struct {
 	MaxBatch int
 	// PadID fills left padding (default 0; masked, so any valid id works).
 	PadID int
+	// PrefillChunk is the most prompt positions per prefill forward pass
+	// (default 512): a long prompt is prefilled in pieces against the KV
+	// cache, so attention scores take (chunk × prompt), not (prompt ×
+	// prompt), memory.
+	PrefillChunk int
+	// Scheduler, when set, interleaves concurrent calls step by step and
+	// keeps chunks within its memory budget (see Scheduler). Nil runs each
+	// call straight through.
+	Scheduler *Scheduler
 }
 
-// Generator samples from a model. Not safe for concurrent use.
+func (g *Generator) prefillChunk() int {
+	if g.opt.PrefillChunk <= 0 {
+		return 512
+	}
+	return g.opt.PrefillChunk
+}
+
+// Generator samples from a model. Concurrent calls are safe only with a
+// Scheduler (Options.Scheduler), which gives them the engine in turns.
 type Generator struct {
 	m   model.CausalLM
 	dec Decoder
@@ -145,14 +164,19 @@ func (g *Generator) Generate(ctx context.Context, reqs []Request) ([][]Sample, e
 	if err := g.validate(reqs); err != nil {
 		return nil, err
 	}
+	if err := g.Admit(reqs); err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	budget := g.opt.Scheduler.Budget()
 	out := make([][]Sample, len(reqs))
 	for start := 0; start < len(reqs); {
 		end, rows := start, 0
-		for end < len(reqs) && (end == start || rows+reqs[end].samples() <= g.opt.MaxBatch) {
+		for end < len(reqs) && (end == start || rows+reqs[end].samples() <= g.opt.MaxBatch &&
+			(budget == 0 || g.EstimateBytes(reqs[start:end+1]) <= budget)) {
 			rows += reqs[end].samples()
 			end++
 		}
-		res, err := g.chunk(ctx, reqs[start:end])
+		res, err := g.reserveChunk(ctx, reqs[start:end])
 		if err != nil {
 			return nil, fmt.Errorf("generate: requests %d..%d: %w", start, end-1, err)
 		}
@@ -160,6 +184,16 @@ func (g *Generator) Generate(ctx context.Context, reqs []Request) ([][]Sample, e
 		start = end
 	}
 	return out, nil
+}
+
+// reserveChunk runs a chunk within the scheduler's memory budget.
+func (g *Generator) reserveChunk(ctx context.Context, reqs []Request) ([][]Sample, error) {
+	release, err := g.opt.Scheduler.reserve(ctx, g.EstimateBytes(reqs))
+	if err != nil {
+		return nil, fmt.Errorf("waiting for memory: %w", err)
+	}
+	defer release() // also when the engine panics
+	return g.chunk(ctx, reqs)
 }
 
 // row is one sample being decoded.
@@ -174,6 +208,26 @@ type row struct {
 }
 
 func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, error) {
+	// Engine work happens in turns (Options.Scheduler): take() ends the
+	// current turn, if any, and waits for the next.
+	var endTurn func()
+	defer func() {
+		if endTurn != nil {
+			endTurn()
+		}
+	}()
+	take := func() error {
+		if endTurn != nil {
+			endTurn()
+			endTurn = nil
+		}
+		done, err := g.opt.Scheduler.Turn(ctx)
+		if err != nil {
+			return err
+		}
+		endTurn = done
+		return nil
+	}
 	defer torch.SetGrad(false)()
 	s := torch.NewScope()
 	defer s.Close()
@@ -198,25 +252,51 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 		}
 	}
 
+	if err := take(); err != nil {
+		return nil, err
+	}
 	cache, err := model.NewCache(g.m, int(P), Tp+maxNew)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { cache.Close() }()
 
-	// Prefill every prompt once; logits only at the last position.
-	h, err := Prefill(s, g.m, model.Batch{
-		IDs:       s.To(s.FromInt64(ids, P, int64(Tp)), dev, torch.Int64),
-		Positions: s.To(s.FromInt64(pos, P, int64(Tp)), dev, torch.Int64),
-		Mask:      s.To(s.FromInt64(mask, P, int64(Tp)), dev, torch.Int64),
-		Cache:     cache,
-	}) // (P, 1, C)
-	if err != nil {
-		return nil, fmt.Errorf("prefill: %w", err)
-	}
-	logits, err := g.m.Logits(s, h) // (P, 1, V)
-	if err != nil {
-		return nil, fmt.Errorf("prefill: %w", err)
+	// Prefill every prompt once, PrefillChunk positions per pass (one turn
+	// each); logits only at the last position.
+	var logits *torch.Tensor
+	for off, C := 0, g.prefillChunk(); off < Tp; off += C {
+		if off > 0 {
+			if err := take(); err != nil {
+				return nil, err
+			}
+		}
+		n := min(C, Tp-off)
+		cols := func(x []int64, upto int) []int64 { // columns [off, off+n) (or [0, upto)) of each prompt row
+			out := make([]int64, 0, int(P)*n)
+			for r := 0; r < int(P); r++ {
+				if upto > 0 {
+					out = append(out, x[r*Tp:r*Tp+upto]...)
+				} else {
+					out = append(out, x[r*Tp+off:r*Tp+off+n]...)
+				}
+			}
+			return out
+		}
+		ps := s.Child()
+		h, err := g.m.Hidden(ps, model.Batch{
+			IDs:       ps.To(ps.FromInt64(cols(ids, 0), P, int64(n)), dev, torch.Int64),
+			Positions: ps.To(ps.FromInt64(cols(pos, 0), P, int64(n)), dev, torch.Int64),
+			Mask:      ps.To(ps.FromInt64(cols(mask, off+n), P, int64(off+n)), dev, torch.Int64),
+			Cache:     cache,
+		})
+		if err == nil && off+n == Tp {
+			logits, err = g.m.Logits(ps, ps.Narrow(h, 1, int64(n)-1, 1)) // (P, 1, V)
+			logits = ps.MoveTo(s, logits)
+		}
+		ps.Close()
+		if err != nil {
+			return nil, fmt.Errorf("prefill: %w", err)
+		}
 	}
 
 	// Expand to one row per sample.
@@ -251,6 +331,12 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 		if err := ctx.Err(); err != nil {
 			prev.Close()
 			return nil, err
+		}
+		if step > 0 {
+			if err := take(); err != nil {
+				prev.Close()
+				return nil, err
+			}
 		}
 		srows := make([]sample.Row, len(active))
 		for i, r := range active {

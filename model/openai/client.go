@@ -39,6 +39,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,12 +47,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/evolm/evolm/model/backend"
 )
+
+// APIKeyEnv names the environment variable that supplies Config.APIKey
+// when it is empty; `evolm serve` reads the same one.
+const APIKeyEnv = "EVOLM_API_KEY"
 
 // Balance names an endpoint selection policy.
 type Balance string
@@ -76,7 +82,10 @@ type Config struct {
 	// does not end in /v1 gets /v1 appended.
 	Endpoints []string
 	Model     string // model name sent with every request; required
-	APIKey    string // sent as a bearer token when set
+	// APIKey is sent as "Authorization: Bearer <key>" (vLLM's --api-key,
+	// `evolm serve --api-key`); default $EVOLM_API_KEY, none when both are
+	// empty.
+	APIKey string
 
 	Balance          Balance       // default LeastInFlight
 	MaxInFlight      int           // requests in flight over all endpoints; default 16
@@ -160,6 +169,9 @@ func New(cfg Config) (*Client, error) {
 	defDur(&cfg.RequestTimeout, 10*time.Minute)
 	if cfg.Jitter == nil {
 		cfg.Jitter = rand.Float64
+	}
+	if cfg.APIKey == "" {
+		cfg.APIKey = os.Getenv(APIKeyEnv)
 	}
 	c := &Client{cfg: cfg, sem: semaphore.NewWeighted(int64(cfg.MaxInFlight)), http: cfg.HTTPClient, log: cfg.Logger}
 	if c.http == nil {
@@ -420,7 +432,11 @@ func errorMessage(data []byte) string {
 	}
 	s := strings.TrimSpace(string(data))
 	if len(s) > 200 {
-		s = s[:200] + "…"
+		cut := 200
+		for cut > 0 && !utf8.RuneStart(s[cut]) { // never split a character
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
 	return s
 }
@@ -433,7 +449,8 @@ func decodeInto[T any](v *T) func([]byte) error {
 		if err := dec.Decode(&fresh); err != nil {
 			return err
 		}
-		if dec.More() {
+		// Only whitespace may follow (dec.More would let a stray '}' through).
+		if _, err := dec.Token(); err != io.EOF {
 			return errors.New("trailing data after JSON value")
 		}
 		*v = fresh

@@ -16,7 +16,16 @@
 // they are passed to the generator as Messages. A bad request gets HTTP 400
 // (404 for an unknown model) with the OpenAI error JSON
 // {"error": {"message", "type", "param", "code"}}; a row the generator
-// rejects gets 400, and a failure of the generator itself 500. Log-probs that
+// rejects gets 400 (a prompt over the context or the memory budget), an
+// engine that could not run the request (backend.ErrUnavailable: out of
+// memory, a libtorch failure) 503, and any other failure of the generator
+// 500; a handler panic fails its request with 500, never the process.
+//
+// Limits, as a network server needs them: a body over MaxBodyBytes is
+// answered 413 unread, a body not received within BodyTimeout 408; headers
+// and idle connections are bounded by ServerOptions. With APIKey set, every
+// /v1 route needs "Authorization: Bearer <key>" (401 otherwise), as vLLM's
+// --api-key; /health stays open. Log-probs that
 // are -Inf go on the wire as openai.MinLogprob, as vLLM does. Streaming and
 // echo are not supported and answer 400.
 package serve
@@ -24,14 +33,19 @@ package serve
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -57,7 +71,17 @@ type Config struct {
 	ChatMaxTokens    int // default 1024
 	MaxTopLogprobs   int // most alternatives per position; default 20
 	MaxN             int // most samples per request; default 128
-	MaxBodyBytes     int64
+	// MaxBodyBytes is the largest request body; a larger one is answered
+	// 413 without being read. Default 32 MiB.
+	MaxBodyBytes int64
+	// BodyTimeout bounds the reading of a request body (a slow-loris body
+	// is answered 408 and its connection closed); default 30s. The reading
+	// of headers and idle connections are bounded by ServerOptions.
+	BodyTimeout time.Duration
+	// APIKey, when set, is required as "Authorization: Bearer <key>" on
+	// every /v1 route, as vLLM's --api-key (401 otherwise); /health stays
+	// open.
+	APIKey string
 	// MaxBatch is the most requests per Generator call: concurrent HTTP
 	// requests are coalesced by a backend.Batcher, so an engine that runs
 	// one call at a time still decodes them together. Default 32; 1 turns
@@ -97,7 +121,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		cfg.MaxN = 128
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 64 << 20
+		cfg.MaxBodyBytes = 32 << 20
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 30 * time.Second
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 32
@@ -124,14 +151,85 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
-	return mux, nil
+	var h http.Handler = mux
+	if cfg.APIKey != "" {
+		h = requireKey(cfg.APIKey, h)
+	}
+	return s.recoverPanics(h), nil
 }
 
-// Serve serves h on ln until ctx is done, then shuts down gracefully: it
-// stops accepting, lets requests in flight finish for up to grace, and then
-// closes the remaining connections. It returns nil after a clean shutdown.
+// requireKey answers 401 to a /v1 request (any method but OPTIONS) without
+// "Authorization: Bearer <key>", before its body is read: the routes vLLM's
+// --api-key protects.
+func requireKey(key string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + key)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodOptions && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="evolm"`)
+			writeAPIError(w, &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+				msg: "Unauthorized: this server needs an API key (Authorization: Bearer <key>)"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverPanics fails a request whose handler panics with a 500, and logs
+// the stack, instead of dropping the connection (net/http's default).
+func (s *server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("serve: handler panic; the request fails, the server goes on", "path", r.URL.Path,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			writeError(w, http.StatusInternalServerError, "server_error", "", fmt.Sprintf("internal error: %v", p))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ServerOptions bound the HTTP server. Zero fields take the defaults.
+type ServerOptions struct {
+	// Grace is how long requests in flight may finish on shutdown; 30s.
+	Grace time.Duration
+	// ReadHeaderTimeout bounds the reading of request headers (a
+	// slow-loris client); 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long; 120s.
+	IdleTimeout time.Duration
+}
+
+// Serve is ServeWith with the default timeouts and the given grace.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	return ServeWith(ctx, ln, h, ServerOptions{Grace: grace})
+}
+
+// ServeWith serves h on ln until ctx is done, then shuts down gracefully: it
+// stops accepting, lets requests in flight finish for up to opt.Grace, and
+// then closes the remaining connections. It returns nil after a clean
+// shutdown. Request bodies are bounded by the handler (Config.BodyTimeout,
+// Config.MaxBodyBytes): a server-wide read timeout would also cut off
+// generations that outlast it.
+func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, opt ServerOptions) error {
+	grace := opt.Grace
+	if grace <= 0 {
+		grace = 30 * time.Second
+	}
+	if opt.ReadHeaderTimeout <= 0 {
+		opt.ReadHeaderTimeout = 10 * time.Second
+	}
+	if opt.IdleTimeout <= 0 {
+		opt.IdleTimeout = 120 * time.Second
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: opt.ReadHeaderTimeout, IdleTimeout: opt.IdleTimeout,
+		MaxHeaderBytes: 1 << 20}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -156,6 +254,7 @@ type apiError struct {
 	status int
 	typ    string
 	param  string
+	code   string
 	msg    string
 }
 
@@ -166,15 +265,22 @@ func badRequest(param, format string, args ...any) *apiError {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, param, msg string) {
-	body := openai.ErrorBody{Error: openai.ErrorDetail{Message: msg, Type: typ}}
-	if param != "" {
-		body.Error.Param = &param
-	}
+	ae := &apiError{status: status, typ: typ, param: param, msg: msg}
 	if status == http.StatusNotFound && param == "model" {
-		code := "model_not_found"
-		body.Error.Code = &code
+		ae.code = "model_not_found"
 	}
-	writeJSON(w, status, body)
+	writeAPIError(w, ae)
+}
+
+func writeAPIError(w http.ResponseWriter, ae *apiError) {
+	body := openai.ErrorBody{Error: openai.ErrorDetail{Message: ae.msg, Type: ae.typ}}
+	if ae.param != "" {
+		body.Error.Param = &ae.param
+	}
+	if ae.code != "" {
+		body.Error.Code = &ae.code
+	}
+	writeJSON(w, ae.status, body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -185,21 +291,65 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
-	if !errors.As(err, &ae) {
+	switch {
+	case errors.As(err, &ae):
+	case errors.Is(err, backend.ErrUnavailable):
+		// The engine failed on this request (out of memory, a libtorch
+		// error); it and the server are still up, so a retry may succeed.
+		ae = &apiError{status: http.StatusServiceUnavailable, typ: "server_error", msg: err.Error()}
+		w.Header().Set("Retry-After", "1")
+	default:
 		ae = &apiError{status: http.StatusInternalServerError, typ: "server_error", msg: err.Error()}
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "serve: request failed", slog.String("path", r.URL.Path),
 		slog.Int("status", ae.status), slog.String("error", ae.msg))
-	writeError(w, ae.status, ae.typ, ae.param, ae.msg)
+	writeAPIError(w, ae)
 }
 
+// decode reads a JSON body of at most MaxBodyBytes within BodyTimeout.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+		msg: fmt.Sprintf("request body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes)}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		w.Header().Set("Connection", "close") // the unread body stays behind
+		return tooLarge
+	}
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil
+	timedOut := false
+	defer func() {
+		// Lifted once the body is read: net/http's background read, which
+		// notices a client going away, would otherwise hit it
+		// mid-generation. After a timeout it stays, so that the server does
+		// not wait for the rest of the body before closing.
+		if deadline && !timedOut {
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+	}()
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err := dec.Decode(v); err != nil {
+	bodyErr := func(err error) error {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return tooLarge
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			timedOut = true
+			w.Header().Set("Connection", "close")
+			return &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error",
+				msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
+		}
 		return badRequest("", "invalid JSON body: %v", err)
 	}
-	if dec.More() {
-		return badRequest("", "invalid JSON body: trailing data")
+	if err := dec.Decode(v); err != nil {
+		return bodyErr(err)
+	}
+	// Only whitespace may follow the value. (dec.More would let a stray
+	// '}' or ']' through: found by FuzzDecodeRequest.)
+	if _, err := dec.Token(); err != io.EOF {
+		if err != nil && bodyErr(err).(*apiError).status != http.StatusBadRequest {
+			return bodyErr(err) // too large, or too slow
+		}
+		return badRequest("", "invalid JSON body: trailing data after the JSON value")
 	}
 	return nil
 }

@@ -24,8 +24,9 @@ func Live() int64 { return live.Load() }
 //	if err := s.Err(); err != nil { return nil, err }
 //	return s.Keep(h), nil          // caller now owns h: torch.Drop(h)
 type Scope struct {
-	parent  *Scope
-	tensors []*Tensor
+	parent   *Scope
+	children []*Scope // open children, closed with s
+	tensors  []*Tensor
 	err     error
 	closed  bool
 }
@@ -41,7 +42,9 @@ func NewScope() *Scope {
 // with MoveTo(parent, t).
 func (s *Scope) Child() *Scope {
 	runtime.LockOSThread()
-	return &Scope{parent: s, err: s.err}
+	c := &Scope{parent: s, err: s.err}
+	s.children = append(s.children, c)
+	return c
 }
 
 // Err is the first error recorded on s (or on a child of s).
@@ -144,10 +147,19 @@ func (s *Scope) Adopt(t *Tensor) *Tensor {
 }
 
 // Close drops every tensor s still owns and unlocks the OS thread. Closing
-// twice is a no-op. Close does not close children; close them first.
+// twice is a no-op. Children still open are closed first: code that closes
+// each child as it goes leaves none, but a panic unwinding through the
+// engine (gotch dereferences a nil tensor when an allocation fails) skips
+// those closes, and the deferred Close of an outer scope then frees
+// everything below it.
 func (s *Scope) Close() {
 	if s.closed {
 		return
+	}
+	kids := s.children
+	s.children = nil
+	for i := len(kids) - 1; i >= 0; i-- {
+		kids[i].Close()
 	}
 	s.closed = true
 	for i := len(s.tensors) - 1; i >= 0; i-- {
@@ -156,6 +168,14 @@ func (s *Scope) Close() {
 	s.tensors = nil
 	if s.parent == nil {
 		dropStages(s)
+	}
+	if p := s.parent; p != nil {
+		for i := len(p.children) - 1; i >= 0; i-- { // usually the last one
+			if p.children[i] == s {
+				p.children = append(p.children[:i], p.children[i+1:]...)
+				break
+			}
+		}
 	}
 	runtime.UnlockOSThread()
 }

@@ -211,3 +211,27 @@ func TestParseDType(t *testing.T) {
 		t.Errorf("ParseDType(float8) did not fail")
 	}
 }
+
+// TestPanicUnwindClosesChildren: a panic that skips the Close of child
+// scopes (as one inside a gotch call does) leaves nothing behind once the
+// root scope's deferred Close runs.
+func TestPanicUnwindClosesChildren(t *testing.T) {
+	base := Live()
+	func() {
+		defer func() { _ = recover() }()
+		s := NewScope()
+		defer s.Close()
+		s.FromFloat32([]float32{1}, 1)
+		layer := s.Child()
+		layer.FromFloat32([]float32{2}, 1)
+		inner := layer.Child()
+		inner.FromFloat32([]float32{3}, 1)
+		done := s.Child()
+		done.FromFloat32([]float32{4}, 1)
+		done.Close()
+		panic("allocation failed")
+	}()
+	if got := Live() - base; got != 0 {
+		t.Errorf("live after the unwind = %d, want 0", got)
+	}
+}

@@ -2,7 +2,6 @@ package torchbe
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
@@ -45,8 +44,8 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 		if len(full[k]) == 0 {
 			return scoreRow{}, fmt.Errorf("suffix %d: prompt encodes to no tokens", k)
 		}
-		if m.maxPos > 0 && len(full[k]) > m.maxPos {
-			return scoreRow{}, fmt.Errorf("suffix %d: prompt of %d tokens exceeds the context of %d", k, len(full[k]), m.maxPos)
+		if m.maxLen > 0 && len(full[k]) > m.maxLen {
+			return scoreRow{}, fmt.Errorf("suffix %d: prompt of %d tokens exceeds the context of %d", k, len(full[k]), m.maxLen)
 		}
 	}
 	L := len(full[0]) - 1
@@ -65,7 +64,8 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 }
 
 // Score implements backend.Scorer with prefix reuse (see the package doc).
-func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
+func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
+	defer recoverEngine("torch score", &err)
 	if err := backend.CheckIDs(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch score: %w", err)
 	}
@@ -75,11 +75,11 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]backe
 		}
 	}
 	out := make([]backend.ScoreResponse, len(reqs))
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lm == nil {
-		return nil, errors.New("torch score: model is closed")
+	release, err := m.hold(ctx, "torch score")
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	defer torch.SetGrad(false)()
 	for i := range reqs {
 		if err := ctx.Err(); err != nil {
@@ -201,10 +201,14 @@ func (m *Model) candidateLogProbs(s *torch.Scope, h *torch.Tensor, cands []int) 
 // ScoreNaive answers like Score without prefix reuse: one full forward pass
 // over Prefix+Suffix[k] per suffix. It is the baseline of the judge
 // benchmark and the reference Score is tested against.
-func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
+func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
+	defer recoverEngine("torch score", &err)
 	out := make([]backend.ScoreResponse, len(reqs))
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	release, err := m.hold(ctx, "torch score")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	defer torch.SetGrad(false)()
 	for i := range reqs {
 		r := &reqs[i]
@@ -251,7 +255,8 @@ func (m *Model) scoreFull(ids []int, cands []int) ([]float64, error) {
 }
 
 // LogProbs implements backend.LogProber over generate.LogProbs.
-func (m *Model) LogProbs(ctx context.Context, reqs []backend.LogProbRequest) ([]backend.LogProbResponse, error) {
+func (m *Model) LogProbs(ctx context.Context, reqs []backend.LogProbRequest) (_ []backend.LogProbResponse, err error) {
+	defer recoverEngine("torch log-probs", &err)
 	if err := backend.CheckIDs(reqs, func(r *backend.LogProbRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch log-probs: %w", err)
 	}
@@ -276,8 +281,8 @@ func (m *Model) LogProbs(ctx context.Context, reqs []backend.LogProbRequest) ([]
 		case len(c) == 0:
 			out[i].LogProbs = []backend.TokenLogProb{}
 			continue
-		case m.maxPos > 0 && len(p)+len(c) > m.maxPos:
-			out[i].Failure = rejected("request %s: %d tokens exceed the context of %d", r.ID, len(p)+len(c), m.maxPos)
+		case m.maxLen > 0 && len(p)+len(c) > m.maxLen:
+			out[i].Failure = rejected("request %s: %d tokens exceed the context of %d", r.ID, len(p)+len(c), m.maxLen)
 			continue
 		}
 		if bad := outside(p, vocab); bad >= 0 {
@@ -294,8 +299,11 @@ func (m *Model) LogProbs(ctx context.Context, reqs []backend.LogProbRequest) ([]
 	if len(rows) == 0 {
 		return out, nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	release, err := m.hold(ctx, "torch log-probs")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	lps, _, err := generate.LogProbs(ctx, m.lm, rows, m.opt.MaxBatch, false)
 	if err != nil {
 		return nil, fmt.Errorf("torch log-probs: %w", err)

@@ -20,7 +20,7 @@
 //     generation_config.json eos_token_id), at a stop string or at MaxTokens.
 //     Text excludes the end token and is cut before a stop string.
 //   - Row failures. A prompt that does not fit the model's context
-//     (prompt + MaxTokens > max_position_embeddings), a chat that does not
+//     (prompt + MaxTokens > MaxModelLen), a chat that does not
 //     render, or a Score candidate that is not exactly one token fails its
 //     row with backend.FailureRejected; the rest of the call goes on.
 //   - Score prefills the longest token prefix that every Prefix+Suffix[k]
@@ -31,8 +31,16 @@
 //     Prefix+Suffix[k].
 //   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
 //     prompt+completion per sample, after sampling.
-//   - Concurrency. The engine runs one call at a time; concurrent calls (the
-//     handlers of `evolm serve`) queue on a mutex.
+//   - Concurrency. Concurrent calls (the handlers of `evolm serve`) share
+//     the engine in turns (generate.Scheduler): generations interleave decode
+//     step by decode step, so a large request cannot starve a small one;
+//     Score and LogProbs calls take one turn each.
+//   - Admission. A request whose prompt + max_tokens exceeds MaxModelLen, or
+//     whose estimated memory alone exceeds MemoryBudget, fails its row with
+//     backend.FailureRejected before any engine work (HTTP 400 in serve).
+//   - Failures of the engine. A libtorch allocation failure or a panic in
+//     gotch fails the call with backend.ErrUnavailable (HTTP 503 in serve);
+//     everything the call held is released and later calls run normally.
 //   - Memory. Every tensor a call creates is freed before it returns
 //     (torch.Live returns to its value before the call).
 package torchbe
@@ -71,6 +79,18 @@ type Options struct {
 	// DisableThinking renders chats with enable_thinking=False (an empty
 	// <think></think> block in the generation prompt).
 	DisableThinking bool
+	// MaxModelLen caps prompt + max_tokens per request (vLLM's
+	// --max-model-len); 0 means the checkpoint's max_position_embeddings,
+	// and more than that is an error.
+	MaxModelLen int
+	// MemoryBudget is the most bytes that concurrent generations may hold
+	// at once, by generate.Generator.EstimateBytes (KV caches, prefill
+	// activations, logits); a request that alone needs more is rejected
+	// before any work, others wait for room. 0: no budget.
+	MemoryBudget int64
+	// PrefillChunk is the most prompt positions per prefill pass (default
+	// 512; see generate.Options).
+	PrefillChunk int
 }
 
 // Model is a loaded checkpoint serving the backend interfaces. Close it.
@@ -81,8 +101,9 @@ type Model struct {
 	id      string
 	opt     Options
 	stop    []int // end-of-generation token ids
-	maxPos  int   // context length
-	mu      sync.Mutex
+	maxLen  int   // most tokens per sequence: MaxModelLen or the context length
+	sched   *generate.Scheduler
+	mu      sync.RWMutex // read-held by calls, write-held by Close
 	decoded sync.Map // token id → decoded text, for log-prob tokens
 }
 
@@ -130,9 +151,22 @@ func Load(opt Options) (*Model, error) {
 	}
 	slices.Sort(stop)
 	stop = slices.Compact(stop)
+	maxLen := cfg.MaxPositionEmbeddings
+	switch {
+	case opt.MaxModelLen < 0 || opt.MemoryBudget < 0:
+		lm.Close()
+		return nil, fmt.Errorf("torch backend: max model len %d and memory budget %d must not be negative", opt.MaxModelLen, opt.MemoryBudget)
+	case opt.MaxModelLen > 0 && maxLen > 0 && opt.MaxModelLen > maxLen:
+		lm.Close()
+		return nil, fmt.Errorf("torch backend: max model len %d exceeds the checkpoint's max_position_embeddings %d", opt.MaxModelLen, maxLen)
+	case opt.MaxModelLen > 0:
+		maxLen = opt.MaxModelLen
+	}
+	sched := generate.NewScheduler(opt.MemoryBudget)
 	return &Model{
-		lm: lm, tok: tok, id: opt.ModelID, opt: opt, stop: stop, maxPos: cfg.MaxPositionEmbeddings,
-		gen: generate.New(lm, tok, generate.Options{MaxBatch: opt.MaxBatch, PadID: max(tok.Specials().Pad, 0)}),
+		lm: lm, tok: tok, id: opt.ModelID, opt: opt, stop: stop, maxLen: maxLen, sched: sched,
+		gen: generate.New(lm, tok, generate.Options{MaxBatch: opt.MaxBatch, PadID: max(tok.Specials().Pad, 0),
+			PrefillChunk: opt.PrefillChunk, Scheduler: sched}),
 	}, nil
 }
 
@@ -178,8 +212,10 @@ func (m *Model) prompt(r *backend.GenerateRequest) ([]int, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("prompt encodes to no tokens")
 	}
-	if m.maxPos > 0 && len(ids)+r.MaxTokens > m.maxPos {
-		return nil, fmt.Errorf("prompt of %d tokens + max_tokens %d exceeds the context of %d", len(ids), r.MaxTokens, m.maxPos)
+	if m.maxLen > 0 && len(ids)+r.MaxTokens > m.maxLen {
+		// vLLM's wording, which clients match on.
+		return nil, fmt.Errorf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			m.maxLen, len(ids)+r.MaxTokens, len(ids), r.MaxTokens)
 	}
 	return ids, nil
 }
@@ -208,7 +244,8 @@ func (m *Model) tokenText(id int) string {
 }
 
 // Generate implements backend.Generator.
-func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) (_ []backend.GenerateResponse, err error) {
+	defer recoverEngine("torch generate", &err)
 	if err := backend.CheckIDs(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch generate: %w", err)
 	}
@@ -231,18 +268,23 @@ func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([
 		if r.Seed != nil {
 			seed = uint64(*r.Seed)
 		}
-		greqs = append(greqs, generate.Request{
+		gr := generate.Request{
 			Prompt: ids, N: r.Samples(), MaxNewTokens: r.MaxTokens, Seed: seed,
 			Sampling:   sample.Params{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP},
 			StopTokens: m.stop, StopStrings: r.Stop,
-		})
+		}
+		if err := m.gen.Admit([]generate.Request{gr}); err != nil {
+			out[i].Failure = rejected("request %s: %v", r.ID, err)
+			continue
+		}
+		greqs = append(greqs, gr)
 		idx = append(idx, i)
 	}
 	if len(greqs) == 0 {
 		return out, nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	if m.lm == nil {
 		return nil, errors.New("torch generate: model is closed")
 	}
@@ -289,7 +331,13 @@ func (m *Model) topLogProbs(ctx context.Context, prompt []int, comps []backend.C
 		if T == 0 {
 			continue
 		}
-		if err := m.topOne(prompt, c, k); err != nil {
+		done, err := m.sched.Turn(ctx)
+		if err != nil {
+			return err
+		}
+		err = m.topOne(prompt, c, k)
+		done()
+		if err != nil {
 			return fmt.Errorf("completion %d: %w", ci, err)
 		}
 	}

@@ -8,7 +8,7 @@
 //	for each micro-batch: loss_sum = LossFn(mb); backward(loss_sum)
 //	grads /= Σ count                       (exact: the step's loss is Σ loss_sum / Σ count)
 //	norm = clip_grad_norm_(max_norm)        (fp32 global norm, before clipping)
-//	AdamW step
+//	AdamW step                              (skipped when the loss or norm is NaN or Inf)
 //
 // Micro-batch losses are sums over their items, not means, and the scaling
 // by the total count happens once after accumulation, so the gradient equals
@@ -71,6 +71,10 @@ type Metrics struct {
 	Count        float64            // ΣCount
 	MicroBatches int                // micro-batches accumulated
 	Extra        map[string]float64 // ΣMetric / ΣCount per LossFn metric
+	// Skipped says why the update was not applied ("loss is NaN",
+	// "gradient norm is +Inf"); "" when it was. A skipped step changes
+	// neither the weights nor the optimizer state, and Step does not count it.
+	Skipped string
 }
 
 // Trainer trains a model in place. Not safe for concurrent use.
@@ -113,7 +117,10 @@ func New[M any](m model.CausalLM, cfg Config) (*Trainer[M], error) {
 func (t *Trainer[M]) Close() { t.Opt.Close() }
 
 // Step runs one optimizer step over microbatches (see the package doc). On
-// error no update is applied and the gradients are zeroed.
+// error no update is applied and the gradients are zeroed. A non-finite
+// loss or gradient norm is no error: the update is skipped (gradients
+// zeroed, no optimizer step) and Metrics.Skipped says why; the caller
+// counts and limits such steps.
 func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M]) (Metrics, error) {
 	if len(microbatches) == 0 {
 		return Metrics{}, fmt.Errorf("train: step with no micro-batches")
@@ -140,6 +147,9 @@ func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M
 	if !(count > 0) {
 		return Metrics{}, t.abort(fmt.Errorf("train: micro-batches cover %v items, want > 0", count))
 	}
+	if !finite(sum) {
+		return t.skip(fmt.Sprintf("loss is %v", sum/count), sum/count, math.NaN(), count, len(microbatches))
+	}
 	if err := t.scaleGrads(1 / count); err != nil {
 		return Metrics{}, t.abort(err)
 	}
@@ -147,8 +157,8 @@ func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M
 	if err != nil {
 		return Metrics{}, t.abort(err)
 	}
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return Metrics{}, t.abort(fmt.Errorf("train: gradient norm is %v; step skipped", norm))
+	if !finite(norm) {
+		return t.skip(fmt.Sprintf("gradient norm is %v", norm), sum/count, norm, count, len(microbatches))
 	}
 	lr := t.Opt.LR()
 	if err := t.Opt.Step(); err != nil {
@@ -209,6 +219,18 @@ func (t *Trainer[M]) scaleGrads(f float64) error {
 		}
 	}
 	return nil
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// skip zeroes the gradients and reports a step whose update was not
+// applied: the weights and the optimizer state are unchanged.
+func (t *Trainer[M]) skip(why string, loss, norm, count float64, micro int) (Metrics, error) {
+	if err := t.Opt.ZeroGrad(); err != nil {
+		return Metrics{}, fmt.Errorf("train: %s, and zeroing grads: %w", why, err)
+	}
+	return Metrics{Step: t.Opt.StepCount(), Loss: loss, GradNorm: norm, LR: t.Opt.LR(), Count: count,
+		MicroBatches: micro, Extra: map[string]float64{}, Skipped: why}, nil
 }
 
 func (t *Trainer[M]) abort(err error) error {

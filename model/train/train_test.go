@@ -282,3 +282,46 @@ func TestNoLeakOver100Steps(t *testing.T) {
 		t.Errorf("live tensors %d after closing the trainer, want %d", got, base)
 	}
 }
+
+// TestNonFiniteStepIsSkipped: a NaN loss (and so a NaN gradient norm), or a
+// finite loss whose gradient is Inf, skips the update: no optimizer step,
+// weights unchanged, gradients zeroed, Skipped says why. The next finite
+// step trains as usual.
+func TestNonFiniteStepIsSkipped(t *testing.T) {
+	m := load(t, checkpoint(t))
+	tr := newTrainer(t, m, 1e-8)
+	before := values(t, m)
+	tests := []struct {
+		name  string
+		scale float64 // multiplies the loss
+		want  string
+	}{
+		{"NaN loss", math.NaN(), "loss is NaN"},
+		{"Inf loss", math.Inf(1), "loss is +Inf"},
+	}
+	for _, tc := range tests {
+		met, err := tr.Step(context.Background(), [][]generate.Continuation{rows[:2], rows[2:]}, func(s *torch.Scope, mb []generate.Continuation) (Loss, error) {
+			l, err := nll(s, m, mb)
+			l.Sum = s.MulScalar(l.Sum, tc.scale)
+			return l, err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v, want a skipped step", tc.name, err)
+		}
+		if met.Skipped != tc.want || tr.Opt.StepCount() != 0 {
+			t.Errorf("%s: Skipped %q, step count %d; want %q, 0", tc.name, met.Skipped, tr.Opt.StepCount(), tc.want)
+		}
+		for name, v := range values(t, m) {
+			if d := maxDiff(v, before[name]); d != 0 {
+				t.Errorf("%s: %s changed by %.3g in a skipped step", tc.name, name, d)
+			}
+		}
+		if norm, err := optim.GradNorm(tr.param); err != nil || norm != 0 {
+			t.Errorf("%s: grad norm %v (%v) after a skipped step, want 0", tc.name, norm, err)
+		}
+	}
+	met, err := tr.Step(context.Background(), [][]generate.Continuation{rows}, lossFn(m))
+	if err != nil || met.Skipped != "" || tr.Opt.StepCount() != 1 {
+		t.Errorf("finite step after skips: %v, Skipped %q, step count %d", err, met.Skipped, tr.Opt.StepCount())
+	}
+}

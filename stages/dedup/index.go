@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -247,6 +248,12 @@ func estimateRows(files []string) int64 {
 	return n
 }
 
+// ErrBlankPrompt is wrapped by the pass-1 error for a prompt that is empty
+// or only whitespace: such a row has nothing to deduplicate or train on, and
+// dropping it silently would hide a broken input. The error names the file,
+// row and id.
+var ErrBlankPrompt = errors.New("prompt is empty or only whitespace: remove the row from the input")
+
 // Spill record sizes.
 const (
 	exactRecSize = 8 + 8 + 4 // hash hi, hash lo, row
@@ -473,6 +480,10 @@ func pass1(ctx context.Context, files []string, sp *spill, p Params, res *Result
 					}
 					b := &p1batch{seq: seq, first: uint32(row), prompts: make([]string, n)}
 					for i := range n {
+						if strings.TrimSpace(buf[i].Prompt) == "" {
+							r.Close()
+							return fmt.Errorf("input %s row %d (id %q) column \"prompt\": %w", file, n64+int64(i), buf[i].ID, ErrBlankPrompt)
+						}
 						b.prompts[i] = buf[i].Prompt
 						buf[i] = datasets.TuluRow{}
 					}

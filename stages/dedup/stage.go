@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -173,7 +174,18 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	p := s.Params
 	p.Progress = prog.Add
 	p.FullRows = s.Messages
-	res, err := Analyze(ctx, files, filepath.Join(work, "spill"), p)
+	// The runner holds this stage's lock on the run, so spill directories
+	// left in work are a dead run's. Ours has a name of its own all the same:
+	// spill files are never shared between processes.
+	if err := removeStaleSpills(work); err != nil {
+		return err
+	}
+	spill, err := os.MkdirTemp(work, fmt.Sprintf("spill-%d-", os.Getpid()))
+	if err != nil {
+		return fmt.Errorf("dedup work dir: %w", err)
+	}
+	defer os.RemoveAll(spill)
+	res, err := Analyze(ctx, files, spill, p)
 	prog.Done()
 	if err != nil {
 		return err
@@ -213,6 +225,23 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	fmt.Fprint(env.Stderr, res.Summary())
 	env.Log.Info("dedup summary", "rows_in", res.RowsIn, "exact_dups", res.ExactDups, "near_dups", res.NearDups,
 		"clusters", res.Clusters, "rows_out", res.RowsOut, "candidate_pairs", res.CandidatePairs, "rejected_pairs", res.RejectedPairs)
+	return nil
+}
+
+// removeStaleSpills removes the spill directories of earlier, dead runs in
+// the stage's work directory.
+func removeStaleSpills(work string) error {
+	ents, err := os.ReadDir(work)
+	if err != nil {
+		return fmt.Errorf("dedup work dir: %w", err)
+	}
+	for _, e := range ents {
+		if e.IsDir() && (e.Name() == "spill" || strings.HasPrefix(e.Name(), "spill-")) {
+			if err := os.RemoveAll(filepath.Join(work, e.Name())); err != nil {
+				return fmt.Errorf("dedup work dir: stale spill: %w", err)
+			}
+		}
+	}
 	return nil
 }
 

@@ -26,8 +26,9 @@
 // shows up as inconsistent pairs.
 //
 // A missing score (a judge output that could not be parsed) is NaN in every
-// scoring function and ranks below every real score (it is treated as -Inf),
-// so it can never win a comparison; two missing scores tie.
+// scoring function and ranks below every real score, so it can never win a
+// comparison; two missing scores tie. Best-of-N and JudgeBench need only the
+// order (-Inf); the Ties margins need a value, and use −1 (below).
 //
 // # RewardBench-2 (allenai/reward-bench, rewardbench/utils.py and scripts/run_v2.py)
 //
@@ -39,7 +40,10 @@
 //
 // Ties is scored by process_single_model over the subset's rows, whose ids are
 // "ref:<n>" (one correct answer) and "tied:<n>" (several), the first
-// num_correct scores being the correct ones. Per row (_compute_prompt_stats):
+// num_correct scores being the correct ones. A ref and a tied row pair when
+// int(<n>) is equal ("ref:07" pairs with "tied:7"). A missing score counts as
+// −1, the rating the official generative runner gives an unparsed judgment,
+// so the margins stay finite. Per row (_compute_prompt_stats):
 // accurate = min(correct) − max(incorrect) > 0; the correct–incorrect margin
 // is min(correct) − max(incorrect); the within-correct margin is
 // max(correct) − min(correct) (tied rows only). Then

@@ -242,8 +242,8 @@ func ScoreRewardBench2(items []RB2Scored, b Bootstrap) (Report, error) {
 
 // tiesSpec builds the Ties subset's spec: resampling units are prompt numbers.
 func tiesSpec(items []RB2Scored, members []int, rep *Report) (subsetSpec, error) {
-	byPrompt := map[string][]TiesRow{}
-	var prompts []string
+	byPrompt := map[int64][]TiesRow{}
+	var prompts []int64
 	for _, i := range members {
 		it := items[i]
 		_, p, err := datasets.ParseTiesID(it.ID)
@@ -261,9 +261,9 @@ func tiesSpec(items []RB2Scored, members []int, rep *Report) (subsetSpec, error)
 		var rows []TiesRow
 		for draw, u := range idx {
 			for _, r := range byPrompt[prompts[u]] {
-				kind, p, _ := datasets.ParseTiesID(r.ID)
-				// A prompt drawn twice stays two prompts.
-				r.ID = fmt.Sprintf("%s:%s#%d", kind, p, draw)
+				kind, _, _ := datasets.ParseTiesID(r.ID)
+				// A prompt drawn twice stays two prompts: number by draw.
+				r.ID = fmt.Sprintf("%s:%d", kind, draw)
 				rows = append(rows, r)
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 
 	"github.com/evolm/evolm/datasets"
 )
@@ -61,6 +60,18 @@ type TiesBreakdown struct {
 	Paired                   int // prompts with both a ref and a tied row
 }
 
+// tiesRank maps a missing score (NaN) to −1, below every valid [0, 1] score,
+// as the official generative runner rates an unparsed judgment −1. Unlike −∞
+// it keeps the margins finite: a missing correct answer widens the spread by
+// a bounded amount, and a tied row whose incorrect answers are all missing is
+// accurate only if its correct answers have scores.
+func tiesRank(s float64) float64 {
+	if math.IsNaN(s) {
+		return -1
+	}
+	return s
+}
+
 type tiesStats struct {
 	accurate     bool
 	spread       float64 // max(correct) − min(correct); NaN with one correct answer
@@ -74,11 +85,11 @@ func computeTiesStats(r TiesRow) (tiesStats, error) {
 	cor, inc := r.Scores[:r.NumCorrect], r.Scores[r.NumCorrect:]
 	bestC, worstC := math.Inf(-1), math.Inf(1)
 	for _, s := range cor {
-		bestC, worstC = max(bestC, rank(s)), min(worstC, rank(s))
+		bestC, worstC = max(bestC, tiesRank(s)), min(worstC, tiesRank(s))
 	}
 	bestI := math.Inf(-1)
 	for _, s := range inc {
-		bestI = max(bestI, rank(s))
+		bestI = max(bestI, tiesRank(s))
 	}
 	st := tiesStats{spread: math.NaN(), marginCorInc: worstC - bestI}
 	if len(cor) > 1 {
@@ -89,10 +100,11 @@ func computeTiesStats(r TiesRow) (tiesStats, error) {
 }
 
 // TiesScore computes the Ties subset's weighted score from its rows, as the
-// official process_single_model does (see the package doc). A tied row needs
-// at least two correct answers for the margin terms.
+// official process_single_model does (see the package doc): rows pair by the
+// integer value of their prompt number, and a missing score counts as −1. A
+// tied row needs at least two correct answers for the margin terms.
 func TiesScore(rows []TiesRow) (TiesBreakdown, error) {
-	ref, tied := map[string]tiesStats{}, map[string]tiesStats{}
+	ref, tied := map[int64]tiesStats{}, map[int64]tiesStats{}
 	var b TiesBreakdown
 	var refAcc, tiedAcc float64
 	for _, r := range rows {
@@ -126,11 +138,11 @@ func TiesScore(rows []TiesRow) (TiesBreakdown, error) {
 	var pref, hard, margin float64
 	// Sorted keys: a float sum in map order would differ in the last bits
 	// between runs.
-	prompts := make([]string, 0, len(tied))
+	prompts := make([]int64, 0, len(tied))
 	for p := range tied {
 		prompts = append(prompts, p)
 	}
-	sort.Strings(prompts)
+	slices.Sort(prompts)
 	for _, p := range prompts {
 		t := tied[p]
 		r, ok := ref[p]

@@ -97,6 +97,9 @@ func TestTiesScoreErrors(t *testing.T) {
 		{{"ref:1", 0, []float64{1, 0}}},       // no correct answer
 		{{"ref", 1, []float64{1, 0}}},         // no prompt number
 		{{"tied:1:2", 2, []float64{1, 1, 0}}}, // two colons
+		{{"ref:1.0", 1, []float64{1, 0}}},     // int() rejects a decimal point
+		{{"ref:x7", 1, []float64{1, 0}}},      // not a number
+		{{"ref:7_", 1, []float64{1, 0}}},      // int() rejects a trailing underscore
 	} {
 		if _, err := TiesScore(rows); err == nil {
 			t.Errorf("TiesScore(%v): want an error", rows)
@@ -109,6 +112,66 @@ func TestTiesScoreErrors(t *testing.T) {
 	}
 	if !math.IsNaN(b.Score) || b.RefAccuracy != 1 {
 		t.Errorf("unpaired ties: %+v", b)
+	}
+}
+
+// TestTiesScoreOfficialRules checks the two rules of the official code that
+// a hand-made table without them would miss: prompt numbers pair by int()
+// value, and a missing score is rated −1.
+func TestTiesScoreOfficialRules(t *testing.T) {
+	nan := math.NaN()
+	// int(): "07", " 7" and "+0_7" are all prompt 7, so these rows pair.
+	paired := []TiesRow{{"ref:07", 1, []float64{1, 0}}, {"tied: +0_7", 2, []float64{.75, .5, .25}}}
+	b, err := TiesScore(paired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Paired != 1 {
+		t.Fatalf("ref:07 and tied: +0_7 did not pair: %+v", b)
+	}
+	tests := []struct {
+		name string
+		rows []TiesRow
+		want TiesBreakdown
+	}{
+		{
+			// ref: margin min(1) − max(−1) = 2; tied: spread 1 − (−1) = 2,
+			// margin −1 − .25 = −1.25, not accurate; min(2, −1.25) = −1.25.
+			// With −∞ the spread would be +Inf and tanh(−Inf/Inf − 1) NaN → 0.
+			name: "missing correct answer",
+			rows: []TiesRow{{"ref:3", 1, []float64{1, nan}}, {"tied:3", 2, []float64{1, nan, .25}}},
+			want: TiesBreakdown{RefAccuracy: 1, TiedAccuracy: 0, CorrectnessPreferred: 0, CorrectnessPreferredHard: 0,
+				MarginScore: math.Tanh(-1.25/2 - 1), RefRows: 1, TiedRows: 1, Paired: 1},
+		},
+		{
+			// tied: incorrect answers all missing → −1; correct .5 and .5:
+			// spread 0, margin 1.5, accurate; 1.5 > 0; min(.5, 1.5) > 0;
+			// tanh(.5/0 − 1) = 1.
+			name: "incorrect answers all missing",
+			rows: []TiesRow{{"ref:4", 1, []float64{.5, 0}}, {"tied:4", 2, []float64{.5, .5, nan, nan}}},
+			want: TiesBreakdown{RefAccuracy: 1, TiedAccuracy: 1, CorrectnessPreferred: 1, CorrectnessPreferredHard: 1,
+				MarginScore: 1, RefRows: 1, TiedRows: 1, Paired: 1},
+		},
+		{
+			// Everything missing: all −1, margins 0, spread 0: nothing accurate,
+			// 0 > 0 fails, tanh(0/0 − 1) is NaN → 0.
+			name: "all missing",
+			rows: []TiesRow{{"ref:5", 1, []float64{nan, nan}}, {"tied:5", 2, []float64{nan, nan, nan}}},
+			want: TiesBreakdown{RefRows: 1, TiedRows: 1, Paired: 1},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := TiesScore(tc.rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := tc.want
+			w.Score = 0.30*w.TiedAccuracy + 0.30*w.RefAccuracy + 0.20*w.CorrectnessPreferred + 0.20*w.CorrectnessPreferredHard + 0.01*w.MarginScore
+			if d := cmp.Diff(w, got, cmpopts.EquateApprox(0, 1e-12)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
 	}
 }
 

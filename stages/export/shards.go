@@ -29,7 +29,9 @@ var ErrMissingTable = errors.New("missing table")
 // TableShards lists the committed shards of table in run, whichever stage
 // committed them: the union over every stage manifest in _manifests/ (a shard
 // is committed when a manifest lists it), sorted by step, phase and path. A
-// listed shard whose file is gone is an error. No shard at all is an error
+// listed shard whose file is gone, or is not the file its manifest recorded
+// (pipeline.Run.CheckShard: size, tail sha256, row count), is an error
+// naming it. No shard at all is an error
 // wrapping ErrMissingTable.
 func TableShards(run *pipeline.Run, table string) ([]Shard, error) {
 	ents, err := os.ReadDir(filepath.Join(run.Dir, "_manifests"))
@@ -52,6 +54,10 @@ func TableShards(run *pipeline.Run, table string) ([]Shard, error) {
 				continue
 			}
 			seen[rel] = true
+			info, _ := m.Shard(rel)
+			if err := run.CheckShard(info); err != nil {
+				return nil, fmt.Errorf("run %s: table %s: %w", run.Dir, table, err)
+			}
 			sh := Shard{Path: run.Path(rel), Rel: rel, Step: -1}
 			for _, part := range strings.Split(rel, "/") {
 				k, v, ok := strings.Cut(part, "=")
@@ -68,9 +74,6 @@ func TableShards(run *pipeline.Run, table string) ([]Shard, error) {
 					}
 					sh.Step = n
 				}
-			}
-			if _, err := os.Stat(sh.Path); err != nil {
-				return nil, fmt.Errorf("run %s: table %s: committed shard %s: %w", run.Dir, table, rel, err)
 			}
 			out = append(out, sh)
 		}

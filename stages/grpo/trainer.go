@@ -124,7 +124,7 @@ func (t *Trainer) TrainStep(ctx context.Context, batch []backend.TrainSample) (b
 	if err != nil {
 		return backend.TrainStats{}, fmt.Errorf("grpo step: %w", err)
 	}
-	st := backend.TrainStats{Step: int(m.Step), GradNorm: m.GradNorm}
+	st := backend.TrainStats{Step: int(m.Step), GradNorm: m.GradNorm, Skipped: m.Skipped}
 	tokens := m.Extra["tokens"]
 	if tokens > 0 {
 		st.KL = m.Extra["kl_sum"] / tokens

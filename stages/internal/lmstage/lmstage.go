@@ -241,7 +241,8 @@ func Provenance(b *Backend, set *prompts.Set, roles ...prompts.Name) map[string]
 
 // Inputs resolves a stage input: the configured files and globs (sorted,
 // deduplicated), or, when none are configured, the committed shards of
-// stage under table in the run whose path has every partition in parts.
+// stage under table in the run whose path has every partition in parts,
+// each checked against its manifest entry (pipeline.Run.CheckShard).
 func Inputs(env *pipeline.Env, configured []string, stage, table string, parts ...pipeline.Partition) ([]string, error) {
 	var out []string
 	if len(configured) > 0 {
@@ -277,6 +278,10 @@ func Inputs(env *pipeline.Env, configured []string, stage, table string, parts .
 			}
 		}
 		if ok {
+			info, _ := m.Shard(p)
+			if err := env.Run.CheckShard(info); err != nil {
+				return nil, fmt.Errorf("stage %s input: %w", env.Stage, err)
+			}
 			out = append(out, env.Run.Path(p))
 		}
 	}

@@ -1,0 +1,85 @@
+package model_test
+
+import (
+	"encoding/binary"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/safetensors"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// poison overwrites the first element of the F32 tensor name in dir's
+// model.safetensors with v.
+func poison(t *testing.T, dir, name string, v float32) {
+	t.Helper()
+	path := filepath.Join(dir, safetensors.SingleFile)
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var infos []safetensors.Info
+	data := map[string][]byte{}
+	for _, n := range f.Names() {
+		i, _ := f.Info(n)
+		b, _ := f.Data(n)
+		data[n] = append([]byte(nil), b...)
+		infos = append(infos, i)
+	}
+	f.Close()
+	if _, ok := data[name]; !ok {
+		t.Fatalf("no tensor %s", name)
+	}
+	binary.LittleEndian.PutUint32(data[name], math.Float32bits(v))
+	if err := safetensors.Write(path, infos, nil, func(i safetensors.Info) ([]byte, error) { return data[i.Name], nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadRefusesNonFiniteWeights(t *testing.T) {
+	for _, v := range []float32{float32(math.NaN()), float32(math.Inf(-1))} {
+		base := torch.Live()
+		dir := tinyCheckpoint(t)
+		poison(t, dir, "model.layers.1.mlp.up_proj.weight", v)
+		m, err := model.Load(dir, model.LoadOptions{})
+		if err == nil {
+			m.Close()
+			t.Fatalf("Load of a checkpoint with a %v weight succeeded", v)
+		}
+		if !strings.Contains(err.Error(), "model.layers.1.mlp.up_proj.weight: 1 of 384 elements are NaN or Inf") {
+			t.Errorf("error %q does not name the tensor", err)
+		}
+		if n := torch.Live() - base; n != 0 {
+			t.Errorf("%d tensors leaked", n)
+		}
+	}
+}
+
+func TestSaveRefusesNonFiniteWeights(t *testing.T) {
+	m, err := model.Load(tinyCheckpoint(t), model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	err = torch.NoGrad(func() error {
+		s := torch.NewScope()
+		defer s.Close()
+		p := m.Parameters()[0]
+		s.Copy_(p.Tensor, s.MulScalar(p.Tensor, math.NaN()))
+		return s.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	err = model.Save(m, dir, model.SaveOptions{})
+	if err == nil || !strings.Contains(err.Error(), m.Parameters()[0].Name+": ") || !strings.Contains(err.Error(), "refusing to write") {
+		t.Fatalf("Save of a NaN model: %v", err)
+	}
+	if _, err := safetensors.OpenDir(dir); err == nil {
+		t.Error("Save wrote weights despite NaN parameters")
+	}
+}
