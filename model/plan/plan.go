@@ -173,10 +173,12 @@ type Plan struct {
 // Fits reports whether the estimate fits the capacity (true when unchecked).
 func (p Plan) Fits() bool { return p.Capacity <= 0 || p.Total <= p.Capacity }
 
-// Calibration constants, fitted on CPU float32 measurements of the
-// qwen3-0.6b shape (README "Memory at real sizes"; bench/memory). Each is a
-// count of (B·T)-sized tensors of the named width that one decoder layer
-// keeps for backward with eager attention.
+// Activation constants, counted from the engine's saved tensors (eager
+// attention), NOT yet calibrated: the one measurement so far (bench/memory,
+// qwen3-0.6b widths cut to 2 layers, fp32 CPU, 2 × 1,024 tokens, chunked)
+// peaked at 12.2–12.8 GB RSS against an estimate of 6.7 GB, so the estimate
+// is currently low by about 2× on CPU. Each is a count of (B·T)-sized tensors
+// of the named width that one decoder layer keeps for backward.
 const (
 	actHidden  = 6 // (B, T, C): residual stream, two norms' inputs and outputs
 	actInter   = 4 // (B, T, I): gate, silu(gate), up, their product
