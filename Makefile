@@ -59,10 +59,16 @@ test: deps
 
 # The demo: tiny random Qwen3 checkpoints made on the spot, the bundled
 # sample prompts, and the whole co-evolution loop (stages/presets/demo.yaml).
+# DEMO_MODELS takes effect through a copy of the preset whose model paths
+# (runs/demo-models/…) point there: build/demo.yaml.
 DEMO_RUN    ?= runs/demo
 DEMO_MODELS ?= runs/demo-models
-DEMO        := $(BIN) --config stages/presets/demo.yaml --run-dir $(DEMO_RUN)
+DEMO_CONFIG := build/demo.yaml
+DEMO        := $(BIN) --config $(DEMO_CONFIG) --run-dir $(DEMO_RUN)
 demo: build npm
+	@grep -q 'runs/demo-models/' stages/presets/demo.yaml || { echo "stages/presets/demo.yaml no longer names runs/demo-models/: update the demo target"; exit 1; }
+	@mkdir -p build
+	sed 's|runs/demo-models/|$(abspath $(DEMO_MODELS))/|g' stages/presets/demo.yaml > $(DEMO_CONFIG)
 	@# tokenizer.json is the last file model init writes: its presence means a complete checkpoint.
 	@test -f $(DEMO_MODELS)/policy/tokenizer.json || $(BIN) model init --arch qwen3 --preset tiny --seed 1 --out $(DEMO_MODELS)/policy
 	@test -f $(DEMO_MODELS)/judge/tokenizer.json  || $(BIN) model init --arch qwen3 --preset tiny --seed 2 --out $(DEMO_MODELS)/judge
@@ -77,8 +83,8 @@ demo: build npm
 	@echo "  rollouts, rubrics, judgments, pairs:    $(DEMO_RUN)/{rollouts,rubrics,judgments,pairs}/"
 	@echo "  HF checkpoints:                         $(DEMO_RUN)/checkpoints/step-*/policy"
 	@echo "  analysis tables:                        $(DEMO_RUN)/export_{responses,pairs,steps}/, $(DEMO_RUN)/rubric_stats/"
-	@echo "  query it: .venv/bin/python scripts/demo_summary.py $(DEMO_RUN)"
-	@echo "  plots:    EVOLM_RUN_DIR=$(abspath $(DEMO_RUN)) .venv/bin/jupyter nbconvert --to notebook --execute notebooks/training.ipynb --output-dir $(abspath $(DEMO_RUN))/notebooks"
+	@echo "  query it: $(PY) scripts/demo_summary.py $(DEMO_RUN)"
+	@echo "  plots:    EVOLM_RUN_DIR=$(abspath $(DEMO_RUN)) $(VENV)/bin/jupyter nbconvert --to notebook --execute notebooks/training.ipynb --output-dir $(abspath $(DEMO_RUN))/notebooks"
 
 # Go native fuzz targets (package:Fuzz function). `make test` runs their seed
 # corpora (testdata/fuzz included); `make fuzz` fuzzes each for FUZZTIME, one

@@ -7,8 +7,9 @@
 // Shards. CreateShard streams record batches into one Parquet file (zstd,
 // dictionary encoding, statistics, the Arrow schema stored, provenance in the
 // key-value metadata). It writes to a hidden temp file ".<name>.<rand>.tmp"
-// in the destination directory; ShardWriter.Commit closes, fsyncs, renames
-// and fsyncs the directory; Abort removes the temp file. A crash therefore
+// in the destination directory, flocked while its writer lives;
+// ShardWriter.Commit fsyncs, renames, closes and fsyncs the directory; Abort
+// removes the temp file. A crash therefore
 // never leaves a partial file under a shard's name. OpenShard / ReadShard
 // stream batches back (GetRecordReader with ArrowReadProperties{BatchSize,
 // Parallel}); with ReadOptions.Schema set they check every expected column
@@ -29,9 +30,23 @@
 // and a reader whose ReadOptions.Schema asks for it gets it back from the
 // path. (DuckDB reads the zero-padded step as VARCHAR unless given
 // hive_types={'step': BIGINT}.) A stage's manifest lists its committed
-// shards (run-relative path, rows, bytes, sha256, input fingerprint); it is
-// rewritten atomically after each commit. A shard is committed when it is in
-// the manifest.
+// shards (run-relative path, rows, bytes, sha256, sha256 of the last 64 KiB,
+// input fingerprint); it is rewritten atomically after each commit. A shard
+// is committed when it is in the manifest. Readers check what they read
+// against it: model-stage and export inputs with Run.CheckShard (size, tail
+// sha256, footer row count), MapShards task inputs by their full sha256,
+// `evolm inspect` every committed shard (--verify: full sha256, and stray
+// files listed). A missing, swapped or edited shard, or an edited manifest,
+// is an error naming the file (ErrShardMismatch). A shard whose partition
+// columns were taken out of the file records their values in its metadata
+// (evolm.partitions); a reader refuses a shard found under another
+// partition, so a copied or moved file never changes its rows' step.
+//
+// Locks. RunStage holds an flock on _locks/<stage>.lock (holding its pid)
+// for the whole run: a second process running the same stage on the run
+// directory fails at once, naming the holder's pid. Its stale-temp sweep
+// removes only temp files whose flock it can take, that is, of writers that
+// are gone.
 //
 // Stages. A stage package registers a Spec in init() with Register: name,
 // docs, input and output tables, config Fields (key, type, default, enum,
@@ -58,7 +73,10 @@
 // as underscores, upper case: EVOLM_STAGES_DEDUP_THRESHOLD) and flags. An
 // unknown key in the file, or an EVOLM_STAGES_* var naming no key, is an
 // error naming the key; so is a value of the wrong type or outside its enum,
-// with where it came from. A stage sees its section stages.<name> as
+// with where it came from. Floats must be finite (NaN passes every range
+// check and cannot be hashed), from any source; an empty EVOLM_* var of a
+// typed key (int, float, bool, duration) is an error, not 0; a section of
+// the file that no key lives under (`stagez:`) is an unknown key. A stage sees its section stages.<name> as
 // Env.Config; Config.Hash identifies it in provenance and manifests.
 //
 // Logging and progress. Stages log with Env.Log (slog). Env.NewProgress

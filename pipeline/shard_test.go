@@ -124,8 +124,8 @@ func TestShardMetadata(t *testing.T) {
 	}
 	// The table name and version travel in the stored Arrow schema.
 	md := r.Schema().Metadata()
-	if v, _ := md.GetValue(schemas.MetaVersion); v != "1" {
-		t.Errorf("schema metadata %s = %q, want 1", schemas.MetaVersion, v)
+	if v, _ := md.GetValue(schemas.MetaVersion); v != "2" {
+		t.Errorf("schema metadata %s = %q, want 2 (steps v2)", schemas.MetaVersion, v)
 	}
 	if v, _ := md.GetValue(schemas.MetaTable); v != "steps" {
 		t.Errorf("schema metadata %s = %q, want steps", schemas.MetaTable, v)

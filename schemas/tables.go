@@ -261,10 +261,14 @@ type StepMetrics struct {
 	FormatRate          *float64
 	JudgeMissingRate    float64 // share of judgments with no parseable score
 	ElapsedS            float64 // wall time of the step
+	// SkippedUpdates is how many updates in a row were skipped for a NaN or
+	// Inf loss or gradient norm, this step's included; 0 when its update
+	// was applied (or it had none to apply).
+	SkippedUpdates int64
 }
 
 // Steps is the steps table.
-var Steps = newTable("steps", 1,
+var Steps = newTable("steps", 2, // 2: skipped_updates
 	numCol("step", func(r *StepMetrics) *int64 { return &r.Step }),
 	strCol("phase", func(r *StepMetrics) *string { return &r.Phase }),
 	numCol("loss", func(r *StepMetrics) *float64 { return &r.Loss }),
@@ -286,6 +290,7 @@ var Steps = newTable("steps", 1,
 	optF64Col("format_rate", func(r *StepMetrics) **float64 { return &r.FormatRate }),
 	numCol("judge_missing_rate", func(r *StepMetrics) *float64 { return &r.JudgeMissingRate }),
 	numCol("elapsed_s", func(r *StepMetrics) *float64 { return &r.ElapsedS }),
+	numCol("skipped_updates", func(r *StepMetrics) *int64 { return &r.SkippedUpdates }),
 )
 
 // DedupCluster is a row of the dedup_report table: one cluster of duplicate

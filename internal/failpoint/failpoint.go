@@ -54,3 +54,19 @@ func Hit(name string) {
 		select {} // the signal is on its way
 	}
 }
+
+// Active reports whether the named fault is on at this hit, for faults that
+// are injected rather than killed: EVOLM_FAILPOINT="name" turns it on at
+// every hit, "name@N" from the N-th hit on. Unlike Hit it never kills; the
+// caller injects the fault (train-nan-loss: a NaN loss).
+func Active(name string) bool {
+	once.Do(load)
+	from, ok := points[name]
+	if !ok {
+		return false
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	hits[name]++
+	return hits[name] >= from
+}

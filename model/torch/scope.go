@@ -27,8 +27,8 @@ type Scope struct {
 	parent   *Scope
 	children []*Scope // open children, closed with s
 	tensors  []*Tensor
-	err     error
-	closed  bool
+	err      error
+	closed   bool
 }
 
 // NewScope returns an empty root scope.

@@ -30,6 +30,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/optim"
 	"github.com/evolm/evolm/model/torch"
@@ -146,6 +147,9 @@ func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M
 	}
 	if !(count > 0) {
 		return Metrics{}, t.abort(fmt.Errorf("train: micro-batches cover %v items, want > 0", count))
+	}
+	if failpoint.Active("train-nan-loss") {
+		sum = math.NaN() // fault injection for the reliability tests
 	}
 	if !finite(sum) {
 		return t.skip(fmt.Sprintf("loss is %v", sum/count), sum/count, math.NaN(), count, len(microbatches))

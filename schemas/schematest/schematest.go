@@ -136,7 +136,7 @@ func Steps(n int) []schemas.StepMetrics {
 		s := schemas.StepMetrics{
 			Step: int64(i), Phase: schemas.PhasePolicy, Loss: 0.01 * float64(i), KL: 1e-4, ClipFrac: 0.02,
 			GradNorm: 1.5, LR: 1e-6, RewardMean: 0.5 + 0.001*float64(i), RewardStd: 0.2, RespLenMean: 312.5,
-			Entropy: 0.9, ZeroStdFrac: 0.125, JudgeMissingRate: 0.01, ElapsedS: 12.25,
+			Entropy: 0.9, ZeroStdFrac: 0.125, JudgeMissingRate: 0.01, ElapsedS: 12.25, SkippedUpdates: int64(i % 2),
 		}
 		if (i/50)%2 == 1 {
 			s.Phase = schemas.PhaseRubric

@@ -39,7 +39,9 @@
 // No pass holds the texts. Pass 1 streams the input once (parquet-go typed
 // rows, a batch at a time); workers normalize, hash and sign, and one writer
 // appends in row order (content hash, row) and (band key, row) records to
-// hash-partitioned spill files under the run's _work/dedup, and each row's
+// hash-partitioned spill files in a directory of its own under the run's
+// _work/dedup (spill-<pid>-<random>: never shared between processes;
+// leftovers of a dead run are removed under the stage lock), and each row's
 // sorted 32-bit shingle hashes to a shingle file with a fixed-width row
 // index. Pass 2 loads one partition at a time (≈ 170 bytes × rows /
 // partitions), sorts it and unions equal keys; verification and the final
@@ -53,6 +55,12 @@
 // # Errors
 //
 // Bad input — a corrupt file, a missing column, a wrong column type, a null
-// id/prompt/source, invalid UTF-8, no rows — fails pass 1 with an error
-// naming the file, row and column, before any shard is committed.
+// id/prompt/source, a prompt that is empty or only whitespace
+// (ErrBlankPrompt: rejected with its row rather than dropped, so a broken
+// export is seen), invalid UTF-8, no rows — fails pass 1 with an error
+// naming the file, row and column, before any shard is committed. Inputs
+// are files, directories or glob patterns (a pattern matching nothing is an
+// error naming it). Size parameters are bounded (MaxNGram, MaxHashes for
+// bands, band_rows and their product, MaxMaxVerify, MaxWorkers), so an
+// absurd value is a config error, not an out-of-memory crash.
 package dedup

@@ -53,19 +53,34 @@ func DefaultParams() Params {
 	}
 }
 
+// Bounds of the size parameters: every one sizes an allocation (per-row
+// signatures of bands × band_rows hashes, per-bucket verification, worker
+// buffers), so an absurd value must be an error, not an out-of-memory crash.
+const (
+	MaxNGram     = 64      // words per shingle
+	MaxHashes    = 4096    // bands, band_rows and their product (datatrove: 112)
+	MaxMaxVerify = 1 << 16 // earlier bucket members verified per row
+	MaxWorkers   = 1024    // signature workers
+)
+
 // Validate checks the parameters, naming the bad one.
 func (p Params) Validate() error {
 	switch {
-	case p.Shingle.NGram < 1:
-		return fmt.Errorf("ngram: %d, want ≥ 1", p.Shingle.NGram)
-	case p.Bands < 1:
-		return fmt.Errorf("bands: %d, want ≥ 1", p.Bands)
-	case p.BandRows < 1:
-		return fmt.Errorf("band_rows: %d, want ≥ 1", p.BandRows)
+	case p.Shingle.NGram < 1 || p.Shingle.NGram > MaxNGram:
+		return fmt.Errorf("ngram: %d, want in [1, %d]", p.Shingle.NGram, MaxNGram)
+	case p.Bands < 1 || p.Bands > MaxHashes:
+		return fmt.Errorf("bands: %d, want in [1, %d]", p.Bands, MaxHashes)
+	case p.BandRows < 1 || p.BandRows > MaxHashes:
+		return fmt.Errorf("band_rows: %d, want in [1, %d]", p.BandRows, MaxHashes)
+	case p.Bands*p.BandRows > MaxHashes:
+		return fmt.Errorf("bands: %d bands × %d band_rows = %d MinHash permutations, want at most %d (datatrove: 14 × 8 = 112)",
+			p.Bands, p.BandRows, p.Bands*p.BandRows, MaxHashes)
 	case p.Threshold < 0 || p.Threshold > 1:
 		return fmt.Errorf("threshold: %g, want in [0, 1]", p.Threshold)
-	case p.MaxVerify < 1:
-		return fmt.Errorf("max_verify: %d, want ≥ 1", p.MaxVerify)
+	case p.MaxVerify < 1 || p.MaxVerify > MaxMaxVerify:
+		return fmt.Errorf("max_verify: %d, want in [1, %d]", p.MaxVerify, MaxMaxVerify)
+	case p.Workers < 0 || p.Workers > MaxWorkers:
+		return fmt.Errorf("workers: %d, want in [0, %d]", p.Workers, MaxWorkers)
 	case p.Partitions < 0 || p.Partitions > maxPartitions:
 		return fmt.Errorf("partitions: %d, want in [0, %d]", p.Partitions, maxPartitions)
 	}

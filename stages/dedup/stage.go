@@ -130,9 +130,6 @@ func newDedupFromConfig(cfg *pipeline.Config) (*Stage, error) {
 		key, _, _ := strings.Cut(err.Error(), ":")
 		return nil, cfg.Errorf(key, "%s", strings.TrimSpace(strings.TrimPrefix(err.Error(), key+":")))
 	}
-	if p.Workers < 0 {
-		return nil, cfg.Errorf(KeyWorkers, "%d, want ≥ 0", p.Workers)
-	}
 	s := &Stage{
 		Inputs:    cfg.Strings(KeyInput),
 		Dataset:   cfg.String(KeyDataset),

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/pipeline"
@@ -25,9 +27,19 @@ type state struct {
 	DataPosition int    `json:"data_position"`
 	Shared       bool   `json:"shared_model"`
 	CodeVersion  string `json:"code_version"`
+	// SkippedInARow is the count of updates skipped in a row (non-finite
+	// loss or gradient norm) when the checkpoint was taken, so that a
+	// resumed run stops where an uninterrupted one would.
+	SkippedInARow int `json:"skipped_in_a_row"`
+	// Files maps the slash-separated path of every other file of the
+	// checkpoint directory (weights, optimizer states, adapters, the replay
+	// buffer: whatever it holds) to "sha256:<hex>"; resume verifies them.
+	Files map[string]string `json:"files"`
 }
 
-const stateVersion = 1
+// stateVersion 2 added Files and SkippedInARow; a version-1 checkpoint
+// still resumes, unverified.
+const stateVersion = 2
 
 var ckptRE = regexp.MustCompile(`^step-(\d{6})$`)
 
@@ -78,8 +90,13 @@ func (l *loop) latestCheckpoint() (int, string, error) {
 		if err := json.Unmarshal(b, &st); err != nil {
 			return 0, "", fmt.Errorf("checkpoint %s: corrupt state.json: %w", p, err)
 		}
-		if st.Version != stateVersion {
+		if st.Version != stateVersion && st.Version != 1 {
 			return 0, "", fmt.Errorf("checkpoint %s: state version %d, want %d", p, st.Version, stateVersion)
+		}
+		if st.Version == 1 {
+			l.env.Log.Warn("checkpoint without checksums (state version 1): its files are not verified", "checkpoint", names[i])
+		} else if err := verifyChecksums(filepath.Join(dir, names[i]), st.Files); err != nil {
+			return 0, "", fmt.Errorf("checkpoint %s: %w: restore the checkpoint, remove it to resume from an earlier one, or start over with --fresh", filepath.Join(dir, names[i]), err)
 		}
 		if st.ConfigHash != l.env.ConfigHash {
 			return 0, "", fmt.Errorf("checkpoint %s was made with config %s, the run's config is now %s: resume with the run's own config (evolm run --resume %s), or start over with --fresh",
@@ -95,9 +112,74 @@ func (l *loop) latestCheckpoint() (int, string, error) {
 		if n != st.NextStep {
 			return 0, "", fmt.Errorf("checkpoint %s: directory says step %d, state.json says %d", p, n, st.NextStep)
 		}
+		l.skipped = st.SkippedInARow
 		return st.NextStep, names[i], nil
 	}
 	return 0, "", nil
+}
+
+// stateFile is the checkpoint file that holds the checksums of the others.
+const stateFile = "state.json"
+
+// checksumDir returns the sha256 of every regular file under dir but
+// state.json, by slash-separated relative path.
+func checksumDir(dir string) (map[string]string, error) {
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if rel == stateFile {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s: not a regular file", rel)
+		}
+		fp, err := pipeline.Fingerprint(p)
+		if err != nil {
+			return err
+		}
+		out[rel] = fp
+		return nil
+	})
+	return out, err
+}
+
+// verifyChecksums checks that dir holds exactly the files of want (but
+// state.json) with their checksums, naming every one that differs, is
+// missing or was added.
+func verifyChecksums(dir string, want map[string]string) error {
+	got, err := checksumDir(dir)
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for rel, fp := range want {
+		switch g, ok := got[rel]; {
+		case !ok:
+			bad = append(bad, rel+": missing")
+		case g != fp:
+			bad = append(bad, fmt.Sprintf("%s: %s, state.json recorded %s (edited or replaced)", rel, g, fp))
+		}
+	}
+	for rel := range got {
+		if _, ok := want[rel]; !ok {
+			bad = append(bad, rel+": not in state.json (added after the checkpoint was written)")
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("files do not match the checksums in state.json:\n  %s", strings.Join(bad, "\n  "))
+	}
+	return nil
 }
 
 // checkpoint writes checkpoints/step-NNNNNN for the state after step next−1:
@@ -130,13 +212,18 @@ func (l *loop) checkpoint(ctx context.Context, next int) error {
 	if err := l.buf.Save(filepath.Join(tmp, "replay.parquet"), l.env.Mem); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", name, err)
 	}
+	files, err := checksumDir(tmp)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: checksums: %w", name, err)
+	}
 	st := state{Version: stateVersion, NextStep: next, Seed: l.cfg.Seed, ConfigHash: l.env.ConfigHash,
-		DataPosition: next * l.cfg.PromptsPerStep, Shared: l.rubric == l.policy, CodeVersion: pipeline.CodeVersion()}
+		DataPosition: next * l.cfg.PromptsPerStep, Shared: l.rubric == l.policy, CodeVersion: pipeline.CodeVersion(),
+		SkippedInARow: l.skipped, Files: files}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := pipeline.WriteFileAtomic(filepath.Join(tmp, "state.json"), append(b, '\n')); err != nil {
+	if err := pipeline.WriteFileAtomic(filepath.Join(tmp, stateFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	if err := os.RemoveAll(final); err != nil { // a stale one from a recomputed step

@@ -65,6 +65,14 @@ const (
 	KeyPromptFiles     = lmstage.KeyPromptFiles
 )
 
+// KeyMaxSkippedUpdates stops the run after this many updates in a row
+// skipped for a NaN or Inf loss or gradient norm.
+const KeyMaxSkippedUpdates = "max_skipped_updates"
+
+// maxSkippedUpdatesLimit bounds max_skipped_updates: a run that skips more
+// updates in a row than this has stopped learning.
+const maxSkippedUpdatesLimit = 1000
+
 // Config is the loop's validated configuration.
 type Config struct {
 	Input                    []string
@@ -88,6 +96,9 @@ type Config struct {
 	CheckpointEvery                                                int
 	Seed                                                           int64
 	Trainer                                                        grpo.TrainerConfig
+	// MaxSkippedUpdates is how many updates in a row may be skipped (NaN
+	// or Inf loss or gradient norm) before the run stops.
+	MaxSkippedUpdates int
 }
 
 // Phase returns the phase of step s.
@@ -160,6 +171,7 @@ func fields() []pipeline.Field {
 		f(KeyMicroBatch, pipeline.TypeInt, 8, "sequences per forward/backward pass; gradients accumulate over the step"),
 		f(KeyMaxGradNorm, pipeline.TypeFloat, 1.0, "clip the global gradient norm to this (≤ 0: no clipping)"),
 		f(KeyWeightDecay, pipeline.TypeFloat, 0.0, "AdamW weight decay on ≥2-dim tensors"),
+		f(KeyMaxSkippedUpdates, pipeline.TypeInt, 3, fmt.Sprintf("stop the run after this many updates in a row skipped for a NaN or Inf loss or gradient norm; in [1, %d]", maxSkippedUpdatesLimit)),
 		f(KeyPromptFiles, pipeline.TypeStrings, []string{}, "role prompt overrides, role=path (e.g. judge_yesno=my.tmpl)"),
 	}
 }
@@ -208,6 +220,7 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		},
 		ReplaySize: cfg.Int(KeyReplaySize), MinAge: int64(cfg.Int(KeyMinAge)), MaxAge: int64(cfg.Int(KeyMaxAge)), Widen: int64(cfg.Int(KeyWiden)),
 		InvalidRubric: cfg.String(KeyInvalidRubric), CheckpointEvery: cfg.Int(KeyCheckpointEvery), Seed: int64(cfg.Int(KeySeed)),
+		MaxSkippedUpdates: cfg.Int(KeyMaxSkippedUpdates),
 	}
 	var err error
 	if c.RubricReward, err = grpo.ParseRubricReward(cfg.String(KeyRubricReward)); err != nil {
@@ -237,6 +250,8 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		}
 	}
 	switch {
+	case c.MaxSkippedUpdates < 1 || c.MaxSkippedUpdates > maxSkippedUpdatesLimit:
+		return nil, cfg.Errorf(KeyMaxSkippedUpdates, "%d, want in [1, %d]", c.MaxSkippedUpdates, maxSkippedUpdatesLimit)
 	case c.Alpha < 0 || c.Alpha > 1:
 		return nil, cfg.Errorf(KeyAlpha, "%v, want in [0, 1]", c.Alpha)
 	case c.Samples < 2:

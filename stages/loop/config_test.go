@@ -24,6 +24,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"bad window", map[string]any{KeyMinAge: 50, KeyMaxAge: 20}, "stages.run.temporal_min_age"},
 		{"openai judge without endpoints", map[string]any{KeyJudgeBackend: "openai"}, "stages.run.judge_endpoints"},
 		{"bad rubric reward", map[string]any{KeyRubricReward: "hinge"}, "rubric_reward"},
+		{"alpha NaN", map[string]any{KeyAlpha: "NaN"}, "stages.run.alpha"},
+		{"no skipped update allowed", map[string]any{KeyMaxSkippedUpdates: 0}, "stages.run.max_skipped_updates"},
+		{"huge skipped updates", map[string]any{KeyMaxSkippedUpdates: 100000}, "stages.run.max_skipped_updates"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -60,6 +60,7 @@ type loop struct {
 	buf            *pairs.Buffer
 	ckpt           string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
 	prog           *pipeline.Progress
+	skipped        int // updates skipped in a row for a non-finite loss or gradient norm
 }
 
 // Run implements pipeline.Stage.
@@ -111,6 +112,12 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 		env.Log.Info("step", "step", step, "phase", m.Phase, "reward", round(m.RewardMean), "loss", round(m.Loss),
 			"kl", round(m.KL), "clip", round(m.ClipFrac), "grad_norm", round(m.GradNorm), "zero_std", round(m.ZeroStdFrac),
 			"elapsed_s", round(m.ElapsedS))
+		if l.skipped >= s.cfg.MaxSkippedUpdates {
+			// The steps row above records it; no checkpoint is taken of a
+			// run that stopped learning.
+			return fmt.Errorf("step %d (%s): %d updates in a row skipped for a NaN or Inf loss or gradient norm (%s = %d): the run diverged; lower the learning rate, check the rewards, or resume from an earlier checkpoint",
+				step, m.Phase, l.skipped, KeyMaxSkippedUpdates, s.cfg.MaxSkippedUpdates)
+		}
 		l.prog.Add(1)
 		if (step+1)%s.cfg.CheckpointEvery == 0 || step+1 == s.cfg.Steps {
 			if err := l.checkpoint(ctx, step+1); err != nil {
@@ -364,6 +371,17 @@ func (l *loop) update(ctx context.Context, r *role, samples []backend.TrainSampl
 		return err
 	}
 	m.Loss, m.KL, m.ClipFrac, m.GradNorm = st.Loss, st.KL, st.ClipFrac, st.GradNorm
+	if st.Skipped != "" {
+		// No optimizer step was taken: the weights are those of the last
+		// good update. The steps row counts it; the loop stops after
+		// max_skipped_updates in a row.
+		l.skipped++
+		m.SkippedUpdates = int64(l.skipped)
+		l.env.Log.Warn("update skipped", "step", m.Step, "phase", m.Phase, "reason", st.Skipped,
+			"skipped_in_a_row", l.skipped, "limit", l.cfg.MaxSkippedUpdates)
+		return nil
+	}
+	l.skipped = 0
 	return nil
 }
 

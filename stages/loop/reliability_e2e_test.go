@@ -1,0 +1,95 @@
+//go:build e2e
+
+package loop
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/evolm/evolm/model/safetensors"
+	"github.com/evolm/evolm/schemas"
+)
+
+// TestE2ENonFiniteLossAndCheckpoints: from the third update on the loss is
+// NaN (the train-nan-loss fault point). Each such update is skipped and
+// counted in steps.skipped_updates; after max_skipped_updates = 2 in a row
+// the run stops with an error, keeping the steps rows and the last good
+// checkpoint, whose files state.json checksums. Weights edited in that
+// checkpoint are then refused on resume, naming the file.
+func TestE2ENonFiniteLossAndCheckpoints(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	cfg := e.writeConfig(t, dir)
+	runDir := filepath.Join(dir, "nan")
+	cmd := exec.Command(e.bin, "run", "--config", cfg, "--run-dir", runDir)
+	cmd.Env = append(os.Environ(), "EVOLM_FAILPOINT=train-nan-loss@3", "EVOLM_STAGES_RUN_MAX_SKIPPED_UPDATES=2", "EVOLM_STAGES_RUN_STEPS=8")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err == nil || !strings.Contains(out.String(), "2 updates in a row skipped for a NaN or Inf loss") {
+		t.Fatalf("run with NaN losses: %v, want it to stop after 2 skipped updates:\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), "panic") {
+		t.Fatalf("panicked:\n%s", out.String())
+	}
+	steps := readTable(t, runDir, schemas.Steps)
+	var applied, skipped, last int64
+	for _, s := range steps {
+		if s.SkippedUpdates > 0 {
+			skipped++
+		} else if s.GradNorm > 0 {
+			applied++
+		}
+		last = max(last, s.SkippedUpdates)
+	}
+	t.Logf("%d steps rows: %d updates applied, %d skipped", len(steps), applied, skipped)
+	if applied < 2 || skipped < 2 || last != 2 {
+		t.Errorf("steps rows: %d applied, %d skipped, most in a row %d; want ≥ 2 applied and 2 skipped in a row", applied, skipped, last)
+	}
+	ckpts, _ := filepath.Glob(filepath.Join(runDir, "checkpoints", "step-*"))
+	if len(ckpts) == 0 {
+		t.Fatalf("no checkpoint before the NaN losses:\n%s", out.String())
+	}
+	good := ckpts[len(ckpts)-1]
+	b, err := os.ReadFile(filepath.Join(good, "state.json"))
+	if err != nil || !strings.Contains(string(b), `"policy/model.safetensors": "sha256:`) {
+		t.Fatalf("state.json of %s lacks the weights' checksum (%v):\n%s", good, err, b)
+	}
+
+	// Weights overwritten with NaN after the checkpoint was written.
+	p := filepath.Join(good, "policy", safetensors.SingleFile)
+	f, err := safetensors.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var infos []safetensors.Info
+	data := map[string][]byte{}
+	for _, n := range f.Names() {
+		i, _ := f.Info(n)
+		d, _ := f.Data(n)
+		data[n] = append([]byte(nil), d...)
+		infos = append(infos, i)
+	}
+	f.Close()
+	for _, i := range infos {
+		if i.DType == safetensors.F32 {
+			binary.LittleEndian.PutUint32(data[i.Name], math.Float32bits(float32(math.NaN())))
+			break
+		}
+	}
+	if err := safetensors.Write(p, infos, map[string]string{"format": "pt"}, func(i safetensors.Info) ([]byte, error) { return data[i.Name], nil }); err != nil {
+		t.Fatal(err)
+	}
+	res := exec.Command(e.bin, "run", "--resume", runDir)
+	res.Env = append(os.Environ(), "EVOLM_STAGES_RUN_STEPS=8")
+	o, err := res.CombinedOutput()
+	if err == nil || !strings.Contains(string(o), "policy/model.safetensors: sha256:") || !strings.Contains(string(o), "edited or replaced") {
+		t.Fatalf("resume from a checkpoint with NaN weights: %v, want a checksum error naming policy/model.safetensors:\n%s", err, o)
+	}
+}
