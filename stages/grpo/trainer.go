@@ -63,6 +63,9 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 	if cfg.Loss.Norm == NormDrGRPO && cfg.Loss.MaxCompletionLen <= 0 {
 		return nil, fmt.Errorf("grpo trainer: dr_grpo needs max completion length > 0")
 	}
+	if cfg.Loss.Norm == NormPack && cfg.Loss.PackLength <= 0 {
+		return nil, fmt.Errorf("grpo trainer: pack normalisation needs pack length > 0")
+	}
 	t := &Trainer{Policy: policy, Ref: ref, cfg: cfg, save: save}
 	if cfg.Loss.Beta != 0 && ref == nil {
 		cp, err := model.FrozenCopy(policy)
@@ -117,10 +120,24 @@ func (t *Trainer) TrainStep(ctx context.Context, batch []backend.TrainSample) (b
 		}
 	}
 	var mbs [][]backend.TrainSample
+	var packW [][]packWeight // per micro-batch, NormPack only
+	weights := t.packWeights(rows)
 	for i := 0; i < len(rows); i += t.cfg.MicroBatch {
-		mbs = append(mbs, rows[i:min(i+t.cfg.MicroBatch, len(rows))])
+		end := min(i+t.cfg.MicroBatch, len(rows))
+		mbs = append(mbs, rows[i:end])
+		if weights != nil {
+			packW = append(packW, weights[i:end])
+		}
 	}
-	m, err := t.tr.Step(ctx, mbs, t.microLoss)
+	next := 0 // train.Step calls the loss once per micro-batch, in order
+	m, err := t.tr.Step(ctx, mbs, func(s *torch.Scope, mb []backend.TrainSample) (train.Loss, error) {
+		var w []packWeight
+		if packW != nil {
+			w = packW[next]
+		}
+		next++
+		return t.microLoss(s, mb, w)
+	})
 	if err != nil {
 		return backend.TrainStats{}, fmt.Errorf("grpo step: %w", err)
 	}
@@ -158,10 +175,34 @@ func (t *Trainer) fillRef(ctx context.Context, rows []backend.TrainSample) error
 	return nil
 }
 
+// packWeight is a sequence's share of NormPack's loss: its token sum is
+// weighed by 1/tokens of its pack, and it counts as 1/sequences of a pack.
+type packWeight struct{ perToken, count float64 }
+
+// packWeights packs rows (NormPack; nil otherwise) as the official trainer
+// does, in the order the batch arrives.
+func (t *Trainer) packWeights(rows []backend.TrainSample) []packWeight {
+	if t.cfg.Loss.Norm != NormPack {
+		return nil
+	}
+	pl, cl := make([]int, len(rows)), make([]int, len(rows))
+	for i, r := range rows {
+		pl[i], cl[i] = len(r.PromptTokenIDs), len(r.CompletionTokenIDs)
+	}
+	w := make([]packWeight, len(rows))
+	for _, p := range Packs(pl, cl, t.cfg.Loss.PackLength) {
+		for _, i := range p.Seqs {
+			w[i] = packWeight{perToken: 1 / float64(p.Tokens), count: 1 / float64(len(p.Seqs))}
+		}
+	}
+	return w
+}
+
 // microLoss is the train.LossFn: the micro-batch's loss as a sum over its
 // items in the configured normalisation (train divides by ΣCount once), so
-// accumulation reproduces the full-batch loss exactly.
-func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample) (train.Loss, error) {
+// accumulation reproduces the full-batch loss exactly. pw holds the
+// micro-batch's pack weights under NormPack.
+func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample, pw []packWeight) (train.Loss, error) {
 	conts := make([]generate.Continuation, len(mb))
 	for i, r := range mb {
 		conts[i] = generate.Continuation{Prompt: r.PromptTokenIDs, Completion: r.CompletionTokenIDs}
@@ -214,13 +255,26 @@ func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample) (train.Los
 		}
 		in.RefLogProbs = padded(func(r backend.TrainSample) []float64 { return r.RefLogProbs })
 	}
+	if pw != nil {
+		w := make([]float32, B)
+		for i := range pw {
+			w[i] = float32(pw[i].perToken)
+		}
+		in.PackWeights, in.TotalPacks = s.To(s.FromFloat32(w, int64(B)), dev, torch.Float32), 1
+	}
 	loss, m, err := Loss(s, in, t.cfg.Loss)
 	if err != nil {
 		return train.Loss{}, err
 	}
 	count := float64(B) // grpo and dr_grpo: per sequence
-	if t.cfg.Loss.Norm == NormDAPO {
+	switch t.cfg.Loss.Norm {
+	case NormDAPO:
 		count = m.Tokens
+	case NormPack: // Σ over the batch is its number of packs
+		count = 0
+		for _, w := range pw {
+			count += w.count
+		}
 	}
 	return train.Loss{
 		Sum:   loss,

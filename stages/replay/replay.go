@@ -98,7 +98,7 @@ func newReplayFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	s := &Stage{Source: cfg.String(KeySource), GeneratorModel: cfg.String(KeyGeneratorModel), JudgeModel: cfg.String(KeyJudgeModel), Steps: steps,
 		InvalidRubric: cfg.String(KeyInvalidRubric)}
 	if s.Source == "" {
-		return nil, cfg.Errorf(KeySource, "no source run given")
+		return nil, cfg.Unsetf(KeySource, "no source run given")
 	}
 	return s, nil
 }
