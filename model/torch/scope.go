@@ -166,6 +166,9 @@ func (s *Scope) Close() {
 		drop(s.tensors[i])
 	}
 	s.tensors = nil
+	if s.parent == nil {
+		dropStages(s)
+	}
 	if p := s.parent; p != nil {
 		for i := len(p.children) - 1; i >= 0; i-- { // usually the last one
 			if p.children[i] == s {

@@ -17,7 +17,9 @@
 // sum of per-sequence means divided by the number of sequences).
 //
 // Each micro-batch runs in its own scope with grad on and the OS thread
-// locked; its activations are freed right after its backward pass.
+// locked; torch.Backward also runs the deferred recomputation of chunked
+// log-probs and activation checkpointing (torch.Scope.DeferBackward), and
+// the micro-batch's activations are freed right after.
 //
 // The frozen reference model of GRPO is model.FrozenCopy, or with LoRA the
 // same model with its adapters off (model/lora).
@@ -62,6 +64,9 @@ type Config struct {
 	// Params the model's own parameters are frozen: no grad, no optimizer
 	// state.
 	Params []model.Param
+	// GradCheckpointing recomputes each decoder layer in backward instead of
+	// keeping its activations; the model must be a model.GradCheckpointer.
+	GradCheckpointing bool
 }
 
 // Metrics reports one step.
@@ -91,6 +96,13 @@ type Trainer[M any] struct {
 // parameter of m), off for the rest of m, and builds AdamW over the trained
 // ones (optim.DefaultGroups). Close frees the optimizer state (not m).
 func New[M any](m model.CausalLM, cfg Config) (*Trainer[M], error) {
+	if cfg.GradCheckpointing {
+		gc, ok := m.(model.GradCheckpointer)
+		if !ok {
+			return nil, fmt.Errorf("train: grad checkpointing: %T cannot recompute its layers", m)
+		}
+		gc.SetGradCheckpointing(true)
+	}
 	train := cfg.Params
 	if train == nil {
 		train = m.Parameters()

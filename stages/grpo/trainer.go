@@ -31,6 +31,9 @@ type TrainerConfig struct {
 	// dropout masks of each optimizer step (seeded from Seed and the step,
 	// so a resumed run draws the same masks).
 	Seed int64
+	// GradCheckpointing recomputes each decoder layer in backward instead of
+	// keeping its activations (stages.run.grad_checkpointing).
+	GradCheckpointing bool
 }
 
 // DefaultTrainerConfig returns the paper's defaults (DESIGN §1).
@@ -98,7 +101,7 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 		}
 	}
 	adam := optim.DefaultAdamW(cfg.LR)
-	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm})
+	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, GradCheckpointing: cfg.GradCheckpointing})
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("grpo trainer: %w", err)
@@ -117,7 +120,7 @@ func newLoRATrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.Sa
 	}
 	t := &Trainer{Policy: policy, Adapter: ad, cfg: cfg, save: save}
 	adam := optim.DefaultAdamW(cfg.LR)
-	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, Params: ad.Parameters()})
+	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, Params: ad.Parameters(), GradCheckpointing: cfg.GradCheckpointing})
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("grpo trainer: %w", err)
