@@ -15,9 +15,14 @@ PY     := $(VENV)/bin/python
 LIBTORCH   ?= $(VENV)/lib/python3.11/site-packages/torch
 TORCH_CUDA ?= 0
 BIN    := $(CURDIR)/bin/evolm
-# The stamp names the libtorch and mode it was generated for, so switching
-# either regenerates the overlay.
-TORCH_STAMP := build/.torch-$(TORCH_CUDA)-$(shell echo '$(LIBTORCH)' | cksum | cut -d' ' -f1)
+# The libtorch version at LIBTORCH: the wheel's version.py or the archive's
+# build-version (empty until the venv exists).
+TORCH_VERSION := $(shell sed -n "s/^__version__ = '\([^']*\)'.*/\1/p" '$(LIBTORCH)/version.py' 2>/dev/null || cat '$(LIBTORCH)/build-version' 2>/dev/null)
+# The stamp names the libtorch, its version and the mode it was generated for,
+# so switching any of them (a pip install that replaced torch included)
+# regenerates the overlay, and scripts/gotch-overlay.sh refuses a libtorch
+# that is not 2.1.0 with the fix.
+TORCH_STAMP := build/.torch-$(TORCH_CUDA)-$(shell echo '$(LIBTORCH) $(TORCH_VERSION)' | cksum | cut -d' ' -f1)
 
 # Every go command below builds gotch through the generated workspace + overlay.
 export GOWORK := $(CURDIR)/build/go.work
@@ -28,10 +33,12 @@ GO_TEST_FLAGS ?= -count=1 -p 2 -timeout 60m
 
 .PHONY: build deps venv torch npm test test-go test-e2e demo bench fuzz clean
 
-$(VENV)/.ok: scripts/requirements.txt
+# scripts/constraints.txt pins every transitive dependency, so that nothing
+# pulls another torch (and so another libtorch) into the venv.
+$(VENV)/.ok: scripts/requirements.txt scripts/constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "evolm needs Python 3.11 (torch 2.1.0 wheels): set PYTHON=/path/to/python3.11"'
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check -c scripts/constraints.txt -r scripts/requirements.txt
 	touch $@
 venv: $(VENV)/.ok
 

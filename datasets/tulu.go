@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -109,12 +110,19 @@ type fileReader interface {
 	close() error
 }
 
-// ResolveInputs expands paths into the list of data files they name: a file
-// stands for itself; a directory stands for its *.parquet, *.jsonl and
-// *.json files (not recursive, sorted by name). Hidden files are skipped. A
-// path that names no file and holds glob metacharacters ('data/*.parquet',
-// as a shell would have expanded it) stands for its matches in sorted
-// order; a pattern that matches nothing is an error naming it.
+// ResolveInputs expands paths into the list of data files they name, in
+// order:
+//
+//   - a file stands for itself;
+//   - a directory stands for every *.parquet, *.jsonl and *.json file below
+//     it, recursively, sorted by path, so that a dataset downloaded from the
+//     Hub (`huggingface-cli download --local-dir DIR`, which stores Tulu 3 as
+//     DIR/data/train-0000N-of-00004.parquet) is given as DIR. Hidden files and
+//     directories (.cache of the Hub client, .git) are skipped;
+//   - a path that names no file and holds glob metacharacters
+//     ('data/*.parquet', as a shell would have expanded it) stands for its
+//     matches in sorted order; a pattern that matches nothing is an error
+//     naming it.
 func ResolveInputs(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
@@ -142,24 +150,28 @@ func ResolveInputs(paths []string) ([]string, error) {
 			out = append(out, p)
 			continue
 		}
-		ents, err := os.ReadDir(p)
+		var found []string
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if path != p && strings.HasPrefix(d.Name(), ".") {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !d.IsDir() && formatOf(d.Name()) != "" {
+				found = append(found, path)
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, fmt.Errorf("input %s: %w", p, err)
 		}
-		var found []string
-		for _, e := range ents {
-			name := e.Name()
-			if e.IsDir() || strings.HasPrefix(name, ".") {
-				continue
-			}
-			switch formatOf(name) {
-			case "parquet", "jsonl":
-				found = append(found, filepath.Join(p, name))
-			}
-		}
 		slices.Sort(found)
 		if len(found) == 0 {
-			return nil, fmt.Errorf("input %s: directory holds no .parquet or .jsonl files: %w", p, ErrEmptyInput)
+			return nil, fmt.Errorf("input %s: directory holds no .parquet or .jsonl files (searched recursively): %w", p, ErrEmptyInput)
 		}
 		out = append(out, found...)
 	}

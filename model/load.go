@@ -205,16 +205,7 @@ func Randomize(m CausalLM, seed int64) error {
 				ps.Close()
 				return err
 			}
-			var x *torch.Tensor
-			switch {
-			case strings.HasSuffix(p.Name, "norm.weight"):
-				x = ps.Ones(shape, torch.Float32, torch.CPU)
-			case strings.HasSuffix(p.Name, ".bias"):
-				x = ps.Zeros(shape, torch.Float32, torch.CPU)
-			default:
-				x = ps.MulScalar(ps.Randn(shape, torch.Float32, torch.CPU), std)
-			}
-			ps.Copy_(p.Tensor, x)
+			ps.Copy_(p.Tensor, randomParam(ps, p.Name, shape, std))
 			ps.Close()
 			if err := s.Err(); err != nil {
 				return fmt.Errorf("randomize %s: %w", p.Name, err)
@@ -222,6 +213,18 @@ func Randomize(m CausalLM, seed int64) error {
 		}
 		return nil
 	})
+}
+
+// randomParam draws one parameter as HF's _init_weights does, in float32 on
+// the CPU from libtorch's global generator.
+func randomParam(s *torch.Scope, name string, shape []int64, std float64) *torch.Tensor {
+	switch {
+	case strings.HasSuffix(name, "norm.weight"):
+		return s.Ones(shape, torch.Float32, torch.CPU)
+	case strings.HasSuffix(name, ".bias"):
+		return s.Zeros(shape, torch.Float32, torch.CPU)
+	}
+	return s.MulScalar(s.Randn(shape, torch.Float32, torch.CPU), std)
 }
 
 // ReadGenerationConfig reads dir/generation_config.json; it returns nil, nil

@@ -54,6 +54,14 @@ type CausalLM interface {
 	Close()
 }
 
+// GradCheckpointer is a CausalLM that can recompute its decoder layers in
+// backward instead of keeping their activations (activation checkpointing).
+// With it on, a loss over the model's outputs must be backpropagated with
+// torch.Backward, which runs the recomputation.
+type GradCheckpointer interface {
+	SetGradCheckpointing(on bool)
+}
+
 // Param is a named parameter.
 type Param struct {
 	Name   string        // HF state-dict key, e.g. model.layers.0.self_attn.q_proj.weight

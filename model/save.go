@@ -38,6 +38,13 @@ type SaveOptions struct {
 // model with NaN or Inf parameters is refused before anything is written
 // (CheckFinite).
 func Save(m CausalLM, dir string, opts SaveOptions) error {
+	return save(m, dir, opts, nil)
+}
+
+// save is Save; a non-nil draw supplies each parameter's values (in the
+// saved dtype, owned by s) instead of m's own tensors, which are then only
+// read for their names and shapes (Init's streaming write).
+func save(m CausalLM, dir string, opts SaveOptions, draw func(s *torch.Scope, name string, shape []int64) *torch.Tensor) error {
 	dt := opts.DType
 	if dt == 0 {
 		dt = m.DType()
@@ -50,8 +57,10 @@ func Save(m CausalLM, dir string, opts SaveOptions) error {
 	if maxShard == 0 {
 		maxShard = DefaultMaxShardBytes
 	}
-	if err := CheckFinite(m); err != nil {
-		return fmt.Errorf("save %s: refusing to write a model with %w", dir, err)
+	if draw == nil { // drawn weights are finite; m's own are never written (or read)
+		if err := CheckFinite(m); err != nil {
+			return fmt.Errorf("save %s: refusing to write a model with %w", dir, err)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save %s: %w", dir, err)
@@ -83,7 +92,12 @@ func Save(m CausalLM, dir string, opts SaveOptions) error {
 	fetch := func(i safetensors.Info) ([]byte, error) {
 		s := torch.NewScope()
 		defer s.Close()
-		x := s.To(s.Detach(byName[i.Name]), torch.CPU, dt)
+		var x *torch.Tensor
+		if draw != nil {
+			x = draw(s, i.Name, i.Shape)
+		} else {
+			x = s.To(s.Detach(byName[i.Name]), torch.CPU, dt)
+		}
 		if err := s.Err(); err != nil {
 			return nil, err
 		}

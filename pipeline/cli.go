@@ -208,3 +208,46 @@ func fmtValue(v any) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// AddAllStageFlags defines on fs the flags of every registered stage, for
+// commands that take any stage's settings (`evolm config print`). A flag
+// name that only one stage defines keeps its plain form (--lr); a name that
+// several stages define is spelled with its stage (--rollout.n,
+// --rubrics.n). Names fs already has are left to fs. The registered
+// sections' flags follow, once each (--policy-model, --judge-temperature).
+func AddAllStageFlags(fs *pflag.FlagSet) error {
+	owners := map[string]int{}
+	for _, spec := range Specs() {
+		for _, f := range spec.Fields {
+			owners[strings.ReplaceAll(f.Key, "_", "-")]++
+		}
+	}
+	for _, spec := range Specs() {
+		for _, f := range spec.Fields {
+			name := strings.ReplaceAll(f.Key, "_", "-")
+			if owners[name] > 1 || fs.Lookup(name) != nil {
+				name = spec.Name + "." + name
+			}
+			usage := spec.Name + ": " + f.Description
+			if len(f.Enum) > 0 {
+				usage += " (one of " + strings.Join(f.Enum, ", ") + ")"
+			}
+			if err := AddFlag(fs, name, "stages."+spec.Name+"."+f.Key, f.Type, f.Default, usage); err != nil {
+				return fmt.Errorf("stage %s: %w", spec.Name, err)
+			}
+		}
+	}
+	// The registered sections' flags (--policy-model …), once each.
+	for _, sec := range Sections() {
+		for _, f := range sec.Fields {
+			name := SectionFlag(sec, f.Key)
+			if fs.Lookup(name) != nil {
+				return fmt.Errorf("section %s: flag --%s is already defined", sec.Name, name)
+			}
+			if err := AddFlag(fs, name, sec.Name+"."+f.Key, f.Type, f.Default, sec.Name+": "+flagUsage(f)); err != nil {
+				return fmt.Errorf("section %s: %w", sec.Name, err)
+			}
+		}
+	}
+	return nil
+}

@@ -39,6 +39,10 @@ type Env struct {
 	ProgressMode string // "tty", "log" or "off"
 	Stderr       io.Writer
 
+	// Failures counts the rows the stage sent to a model backend and those
+	// that failed there; RunStage fails a stage whose rows all failed.
+	Failures RowFailures
+
 	fpMu  sync.Mutex
 	fpMem map[string]string // path → fingerprint, computed once per path
 
@@ -319,6 +323,9 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return fmt.Errorf("stage %s: interrupted (committed shards are kept; rerun to resume): %w", name, err)
 		}
+		return fmt.Errorf("stage %s: %w", name, err)
+	}
+	if err := env.checkFailures(cfg.Float("pipeline.warn_failure_fraction")); err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
 	m, err = env.Run.Manifest(name)

@@ -13,6 +13,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -32,6 +33,14 @@ const (
 	MetaConfigHash  = "evolm.config_hash"  // Config.Hash of the writing stage's section
 	MetaCodeVersion = "evolm.code_version" // CodeVersion() of the writer
 	MetaInputs      = "evolm.inputs"       // JSON list of input fingerprints
+
+	// MetaSchemaVersion, in a schema's metadata, is the version of the table
+	// the schema belongs to (schemas.Table sets it).
+	MetaSchemaVersion = "evolm.schema_version"
+	// MetaAddedIn, in a field's metadata, is the table version that added the
+	// field. A reader that asks for such a (nullable) field gets a column of
+	// nulls from a file of an older version, which cannot have it.
+	MetaAddedIn = "evolm.added_in"
 	// MetaPartitions is the JSON object {column: value} of the partition
 	// columns the writer took out of the file: a reader that puts them back
 	// from the path checks the path still says the same (a shard copied or
@@ -416,9 +425,11 @@ func openParquet(f *os.File, mem memory.Allocator) (pf *file.Reader, err error) 
 
 // project restricts the reader to want's fields, checking their types. A
 // field the file lacks that names a Hive partition of the path becomes a
-// constant column of the partition's value.
+// constant column of the partition's value; a nullable field added in a
+// later table version than the file's (MetaAddedIn) becomes a column of nulls.
 func (r *ShardReader) project(want *arrow.Schema) error {
 	parts := partitionMap(PathPartitions(r.path))
+	fileVersion := schemaVersion(r.schema)
 	var problems []string
 	var fields []arrow.Field
 	var cols []int
@@ -428,6 +439,11 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 		if len(idx) == 0 {
 			if v, ok := parts[wf.Name]; ok && partitionTypeOK(wf.Type) {
 				consts = append(consts, constCol{idx: i, field: wf, value: v})
+				fields = append(fields, wf)
+				continue
+			}
+			if added := addedIn(wf); wf.Nullable && added > 0 && fileVersion < added {
+				consts = append(consts, constCol{idx: i, field: wf, null: true})
 				fields = append(fields, wf)
 				continue
 			}
@@ -458,6 +474,9 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 		}
 	}
 	for _, c := range consts {
+		if c.null {
+			continue
+		}
 		if err := checkPartitionValue(c.field.Type, c.value); err != nil {
 			return fmt.Errorf("shard %s: column %q from partition %s=%s: %w", r.path, c.field.Name, c.field.Name, c.value, err)
 		}
@@ -475,11 +494,39 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 	return nil
 }
 
-// constCol is a partition column the reader adds to each batch.
+// constCol is a partition column (or a column of nulls) the reader adds to
+// each batch.
 type constCol struct {
 	idx   int // in the output schema
 	field arrow.Field
 	value string
+	null  bool // a field newer than the file: all nulls
+}
+
+// schemaVersion is sc's MetaSchemaVersion, 0 when absent or not a number.
+func schemaVersion(sc *arrow.Schema) int {
+	v, ok := sc.Metadata().GetValue(MetaSchemaVersion)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// addedIn is f's MetaAddedIn, 0 when absent.
+func addedIn(f arrow.Field) int {
+	if !f.HasMetadata() {
+		return 0
+	}
+	v, ok := f.Metadata.GetValue(MetaAddedIn)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.Atoi(v)
+	return n
 }
 
 // leafColumns returns the Parquet leaf column indices under top-level field i.
@@ -644,6 +691,12 @@ func (n *namedReader) Next() (ok bool) {
 		}
 	}()
 	for _, c := range n.consts {
+		if c.null {
+			a := array.MakeArrayOfNull(n.mem, c.field.Type, rows)
+			owned = append(owned, a)
+			cols[c.idx] = a
+			continue
+		}
 		a, err := constColumn(n.mem, c.field.Type, c.value, rows)
 		if err != nil {
 			n.err = fmt.Errorf("shard %s: column %q: %w", n.path, c.field.Name, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -124,8 +125,8 @@ func TestShardMetadata(t *testing.T) {
 	}
 	// The table name and version travel in the stored Arrow schema.
 	md := r.Schema().Metadata()
-	if v, _ := md.GetValue(schemas.MetaVersion); v != "2" {
-		t.Errorf("schema metadata %s = %q, want 2 (steps v2)", schemas.MetaVersion, v)
+	if v, _ := md.GetValue(schemas.MetaVersion); v != strconv.Itoa(schemas.Steps.Version) {
+		t.Errorf("schema metadata %s = %q, want %d", schemas.MetaVersion, v, schemas.Steps.Version)
 	}
 	if v, _ := md.GetValue(schemas.MetaTable); v != "steps" {
 		t.Errorf("schema metadata %s = %q, want steps", schemas.MetaTable, v)

@@ -15,7 +15,7 @@ import (
 // Schema metadata keys carried by every table schema (and so by every shard).
 const (
 	MetaTable   = "evolm.table"
-	MetaVersion = "evolm.schema_version"
+	MetaVersion = pipeline.MetaSchemaVersion
 )
 
 // Table is one table's schema plus its typed codec: rows of T to record
@@ -32,6 +32,9 @@ type Table[T any] struct {
 // column is one column of a table of rows T.
 type column[T any] struct {
 	field arrow.Field
+	// since is the table version that added the column (0: the first). A
+	// batch of an older version lacks it and reads as the zero value.
+	since int
 	put   func(b array.Builder, r *T)
 	// get sets r's field from row i of a; it returns an error for a value the
 	// Go type cannot hold (null where not nullable, invalid UTF-8).
@@ -100,9 +103,12 @@ func (t *Table[T]) Check(sc *arrow.Schema) error {
 func (t *Table[T]) index(sc *arrow.Schema) ([]int, error) {
 	idx := make([]int, len(t.cols))
 	var problems []string
+	version := batchVersion(sc)
 	for i, c := range t.cols {
 		fi := sc.FieldIndices(c.field.Name)
 		switch {
+		case len(fi) == 0 && c.since > version:
+			idx[i] = -1 // the batch predates the column
 		case len(fi) == 0:
 			problems = append(problems, fmt.Sprintf("missing column %q (want %s)", c.field.Name, c.field.Type))
 		case !pipeline.TypesCompatible(c.field.Type, sc.Field(fi[0]).Type):
@@ -134,6 +140,9 @@ func (t *Table[T]) ReadInto(rec arrow.RecordBatch, rows []T) error {
 		return fmt.Errorf("table %s: %d rows for a batch of %d", t.Name, len(rows), rec.NumRows())
 	}
 	for ci, c := range t.cols {
+		if idx[ci] < 0 {
+			continue
+		}
 		a := rec.Column(idx[ci])
 		for i := range rows {
 			if err := c.get(a, i, &rows[i]); err != nil {
@@ -142,6 +151,71 @@ func (t *Table[T]) ReadInto(rec arrow.RecordBatch, rows []T) error {
 		}
 	}
 	return nil
+}
+
+// batchVersion is the table version a batch's schema declares; a schema with
+// no version (written by hand or by another tool) counts as version 1.
+func batchVersion(sc *arrow.Schema) int {
+	v, ok := sc.Metadata().GetValue(MetaVersion)
+	if !ok {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// added marks c as added in table version v: its field carries
+// pipeline.MetaAddedIn, so that shard readers fill it with nulls from files of
+// older versions, and Table.Read leaves the field of rows from older batches
+// as it is (the zero value in a fresh row). The field becomes nullable, so c
+// should read a null as absent: an optional column, or use addedNumCol.
+func added[T any](v int, c column[T]) column[T] {
+	c.field.Nullable = true
+	c.since = v
+	c.field.Metadata = arrow.NewMetadata([]string{pipeline.MetaAddedIn}, []string{strconv.Itoa(v)})
+	return c
+}
+
+// addedNumCol is a numeric column added in table version v: written non-null,
+// stored nullable so that files of older versions read as 0.
+func addedNumCol[T any, V int32 | int64 | float32 | float64](v int, name string, f func(*T) *V) column[T] {
+	c := numCol(name, f)
+	c.field.Nullable = true
+	get := c.get
+	c.get = func(a arrow.Array, i int, r *T) error {
+		if a.IsNull(i) {
+			*f(r) = 0
+			return nil
+		}
+		return get(a, i, r)
+	}
+	return added(v, c)
+}
+
+// optI64Col is a nullable int64 column.
+func optI64Col[T any](name string, f func(*T) **int64) column[T] {
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+		put: func(b array.Builder, r *T) {
+			if p := *f(r); p != nil {
+				b.(*array.Int64Builder).Append(*p)
+			} else {
+				b.AppendNull()
+			}
+		},
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				*f(r) = nil
+				return nil
+			}
+			v := a.(*array.Int64).Value(i)
+			*f(r) = &v
+			return nil
+		},
+	}
 }
 
 // --- column kinds ---------------------------------------------------------

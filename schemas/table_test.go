@@ -49,7 +49,7 @@ func TestSchemaMetadata(t *testing.T) {
 	if v, _ := md.GetValue(schemas.MetaTable); v != "rollouts" {
 		t.Errorf("table = %q, want rollouts", v)
 	}
-	if v, _ := md.GetValue(schemas.MetaVersion); v != "1" {
+	if v, _ := md.GetValue(schemas.MetaVersion); v != "1" { // rollouts are still version 1
 		t.Errorf("version = %q, want 1", v)
 	}
 	want := "list<item: struct<role: utf8, content: utf8>, nullable>"

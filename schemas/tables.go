@@ -157,10 +157,28 @@ type Pair struct {
 	ChosenStep        int64   // step a+ was sampled at
 	RejectedStep      int64   // step a− was sampled at (temporal: 20–100 steps earlier)
 	InferredQuestion  *string // back-translation: the question inferred from a+; nil otherwise
+	// Temporal contrast only (nil otherwise; version 2): the age of a− when it
+	// was drawn, in the configured clock (policy steps by default), and how it
+	// was found: TemporalWindow, one of the official empty-window fallbacks
+	// (TemporalRelaxedMaxAge, TemporalRelaxedMinAge, TemporalOldestHalf,
+	// TemporalAnyExperience) or TemporalWidened (evolm's ±widen).
+	TemporalAge      *int64
+	TemporalFallback *string
 }
 
-// Pairs is the pairs table.
-var Pairs = newTable("pairs", 1,
+// Temporal-contrast fallback stages recorded in Pair.TemporalFallback.
+const (
+	TemporalWindow        = "window"          // an entry in [min_age, max_age]
+	TemporalRelaxedMaxAge = "relaxed_max_age" // official 1: no max age
+	TemporalRelaxedMinAge = "relaxed_min_age" // official 2: age ≥ max(1, min_age/2)
+	TemporalOldestHalf    = "oldest_half"     // official 3: the older half of the buffer
+	TemporalAnyExperience = "any_experience"  // official 4: anything
+	TemporalWidened       = "widened"         // evolm: the window widened step by step
+)
+
+// Pairs is the pairs table. Version 2 added temporal_age and
+// temporal_fallback; version-1 shards read with both nil.
+var Pairs = newTable("pairs", 2,
 	strCol("pair_id", func(r *Pair) *string { return &r.PairID }),
 	strCol("prompt_id", func(r *Pair) *string { return &r.PromptID }),
 	numCol("step", func(r *Pair) *int64 { return &r.Step }),
@@ -173,6 +191,8 @@ var Pairs = newTable("pairs", 1,
 	numCol("chosen_step", func(r *Pair) *int64 { return &r.ChosenStep }),
 	numCol("rejected_step", func(r *Pair) *int64 { return &r.RejectedStep }),
 	optStrCol("inferred_question", func(r *Pair) **string { return &r.InferredQuestion }),
+	added(2, optI64Col("temporal_age", func(r *Pair) **int64 { return &r.TemporalAge })),
+	added(2, optStrCol("temporal_fallback", func(r *Pair) **string { return &r.TemporalFallback })),
 )
 
 // Rubric is a row of the rubrics table: one generated rubric, raw and parsed.
@@ -265,10 +285,18 @@ type StepMetrics struct {
 	// Inf loss or gradient norm, this step's included; 0 when its update
 	// was applied (or it had none to apply).
 	SkippedUpdates int64
+	// Active sampling (version 3): prompts sampled beyond prompts_per_step to
+	// replace groups whose rewards all tie, the refill rounds that took, and
+	// the groups with a reward signal the update trained on.
+	RefillPrompts int64
+	RefillRounds  int64
+	GroupsTrained int64
 }
 
-// Steps is the steps table.
-var Steps = newTable("steps", 2, // 2: skipped_updates
+// Steps is the steps table. Version 2 added skipped_updates; version 3 added
+// refill_prompts, refill_rounds and groups_trained, which version-2 shards
+// read as 0.
+var Steps = newTable("steps", 3,
 	numCol("step", func(r *StepMetrics) *int64 { return &r.Step }),
 	strCol("phase", func(r *StepMetrics) *string { return &r.Phase }),
 	numCol("loss", func(r *StepMetrics) *float64 { return &r.Loss }),
@@ -291,6 +319,9 @@ var Steps = newTable("steps", 2, // 2: skipped_updates
 	numCol("judge_missing_rate", func(r *StepMetrics) *float64 { return &r.JudgeMissingRate }),
 	numCol("elapsed_s", func(r *StepMetrics) *float64 { return &r.ElapsedS }),
 	numCol("skipped_updates", func(r *StepMetrics) *int64 { return &r.SkippedUpdates }),
+	addedNumCol(3, "refill_prompts", func(r *StepMetrics) *int64 { return &r.RefillPrompts }),
+	addedNumCol(3, "refill_rounds", func(r *StepMetrics) *int64 { return &r.RefillRounds }),
+	addedNumCol(3, "groups_trained", func(r *StepMetrics) *int64 { return &r.GroupsTrained }),
 )
 
 // DedupCluster is a row of the dedup_report table: one cluster of duplicate

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes build/overlay.json and build/_overlay/libtch_lib.go (a leading _ keeps
 # it out of ./... patterns): the cgo flags that link
-# gotch v0.9.1 against libtorch 2.1.0 at $LIBTORCH (DESIGN.md §4).
+# gotch v0.9.1 against libtorch 2.1.0 at $LIBTORCH (docs/design.md, the engine).
 #
 # gotch hard-codes its flags in libtch/lib.go; `go build -overlay` swaps that one
 # file for ours, so gotch itself is never edited or vendored. The go command
@@ -28,6 +28,19 @@ if [ ! -f "$gotch_dir/.complete" ]; then
   touch "$gotch_dir.tmp/.complete" && mv "$gotch_dir.tmp" "$gotch_dir"
 fi
 [ -f "$LIBTORCH/lib/libtorch_cpu.so" ] || { echo "gotch-overlay: $LIBTORCH/lib/libtorch_cpu.so not found; LIBTORCH must point at libtorch 2.1.0" >&2; exit 1; }
+# The same version rule as the binary's start-up check (model/torch/version.go).
+version=""
+if [ -f "$LIBTORCH/version.py" ]; then
+  version=$(sed -n "s/^__version__ = '\([^']*\)'.*/\1/p" "$LIBTORCH/version.py")
+elif [ -f "$LIBTORCH/build-version" ]; then
+  version=$(tr -d '[:space:]' < "$LIBTORCH/build-version")
+fi
+if [ -n "$version" ] && [ "${version%%+*}" != 2.1.0 ]; then
+  echo "gotch-overlay: libtorch version mismatch: expected 2.1.0, found $version at $LIBTORCH." >&2
+  echo "  gotch v0.9.1 binds libtorch 2.1.0 exactly; a pip install probably replaced torch in the venv." >&2
+  echo "  Fix: .venv/bin/pip install -c scripts/constraints.txt torch==2.1.0 (or rm -rf .venv), then make build." >&2
+  exit 1
+fi
 
 abi=0
 if [ -f "$LIBTORCH/share/cmake/Torch/TorchConfig.cmake" ] && grep -q 'GLIBCXX_USE_CXX11_ABI=1' "$LIBTORCH/share/cmake/Torch/TorchConfig.cmake"; then abi=1; fi

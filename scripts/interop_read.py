@@ -71,8 +71,9 @@ TYPES = {
     },
 }
 
-# Schema versions that are not 1 (steps 2: skipped_updates).
-VERSIONS = {"steps": b"2"}
+# Schema versions that are not 1 (steps 2: skipped_updates; steps 3: refill_prompts,
+# refill_rounds, groups_trained; pairs 2: temporal_age, temporal_fallback).
+VERSIONS = {"steps": b"3", "pairs": b"2"}
 
 checks = 0
 

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-PARAMS = '''# Parameters: the run directory (after `evolm export`, `evolm analyze-rubrics`
+PARAMS = '''# Parameters: the run directory (after `evolm export`, `evolm analyze rubrics`
 # and `evolm eval`); the env vars override them, e.g. for a headless run.
 import os
 RUN_DIR = "runs/demo"
@@ -76,10 +76,10 @@ for ax in axes:
 save(fig, "pair_strategies.png")'''),
     ],
     "rubric_evolution.ipynb": [
-        ("markdown", "# Rubric evolution\n\nHow the rubrics change over training (DESIGN §1): abstract labels, concrete expected values, constraints, criteria per rubric, criterion length and weight concentration. Reads `rubric_stats` (`evolm analyze-rubrics`)."),
+        ("markdown", "# Rubric evolution\n\nHow the rubrics change over training (docs/design.md): abstract labels, concrete expected values, constraints, criteria per rubric, criterion length and weight concentration. Reads `rubric_stats` (`evolm analyze rubrics`)."),
         ("code", PARAMS),
         ("code", COMMON),
-        ("code", '''stats = read_table("rubric_stats", "evolm analyze-rubrics").sort_values(["step", "phase"])
+        ("code", '''stats = read_table("rubric_stats", "evolm analyze rubrics").sort_values(["step", "phase"])
 stats'''),
         ("code", '''fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
 for col, label in [("abstract_share", "abstract labels"), ("concrete_share", "concrete values"), ("constraint_share", "constraints")]:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/schemas/schematest"
@@ -162,6 +164,53 @@ func TestRunStageAndInspect(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect file lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestConfigPrintValidatesLikeTheStages: config print takes the stages'
+// flags and rejects what the stage would reject when it runs.
+func TestConfigPrintValidatesLikeTheStages(t *testing.T) {
+	out, err := run(t, "config", "print", "--lr", "2e-6", "--section", "stages.run")
+	if err != nil || !strings.Contains(out, "lr: 2e-06\n") {
+		t.Errorf("config print --lr 2e-6: %v\n%s", err, out)
+	}
+	// A model role's keys are its section's, set by --<role>-<key>.
+	out, err = run(t, "config", "print", "--judge-temperature", "0.2", "--judge-mode", "yesno", "--section", "roles.judge")
+	if err != nil || !strings.Contains(out, "temperature: 0.2\n") || !strings.Contains(out, "mode: yesno\n") {
+		t.Errorf("config print --judge-temperature 0.2 --judge-mode yesno: %v\n%s", err, out)
+	}
+	// Each role is printed once, in its own section, and no stage repeats
+	// a role key.
+	out, err = run(t, "config", "print")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Roles  map[string]map[string]any
+		Stages map[string]map[string]any
+	}
+	if err := yaml.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"policy", "rubric_generator", "judge"} {
+		if _, ok := doc.Roles[role]["model"]; !ok {
+			t.Errorf("config print: roles.%s has no model:\n%s", role, out)
+		}
+	}
+	for name, keys := range doc.Stages {
+		for _, k := range []string{"model", "backend", "temperature", "max_tokens", "device", "policy_model", "judge_model"} {
+			if _, ok := keys[k]; ok {
+				t.Errorf("config print: stages.%s repeats the role key %s", name, k)
+			}
+		}
+	}
+	_, err = run(t, "config", "print", "--alpha", "1.5")
+	if err == nil || !strings.Contains(err.Error(), "stages.run.alpha (from flag --alpha): 1.5, want in [0, 1]") {
+		t.Errorf("config print --alpha 1.5: err = %v", err)
+	}
+	t.Setenv("EVOLM_STAGES_RUN_ALPHA", "1.5")
+	if _, err := run(t, "config", "print"); err == nil || !strings.Contains(err.Error(), "from env EVOLM_STAGES_RUN_ALPHA") {
+		t.Errorf("config print with EVOLM_STAGES_RUN_ALPHA=1.5: err = %v", err)
 	}
 }
 

@@ -56,9 +56,21 @@ func newConfigCmd(a *app) *cobra.Command {
 	var section string
 	printCmd := &cobra.Command{
 		Use:   "print",
-		Short: "Print the effective merged config as YAML",
-		Args:  cobra.NoArgs,
+		Short: "Print the effective merged config as YAML, checked as the stages check it",
+		Long: `Prints the merged config (defaults, --config FILE, EVOLM_* env vars, flags) as
+YAML, after checking every value as the stages check theirs when they run: a
+value out of range is an error here too (exit status 1). It takes every
+stage's flags: a flag only one stage has keeps its name (--lr 2e-6); one that
+several stages share is prefixed with the stage (--rollout.n, --rubrics.n); the
+model roles' flags are --policy-<key>, --rubric-generator-<key>, --judge-<key>.
+Values a stage needs only to run (a model path) may stay unset.`,
+		Example: `  evolm --config stages/presets/paper.yaml config print --lr 2e-6
+  evolm config print --section roles.judge --judge-temperature 0.2`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pipeline.Validate(a.cfg); err != nil {
+				return err
+			}
 			c := a.cfg
 			if section != "" {
 				c = c.Section(section)
@@ -75,6 +87,9 @@ func newConfigCmd(a *app) *cobra.Command {
 		},
 	}
 	printCmd.Flags().StringVar(&section, "section", "", "print only this section, e.g. stages.dedup")
+	if err := pipeline.AddAllStageFlags(printCmd.Flags()); err != nil {
+		panic(err) // Register validated the specs; this is a programming error
+	}
 	cmd.AddCommand(printCmd)
 	return cmd
 }

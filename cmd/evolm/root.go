@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/evolm/evolm/model/torch"
 	"github.com/evolm/evolm/pipeline"
 )
 
@@ -67,9 +68,12 @@ and roles.judge (env EVOLM_ROLES_POLICY_MODEL …, flags --policy-model,
 	return root
 }
 
-// load merges the config with the flags of the command being run and sets
-// up the logger.
+// load checks the libtorch this process loaded, merges the config with the
+// flags of the command being run and sets up the logger.
 func (a *app) load(cmd *cobra.Command) error {
+	if err := torch.CheckLoadedVersion(); err != nil {
+		return err
+	}
 	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{
 		File:  a.configFile,
 		Env:   os.Environ(),

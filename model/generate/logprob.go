@@ -26,14 +26,12 @@ type Scored struct {
 	Lens     []int         // (B) completion lengths
 }
 
-// logitBudget bounds the float32 logits (B × chunk × V elements, 256 MiB)
-// materialized at once when grad is off.
-const logitBudget = 1 << 26
-
 // Score computes per-token log-probs of each row's completion under m in
 // one batched forward pass, in the caller's grad mode: with grad on (GRPO's
-// policy pass) Scored.LogProbs carries the autograd graph back to m's
-// parameters; with grad off nothing is retained. The log-probs are the
+// policy pass) Scored.LogProbs and Scored.Entropy are differentiable with
+// respect to m's parameters through Selective's deferred backward, which
+// torch.Backward runs after the loss's own; with grad off nothing is
+// retained. The log-probs are the
 // log-softmax of the raw float32 logits (no temperature). Positions follow
 // HF: cumsum(mask) − 1, so a row's numbers do not depend on its padding.
 func Score(s *torch.Scope, m model.CausalLM, rows []Continuation, entropy bool) (Scored, error) {
@@ -100,27 +98,14 @@ func Score(s *torch.Scope, m model.CausalLM, rows []Continuation, entropy bool) 
 	h = c.Narrow(h, 1, int64(P-1), int64(T)) // (B, T, C)
 	tgt := c.To(c.FromInt64(targets, B, int64(T)), dev, torch.Int64)
 	cm := c.To(c.FromFloat32(cmask, B, int64(T)), dev, torch.Float32)
-	chunk := int64(T)
-	if !torch.GradEnabled() {
-		chunk = max(1, min(chunk, logitBudget/(B*int64(vocab))))
-	}
-	var lps, ents []*torch.Tensor
-	for t0 := int64(0); t0 < int64(T); t0 += chunk {
-		n := min(chunk, int64(T)-t0)
-		lg, err := m.Logits(c, c.Narrow(h, 1, t0, n)) // (B, n, V)
-		if err != nil {
-			return Scored{}, fmt.Errorf("score: %w", err)
-		}
-		lsm := c.LogSoftmax(lg, -1, torch.Float32)                                                 // (B, n, V)
-		lps = append(lps, c.Squeeze(c.Gather(lsm, 2, c.Unsqueeze(c.Narrow(tgt, 1, t0, n), 2)), 2)) // (B, n)
-		if entropy {
-			ents = append(ents, c.Neg(c.SumDim(c.Mul(c.Exp(lsm), lsm), []int64{2}, false))) // (B, n)
-		}
+	lp, ent, err := Selective(c, m, h, tgt, entropy)
+	if err != nil {
+		return Scored{}, fmt.Errorf("score: %w", err)
 	}
 	out := Scored{Lens: lens}
-	out.LogProbs = c.Mul(c.Cat(lps, 1), cm) // (B, T)
+	out.LogProbs = c.Mul(lp, cm) // (B, T)
 	if entropy {
-		out.Entropy = c.Mul(c.Cat(ents, 1), cm) // (B, T)
+		out.Entropy = c.Mul(ent, cm) // (B, T)
 	}
 	if err := c.Err(); err != nil {
 		return Scored{}, fmt.Errorf("score: %w", err)

@@ -169,10 +169,21 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 	blocked := s.Gt(kpos, qpos) // (B or 1, 1, T, Tk)
 
 	x := m.Model.EmbedTokens.Forward(s, ids) // (B, T, C)
-	for i := range m.Model.Layers {
-		ls := s.Child()
-		x = ls.MoveTo(s, m.Model.Layers[i].Forward(ls, x, r, blocked, b.Cache)) // (B, T, C)
-		ls.Close()
+	if m.checkpoint && b.Cache == nil && torch.GradEnabled() {
+		// The deferred backward recomputes the layers after this scope is
+		// gone: keep what they read.
+		s.Hold(r.cos)
+		s.Hold(r.sin)
+		s.Hold(blocked)
+		x = s.Checkpoint(x, len(m.Model.Layers), func(ls *torch.Scope, i int, x *torch.Tensor) *torch.Tensor {
+			return m.Model.Layers[i].Forward(ls, x, r, blocked, nil) // (B, T, C)
+		})
+	} else {
+		for i := range m.Model.Layers {
+			ls := s.Child()
+			x = ls.MoveTo(s, m.Model.Layers[i].Forward(ls, x, r, blocked, b.Cache)) // (B, T, C)
+			ls.Close()
+		}
 	}
 	x = m.Model.Norm.Forward(s, x) // (B, T, C)
 	if err := s.Err(); err != nil {

@@ -9,14 +9,19 @@ import (
 )
 
 // Linear is nn.Linear: y = x @ Weight.T + Bias. Weight (out, in); Bias (out)
-// or nil.
+// or nil. Adapter, when set (LoRA), adds its term to y.
 type Linear struct {
 	Weight, Bias *torch.Tensor
+	Adapter      model.LinearAdapter
 }
 
 // Forward maps x (…, in) to (…, out).
 func (l *Linear) Forward(s *torch.Scope, x *torch.Tensor) *torch.Tensor {
-	return s.Linear(x, l.Weight, l.Bias)
+	y := s.Linear(x, l.Weight, l.Bias)
+	if l.Adapter != nil {
+		y = l.Adapter.Adapt(s, x, y)
+	}
+	return y
 }
 
 // RMSNorm is HF's LlamaRMSNorm: x / sqrt(mean(x²) + eps) in float32, cast back
@@ -88,9 +93,12 @@ type ForCausalLM struct {
 	dev     torch.Device
 	dtype   torch.DType
 	invFreq *torch.Tensor // (hs/2) float32 RoPE inverse frequencies, a buffer
+	// checkpoint recomputes each decoder layer in backward instead of
+	// keeping its activations (SetGradCheckpointing).
+	checkpoint bool
 }
 
-var _ model.CausalLM = (*ForCausalLM)(nil)
+var _ model.Adaptable = (*ForCausalLM)(nil)
 
 // New allocates a model for cfg (already checked by model.NewConfig) with
 // uninitialized parameters on dev in dtype. model.Load and model.Randomize
@@ -150,6 +158,12 @@ func New(cfg *model.Config, dev torch.Device, dtype torch.DType) (*ForCausalLM, 
 	return m, nil
 }
 
+// SetGradCheckpointing implements model.GradCheckpointer: with grad on and no
+// KV cache, Hidden keeps only each decoder layer's input and the backward
+// recomputes the layer (torch.Scope.Checkpoint); the loss must then be
+// backpropagated with torch.Backward, which runs the recomputation.
+func (m *ForCausalLM) SetGradCheckpointing(on bool) { m.checkpoint = on }
+
 // Config implements model.CausalLM.
 func (m *ForCausalLM) Config() *model.Config { return m.cfg }
 
@@ -194,6 +208,31 @@ func (m *ForCausalLM) Parameters() []model.Param {
 		add("lm_head.weight", m.LMHead.Weight)
 	}
 	return ps
+}
+
+// Linears implements model.Adaptable: the attention and MLP projections of
+// every layer, in state-dict order.
+func (m *ForCausalLM) Linears() []model.AdaptableLinear {
+	var ls []model.AdaptableLinear
+	add := func(name string, l *Linear) {
+		a := model.AdaptableLinear{Name: name, Weight: l.Weight, Bias: l.Bias, Adapter: &l.Adapter}
+		if sh, err := torch.Shape(l.Weight); err == nil && len(sh) == 2 {
+			a.Out, a.In = sh[0], sh[1]
+		}
+		ls = append(ls, a)
+	}
+	for i := range m.Model.Layers {
+		l := &m.Model.Layers[i]
+		p := fmt.Sprintf("model.layers.%d.", i)
+		add(p+"self_attn.q_proj", &l.SelfAttn.QProj)
+		add(p+"self_attn.k_proj", &l.SelfAttn.KProj)
+		add(p+"self_attn.v_proj", &l.SelfAttn.VProj)
+		add(p+"self_attn.o_proj", &l.SelfAttn.OProj)
+		add(p+"mlp.gate_proj", &l.MLP.GateProj)
+		add(p+"mlp.up_proj", &l.MLP.UpProj)
+		add(p+"mlp.down_proj", &l.MLP.DownProj)
+	}
+	return ls
 }
 
 // Close implements model.CausalLM.

@@ -269,7 +269,6 @@ func TestEngineFailureFailsOnlyThatRequest(t *testing.T) {
 	}
 }
 
-
 // TestClientKeyFromEnv: a client configured without a key sends
 // $EVOLM_API_KEY.
 func TestClientKeyFromEnv(t *testing.T) {

@@ -34,9 +34,19 @@ func SetRequiresGrad(x *Tensor, on bool) error {
 func RequiresGrad(x *Tensor) bool { return lib.AtRequiresGrad(lib.Ctensor(x.Ctensor())) }
 
 // Backward runs loss.backward() (loss must be a scalar), accumulating into the
-// .grad of every leaf that requires grad. Run it with grad mode on.
+// .grad of every leaf that requires grad, and then the deferred backward
+// stages registered on this OS thread (deferred.go: chunked log-probs,
+// activation checkpointing). Run it with grad mode on.
 func Backward(loss *Tensor) error {
 	defer lockThread()()
+	if err := backward(loss); err != nil {
+		return err
+	}
+	return runStages()
+}
+
+// backward is loss.backward() alone.
+func backward(loss *Tensor) error {
 	defer lockThread()()
 	if loss == nil {
 		return fmt.Errorf("torch Backward: nil loss")

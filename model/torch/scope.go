@@ -27,8 +27,8 @@ type Scope struct {
 	parent   *Scope
 	children []*Scope // open children, closed with s
 	tensors  []*Tensor
-	err     error
-	closed  bool
+	err      error
+	closed   bool
 }
 
 // NewScope returns an empty root scope.
@@ -166,6 +166,9 @@ func (s *Scope) Close() {
 		drop(s.tensors[i])
 	}
 	s.tensors = nil
+	if s.parent == nil {
+		dropStages(s)
+	}
 	if p := s.parent; p != nil {
 		for i := len(p.children) - 1; i >= 0; i-- { // usually the last one
 			if p.children[i] == s {

@@ -130,7 +130,7 @@ func (m *Model) scoreTails(prefix []int, tails [][]int, cands []int) ([][]float6
 		for j, id := range prefix {
 			ids[j] = int64(id)
 		}
-		if _, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, 1, P), dev, torch.Int64), Cache: cache}); err != nil {
+		if _, err := generate.Prefill(s, m.lm, model.Batch{IDs: s.To(s.FromInt64(ids, 1, P), dev, torch.Int64), Cache: cache}); err != nil {
 			return nil, fmt.Errorf("prefill: %w", err)
 		}
 	}

@@ -104,7 +104,7 @@ type Model struct {
 	maxLen  int   // most tokens per sequence: MaxModelLen or the context length
 	sched   *generate.Scheduler
 	mu      sync.RWMutex // read-held by calls, write-held by Close
-	decoded sync.Map // token id → decoded text, for log-prob tokens
+	decoded sync.Map     // token id → decoded text, for log-prob tokens
 }
 
 // Load reads a checkpoint directory and its tokenizer.

@@ -17,9 +17,12 @@
 // sum of per-sequence means divided by the number of sequences).
 //
 // Each micro-batch runs in its own scope with grad on and the OS thread
-// locked; its activations are freed right after its backward pass.
+// locked; torch.Backward also runs the deferred recomputation of chunked
+// log-probs and activation checkpointing (torch.Scope.DeferBackward), and
+// the micro-batch's activations are freed right after.
 //
-// The frozen reference model of GRPO is model.FrozenCopy.
+// The frozen reference model of GRPO is model.FrozenCopy, or with LoRA the
+// same model with its adapters off (model/lora).
 package train
 
 import (
@@ -56,6 +59,14 @@ type Config struct {
 	AdamW       optim.AdamWConfig // lr, betas, eps
 	WeightDecay float64           // applied to parameters with ≥ 2 dims only
 	MaxGradNorm float64           // clip the global norm to this; ≤ 0: no clipping
+	// Params are the tensors to train (a LoRA adapter's lora_A and lora_B);
+	// nil trains every parameter of the model (full fine-tuning). With
+	// Params the model's own parameters are frozen: no grad, no optimizer
+	// state.
+	Params []model.Param
+	// GradCheckpointing recomputes each decoder layer in backward instead of
+	// keeping its activations; the model must be a model.GradCheckpointer.
+	GradCheckpointing bool
 }
 
 // Metrics reports one step.
@@ -81,14 +92,31 @@ type Trainer[M any] struct {
 	param []optim.Param
 }
 
-// New turns on requires_grad for every parameter of m and builds AdamW over
-// them (optim.DefaultGroups). Close frees the optimizer state (not m).
+// New turns on requires_grad for the trained tensors (cfg.Params, or every
+// parameter of m), off for the rest of m, and builds AdamW over the trained
+// ones (optim.DefaultGroups). Close frees the optimizer state (not m).
 func New[M any](m model.CausalLM, cfg Config) (*Trainer[M], error) {
-	if err := model.SetRequiresGrad(m, true); err != nil {
+	if cfg.GradCheckpointing {
+		gc, ok := m.(model.GradCheckpointer)
+		if !ok {
+			return nil, fmt.Errorf("train: grad checkpointing: %T cannot recompute its layers", m)
+		}
+		gc.SetGradCheckpointing(true)
+	}
+	train := cfg.Params
+	if train == nil {
+		train = m.Parameters()
+	} else if err := model.SetRequiresGrad(m, false); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
+	if len(train) == 0 {
+		return nil, fmt.Errorf("train: no parameters to train")
+	}
 	var ps []optim.Param
-	for _, p := range m.Parameters() {
+	for _, p := range train {
+		if err := torch.SetRequiresGrad(p.Tensor, true); err != nil {
+			return nil, fmt.Errorf("train: %s: %w", p.Name, err)
+		}
 		ps = append(ps, optim.Param{Name: p.Name, Tensor: p.Tensor})
 	}
 	groups, err := optim.DefaultGroups(ps, cfg.WeightDecay)

@@ -84,6 +84,11 @@ func Pairs(n int) []schemas.Pair {
 		if s == schemas.StrategyBacktranslate {
 			out[i].InferredQuestion = ptr(fmt.Sprintf("inferred q%d?", i))
 		}
+		if s == schemas.StrategyTemporal {
+			out[i].TemporalAge = ptr(int64(20 + i%80))
+			out[i].TemporalFallback = ptr([]string{schemas.TemporalWindow, schemas.TemporalRelaxedMaxAge,
+				schemas.TemporalRelaxedMinAge, schemas.TemporalOldestHalf, schemas.TemporalAnyExperience}[i%5])
+		}
 	}
 	return out
 }
@@ -137,6 +142,7 @@ func Steps(n int) []schemas.StepMetrics {
 			Step: int64(i), Phase: schemas.PhasePolicy, Loss: 0.01 * float64(i), KL: 1e-4, ClipFrac: 0.02,
 			GradNorm: 1.5, LR: 1e-6, RewardMean: 0.5 + 0.001*float64(i), RewardStd: 0.2, RespLenMean: 312.5,
 			Entropy: 0.9, ZeroStdFrac: 0.125, JudgeMissingRate: 0.01, ElapsedS: 12.25, SkippedUpdates: int64(i % 2),
+			RefillPrompts: int64(i % 5), RefillRounds: int64(i % 3), GroupsTrained: 64,
 		}
 		if (i/50)%2 == 1 {
 			s.Phase = schemas.PhaseRubric

@@ -137,11 +137,11 @@ func newDedupFromConfig(cfg *pipeline.Config) (*Stage, error) {
 		Messages:  cfg.Bool(KeyMessages),
 		ShardRows: int64(cfg.Int(KeyShardRows)),
 	}
-	if len(s.Inputs) == 0 {
-		return nil, cfg.Errorf(KeyInput, "no input files given")
-	}
 	if s.ShardRows < 1 {
 		return nil, cfg.Errorf(KeyShardRows, "%d, want ≥ 1", s.ShardRows)
+	}
+	if len(s.Inputs) == 0 {
+		return nil, cfg.Unsetf(KeyInput, "no input files given")
 	}
 	return s, nil
 }

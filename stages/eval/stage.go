@@ -80,8 +80,6 @@ func newEvalFromConfig(cfg *pipeline.Config) (*Stage, error) {
 		InvalidRubric: cfg.String(KeyInvalidRubric), cfg: cfg,
 	}
 	switch {
-	case len(s.Input) == 0:
-		return nil, cfg.Errorf(KeyInput, "no benchmark files given")
 	case s.Limit < 0:
 		return nil, cfg.Errorf(KeyLimit, "%d, want >= 0", s.Limit)
 	case s.Batch <= 0:
@@ -90,6 +88,8 @@ func newEvalFromConfig(cfg *pipeline.Config) (*Stage, error) {
 		return nil, cfg.Errorf(KeySamples, "%d, want > 0", s.Bootstrap.Samples)
 	case cfg.Int(KeyBootSeed) < 0:
 		return nil, cfg.Errorf(KeyBootSeed, "%d, want >= 0", cfg.Int(KeyBootSeed))
+	case len(s.Input) == 0:
+		return nil, cfg.Unsetf(KeyInput, "no benchmark files given")
 	}
 	return s, nil
 }

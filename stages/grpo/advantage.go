@@ -1,6 +1,9 @@
 package grpo
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // AdvantageEps is the denominator guard of the group normalisation.
 const AdvantageEps = 1e-8
@@ -17,6 +20,40 @@ const (
 	DropMissing
 )
 
+// ParseMissingPolicy reads a config value: fill_mean (FillGroupMean, the
+// official code's rule in both phases) or drop (DropMissing).
+func ParseMissingPolicy(s string) (MissingPolicy, error) {
+	switch s {
+	case "fill_mean":
+		return FillGroupMean, nil
+	case "drop":
+		return DropMissing, nil
+	}
+	return 0, fmt.Errorf("missing-reward policy %q: want fill_mean or drop", s)
+}
+
+// AdvStd selects the standard deviation that scales group advantages.
+type AdvStd string
+
+const (
+	// StdPopulation divides by n, as numpy's .std() in the official code.
+	StdPopulation AdvStd = "population"
+	// StdSample divides by n − 1 (Bessel), as torch.std in TRL.
+	StdSample AdvStd = "sample"
+)
+
+// ParseAdvStd validates a config value.
+func ParseAdvStd(s string) (AdvStd, error) {
+	switch a := AdvStd(s); a {
+	case StdPopulation, StdSample:
+		return a, nil
+	}
+	return "", fmt.Errorf("advantage std %q: want population or sample", s)
+}
+
+// Unbiased reports whether a divides by n − 1 (GroupAdvantages' unbiased).
+func (a AdvStd) Unbiased() bool { return a == StdSample }
+
 // GroupStats describes one group after normalisation.
 type GroupStats struct {
 	Mean, Std float64
@@ -32,8 +69,10 @@ type GroupStats struct {
 // GroupAdvantages computes GRPO advantages (r − mean)/(std + 1e-8) for one group
 // of rewards (the n samples of one prompt). NaN marks a missing reward and is
 // handled by policy. std is the Bessel-corrected standard deviation when
-// unbiased is set (TRL's torch.std default, used by evolm) and the population
-// one otherwise. adv has len(rewards)
+// unbiased is set (TRL's torch.std, StdSample) and the population one
+// otherwise (numpy's .std(), the official code, StdPopulation). A missing
+// reward filled with the mean counts as a member of the group, as the
+// official code's fill does. adv has len(rewards)
 // entries; entries not in stats.Kept are 0 and must not be trained on.
 func GroupAdvantages(rewards []float64, policy MissingPolicy, unbiased bool) (adv []float64, stats GroupStats) {
 	adv = make([]float64, len(rewards))

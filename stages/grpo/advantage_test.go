@@ -27,6 +27,11 @@ func TestGroupAdvantages(t *testing.T) {
 		{"missing dropped", []float64{1, nan, 0}, DropMissing, false, []float64{1 / (0.5 + 1e-8) * 0.5, 0, -1 / (0.5 + 1e-8) * 0.5}, []int{0, 2}, false},
 		{"all missing", []float64{nan, nan}, DropMissing, false, []float64{0, 0}, nil, true},
 		{"single present after drop", []float64{1, nan}, DropMissing, false, []float64{0, 0}, nil, true},
+		// numpy: r = [.2, .5, .9, .4]; (r - r.mean()) / (r.std() + 1e-8), r.std() = sqrt(.26/4)
+		{"population std as numpy", []float64{0.2, 0.5, 0.9, 0.4}, FillGroupMean, StdPopulation.Unbiased(),
+			[]float64{-0.3 / (math.Sqrt(0.065) + 1e-8), 0, 0.4 / (math.Sqrt(0.065) + 1e-8), -0.1 / (math.Sqrt(0.065) + 1e-8)}, []int{0, 1, 2, 3}, false},
+		{"sample std as torch", []float64{0.2, 0.5, 0.9, 0.4}, FillGroupMean, StdSample.Unbiased(),
+			[]float64{-0.3 / (math.Sqrt(0.26/3) + 1e-8), 0, 0.4 / (math.Sqrt(0.26/3) + 1e-8), -0.1 / (math.Sqrt(0.26/3) + 1e-8)}, []int{0, 1, 2, 3}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,6 +46,25 @@ func TestGroupAdvantages(t *testing.T) {
 				t.Errorf("ZeroStd = %v, want %v", st.ZeroStd, tc.zeroStd)
 			}
 		})
+	}
+}
+
+func TestParseAdvantageOptions(t *testing.T) {
+	for s, want := range map[string]AdvStd{"population": StdPopulation, "sample": StdSample} {
+		if got, err := ParseAdvStd(s); err != nil || got != want {
+			t.Errorf("ParseAdvStd(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := ParseAdvStd("bessel"); err == nil {
+		t.Error("ParseAdvStd(bessel): want error")
+	}
+	for s, want := range map[string]MissingPolicy{"fill_mean": FillGroupMean, "drop": DropMissing} {
+		if got, err := ParseMissingPolicy(s); err != nil || got != want {
+			t.Errorf("ParseMissingPolicy(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := ParseMissingPolicy("zero"); err == nil {
+		t.Error("ParseMissingPolicy(zero): want error")
 	}
 }
 

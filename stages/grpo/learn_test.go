@@ -15,11 +15,17 @@ import (
 // toyModel builds a small random Qwen3 with a 256-token vocabulary.
 func toyModel(t *testing.T, seed int64) model.CausalLM {
 	t.Helper()
+	return toyModelStd(t, seed, 0.02)
+}
+
+// toyModelStd is toyModel with weights drawn from N(0, std²).
+func toyModelStd(t *testing.T, seed int64, std float64) model.CausalLM {
+	t.Helper()
 	cfg := &model.Config{
 		Architectures: []string{"Qwen3ForCausalLM"}, ModelType: "qwen3",
 		VocabSize: 256, HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2,
 		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 16, HiddenAct: "silu",
-		MaxPositionEmbeddings: 512, InitializerRange: 0.02, RMSNormEps: 1e-6,
+		MaxPositionEmbeddings: 512, InitializerRange: std, RMSNormEps: 1e-6,
 		RopeTheta: 1e6, TieWordEmbeddings: true,
 	}
 	if err := model.NewConfig(cfg); err != nil {
@@ -55,7 +61,7 @@ func targetReward(tokens []int) float64 {
 // reward of the last steps is clearly above that of the first steps.
 func TestGRPOLearnsToyReward(t *testing.T) {
 	base := torch.Live()
-	curve := learnToy(t)
+	curve := learnToy(t, toyModel(t, 7), nil)
 	const window = 5
 	first, last := avg(curve[:window]), avg(curve[len(curve)-window:])
 	t.Logf("mean reward: first %d steps %.3f, last %d steps %.3f (margin %+.3f)", window, first, window, last, last-first)
@@ -67,13 +73,16 @@ func TestGRPOLearnsToyReward(t *testing.T) {
 	}
 }
 
-// learnToy trains a toy policy for 30 steps and returns its reward curve.
-func learnToy(t *testing.T) []float64 {
-	m := toyModel(t, 7)
+// learnToy trains the toy policy m for 30 steps and returns its reward
+// curve; tweak, when set, changes the trainer config (LoRA). It closes m.
+func learnToy(t *testing.T, m model.CausalLM, tweak func(*TrainerConfig)) []float64 {
 	defer m.Close()
 	cfg := DefaultTrainerConfig()
 	cfg.LR = 3e-3 // a toy model learns at a toy learning rate
 	cfg.MicroBatch = 16
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	tr, err := NewTrainer(m, nil, cfg, model.SaveOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,15 +19,22 @@ const (
 	// NormDrGRPO: sum over all tokens divided by sequences × max completion
 	// length (TRL's "dr_grpo").
 	NormDrGRPO LossNorm = "dr_grpo"
+	// NormPack: the official code's (open-instruct masked_mean, axis 1 over
+	// packed rows): the batch's sequences, in order, are packed greedily into
+	// rows of at most PackLength prompt+completion tokens; the loss is the
+	// token mean within each row, then the mean over rows. A row of one
+	// sequence is grpo's per-sequence mean; one row holding the whole batch is
+	// dapo's token mean.
+	NormPack LossNorm = "pack"
 )
 
 // ParseLossNorm validates a config value.
 func ParseLossNorm(s string) (LossNorm, error) {
 	switch n := LossNorm(s); n {
-	case NormGRPO, NormDAPO, NormDrGRPO:
+	case NormGRPO, NormDAPO, NormDrGRPO, NormPack:
 		return n, nil
 	}
-	return "", fmt.Errorf("loss normalisation %q: want one of grpo, dapo, dr_grpo", s)
+	return "", fmt.Errorf("loss normalisation %q: want one of grpo, dapo, dr_grpo, pack", s)
 }
 
 // LossConfig holds the hyperparameters of the clipped surrogate.
@@ -42,6 +49,9 @@ type LossConfig struct {
 	Norm LossNorm
 	// MaxCompletionLen is the dr_grpo denominator's length (tokens).
 	MaxCompletionLen int
+	// PackLength is the pack normalisation's row length in tokens (the
+	// official PACK_LENGTH, 18500).
+	PackLength int
 }
 
 // LossInput is one micro-batch. All per-token tensors are (B, T) float32 and
@@ -61,6 +71,11 @@ type LossInput struct {
 	// token counts, so that micro-batch losses sum to the full-batch loss. Zero
 	// means this micro-batch is the whole batch.
 	TotalSeqs, TotalTokens float64
+	// PackWeights (B,) float32 weighs each sequence's token sum by one over
+	// the completion tokens of its pack, and TotalPacks is the batch's pack
+	// count (NormPack only; see Packs).
+	PackWeights *torch.Tensor
+	TotalPacks  float64
 }
 
 // LossMetrics are the detached statistics of one micro-batch, as token-level
@@ -147,6 +162,12 @@ func Loss(s *torch.Scope, in LossInput, cfg LossConfig) (*torch.Tensor, LossMetr
 			seqs = b
 		}
 		loss = s.DivScalar(s.Sum(masked), seqs*float64(cfg.MaxCompletionLen))
+	case NormPack:
+		if in.PackWeights == nil || !(in.TotalPacks > 0) {
+			return nil, LossMetrics{}, fmt.Errorf("grpo loss: pack normalisation needs pack weights and a pack count > 0")
+		}
+		seqSum := s.SumDim(masked, []int64{1}, false) // (B,)
+		loss = s.DivScalar(s.Sum(s.Mul(seqSum, in.PackWeights)), in.TotalPacks)
 	default:
 		return nil, LossMetrics{}, fmt.Errorf("grpo loss: unknown normalisation %q", cfg.Norm)
 	}
@@ -180,4 +201,32 @@ func Loss(s *torch.Scope, in LossInput, cfg LossConfig) (*torch.Tensor, LossMetr
 		return nil, LossMetrics{}, fmt.Errorf("grpo loss metrics: %w", err)
 	}
 	return loss, m, nil
+}
+
+// Pack is one packed row of NormPack: the sequences it holds (indices into
+// the batch) and their completion tokens.
+type Pack struct {
+	Seqs   []int
+	Tokens int
+}
+
+// Packs packs sequences of the given prompt and completion lengths in order,
+// as open-instruct's pack_sequences does: a sequence starts a new row when it
+// would overflow packLength tokens (prompt + completion) in a non-empty one,
+// so a sequence longer than packLength gets a row of its own.
+func Packs(promptLens, completionLens []int, packLength int) []Pack {
+	var out []Pack
+	used := 0
+	for i := range promptLens {
+		n := promptLens[i] + completionLens[i]
+		if len(out) == 0 || (used+n > packLength && used > 0) {
+			out = append(out, Pack{})
+			used = 0
+		}
+		p := &out[len(out)-1]
+		p.Seqs = append(p.Seqs, i)
+		p.Tokens += completionLens[i]
+		used += n
+	}
+	return out
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -26,6 +28,9 @@ type lossCase struct {
 	EpsHigh  float64   `json:"eps_high"`
 	Norm     string    `json:"norm"`
 	MaxLen   int       `json:"max_len"`
+	// pack only: each sequence's prompt length and the row length
+	PromptLens []int `json:"prompt_lens,omitempty"`
+	PackLen    int   `json:"pack_length,omitempty"`
 }
 
 type lossRef struct {
@@ -53,8 +58,32 @@ func makeCase(r *rand.Rand, b, t int, offPolicy bool, beta float64, norm string)
 		for j := 0; j < t; j++ {
 			c.Mask = append(c.Mask, map[bool]float32{true: 1, false: 0}[j < n])
 		}
+		if norm == string(NormPack) {
+			c.PromptLens = append(c.PromptLens, 1+r.IntN(5))
+		}
+	}
+	if norm == string(NormPack) {
+		c.PackLen = 14 // rows of one to three sequences
 	}
 	return c
+}
+
+// packInputs returns c's pack weights (B,) and pack count.
+func packInputs(c lossCase) ([]float32, float64) {
+	comp := make([]int, c.B)
+	for i := 0; i < c.B; i++ {
+		for j := 0; j < c.T; j++ {
+			comp[i] += int(c.Mask[i*c.T+j])
+		}
+	}
+	packs := Packs(c.PromptLens, comp, c.PackLen)
+	w := make([]float32, c.B)
+	for _, p := range packs {
+		for _, i := range p.Seqs {
+			w[i] = 1 / float32(p.Tokens)
+		}
+	}
+	return w, float64(len(packs))
 }
 
 // TestLossMatchesTRLFormulas compares loss, KL, clip count and d loss/d logπ
@@ -62,10 +91,10 @@ func makeCase(r *rand.Rand, b, t int, offPolicy bool, beta float64, norm string)
 func TestLossMatchesTRLFormulas(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var cases []lossCase
-	for _, norm := range []string{"grpo", "dapo", "dr_grpo"} {
+	for _, norm := range []string{"grpo", "dapo", "dr_grpo", "pack"} {
 		for _, off := range []bool{false, true} {
 			for _, beta := range []float64{0, 0.001, 0.5} {
-				cases = append(cases, makeCase(r, 4, 7, off, beta, norm))
+				cases = append(cases, makeCase(r, 6, 7, off, beta, norm))
 			}
 		}
 	}
@@ -139,6 +168,10 @@ func runLoss(t *testing.T, c lossCase) (float64, LossMetrics, []float32) {
 	if c.OldLogPs != nil {
 		in.OldLogProbs = s.FromFloat32(c.OldLogPs, int64(c.B), int64(c.T))
 	}
+	if c.Norm == string(NormPack) {
+		w, n := packInputs(c)
+		in.PackWeights, in.TotalPacks = s.FromFloat32(w, int64(c.B)), n
+	}
 	loss, m, err := Loss(s, in, LossConfig{Beta: c.Beta, Epsilon: c.Eps, EpsilonHigh: c.EpsHigh, Norm: LossNorm(c.Norm), MaxCompletionLen: c.MaxLen})
 	if err != nil {
 		t.Fatal(err)
@@ -161,17 +194,26 @@ func runLoss(t *testing.T, c lossCase) (float64, LossMetrics, []float32) {
 // full batch's totals add up to the full-batch loss, for every normalisation.
 func TestLossAccumulationEqualsFullBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, norm := range []string{"grpo", "dapo", "dr_grpo"} {
+	for _, norm := range []string{"grpo", "dapo", "dr_grpo", "pack"} {
 		c := makeCase(r, 6, 5, true, 0.001, norm)
 		full, _, _ := runLoss(t, c)
 		var totalTok float64
 		for _, m := range c.Mask {
 			totalTok += float64(m)
 		}
+		var w []float32
+		var packs float64
+		if norm == string(NormPack) {
+			w, packs = packInputs(c)
+		}
 		sum := 0.0
 		for _, rows := range [][2]int{{0, 2}, {2, 6}} {
 			sub := sliceCase(c, rows[0], rows[1])
-			sum += microLoss(t, sub, float64(c.B), totalTok)
+			var sw []float32
+			if w != nil {
+				sw = w[rows[0]:rows[1]]
+			}
+			sum += microLoss(t, sub, float64(c.B), totalTok, sw, packs)
 		}
 		if d := math.Abs(sum - full); d > 1e-6 {
 			t.Errorf("%s: Σ micro-batch losses = %.8f, full batch %.8f", norm, sum, full)
@@ -185,10 +227,23 @@ func sliceCase(c lossCase, lo, hi int) lossCase {
 	cut := func(x []float32, w int) []float32 { return append([]float32(nil), x[lo*w:hi*w]...) }
 	s.LogPs, s.RefLogPs, s.OldLogPs, s.Mask = cut(c.LogPs, c.T), cut(c.RefLogPs, c.T), cut(c.OldLogPs, c.T), cut(c.Mask, c.T)
 	s.Adv = cut(c.Adv, 1)
+	if c.PromptLens != nil {
+		s.PromptLens = append([]int(nil), c.PromptLens[lo:hi]...)
+	}
 	return s
 }
 
-func microLoss(t *testing.T, c lossCase, seqs, toks float64) float64 {
+// TestPacks: greedy in-order packing, a row flushed when the next sequence
+// would overflow it, an overlong sequence alone in its row.
+func TestPacks(t *testing.T) {
+	got := Packs([]int{2, 3, 1, 30, 2, 2}, []int{4, 4, 9, 1, 3, 3}, 14)
+	want := []Pack{{Seqs: []int{0, 1}, Tokens: 8}, {Seqs: []int{2}, Tokens: 9}, {Seqs: []int{3}, Tokens: 1}, {Seqs: []int{4, 5}, Tokens: 6}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Packs (-want +got):\n%s", diff)
+	}
+}
+
+func microLoss(t *testing.T, c lossCase, seqs, toks float64, packWeights []float32, packs float64) float64 {
 	t.Helper()
 	s := torch.NewScope()
 	defer s.Close()
@@ -199,6 +254,9 @@ func microLoss(t *testing.T, c lossCase, seqs, toks float64) float64 {
 		Advantages:  s.FromFloat32(c.Adv, int64(c.B)),
 		Mask:        s.FromFloat32(c.Mask, int64(c.B), int64(c.T)),
 		TotalSeqs:   seqs, TotalTokens: toks,
+	}
+	if packWeights != nil {
+		in.PackWeights, in.TotalPacks = s.FromFloat32(packWeights, int64(c.B)), packs
 	}
 	loss, _, err := Loss(s, in, LossConfig{Beta: c.Beta, Epsilon: c.Eps, EpsilonHigh: c.EpsHigh, Norm: LossNorm(c.Norm), MaxCompletionLen: c.MaxLen})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
+	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/model/optim"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/evolm/evolm/model/train"
@@ -22,6 +23,17 @@ type TrainerConfig struct {
 	// MicroBatch is the number of sequences per forward/backward pass; the
 	// step accumulates gradients over ⌈batch/MicroBatch⌉ of them.
 	MicroBatch int
+	// LoRA, with Rank > 0, trains a LoRA adapter (fp32) on the frozen
+	// policy instead of every weight; the KL reference is then the policy
+	// with its adapter off. Rank 0 is full fine-tuning.
+	LoRA lora.Config
+	// Seed draws the adapter's initial lora_A and, with LoRA dropout, the
+	// dropout masks of each optimizer step (seeded from Seed and the step,
+	// so a resumed run draws the same masks).
+	Seed int64
+	// GradCheckpointing recomputes each decoder layer in backward instead of
+	// keeping its activations (stages.run.grad_checkpointing).
+	GradCheckpointing bool
 }
 
 // DefaultTrainerConfig returns the paper's defaults (DESIGN §1).
@@ -34,15 +46,20 @@ func DefaultTrainerConfig() TrainerConfig {
 	}
 }
 
-// Trainer is backend.Trainer over the in-process engine: it trains Policy in
-// place with AdamW and keeps Ref, a frozen copy made at construction, for the
-// k3 KL term. One TrainStep is one optimizer step.
+// Trainer is backend.Trainer over the in-process engine. In full
+// fine-tuning it trains Policy in place with AdamW and keeps Ref, a frozen
+// copy made at construction, for the k3 KL term. With LoRA it trains
+// Adapter, attached to the frozen Policy, and the reference is Policy with
+// the adapter off. One TrainStep is one optimizer step.
 type Trainer struct {
-	Policy model.CausalLM
-	Ref    model.CausalLM // frozen; nil when Beta = 0
-	tr     *train.Trainer[[]backend.TrainSample]
-	cfg    TrainerConfig
-	save   model.SaveOptions
+	Policy  model.CausalLM
+	Ref     model.CausalLM // frozen; nil when Beta = 0 or with LoRA
+	Adapter *lora.Adapter  // the trained adapter with LoRA, else nil
+	// BaseModel is recorded as base_model_name_or_path in saved adapters.
+	BaseModel string
+	tr        *train.Trainer[[]backend.TrainSample]
+	cfg       TrainerConfig
+	save      model.SaveOptions
 }
 
 var _ backend.Trainer = (*Trainer)(nil)
@@ -53,12 +70,23 @@ var _ backend.Trainer = (*Trainer)(nil)
 // resume, where the caller loads the initial weights. The trainer owns ref.
 // save says how Save writes checkpoints (dtype, tokenizer files). Close frees
 // the optimizer and the reference.
+//
+// With cfg.LoRA.Rank > 0, NewTrainer attaches a fresh adapter to policy
+// (seeded by cfg.Seed) and trains only that; ref must be nil, since the
+// reference is policy with the adapter off. Close then also detaches and
+// frees the adapter. To resume, LoadAdapter the checkpoint's adapter.
 func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOptions) (*Trainer, error) {
 	if cfg.MicroBatch <= 0 {
 		return nil, fmt.Errorf("grpo trainer: micro_batch = %d, want > 0", cfg.MicroBatch)
 	}
 	if cfg.Loss.Norm == NormDrGRPO && cfg.Loss.MaxCompletionLen <= 0 {
 		return nil, fmt.Errorf("grpo trainer: dr_grpo needs max completion length > 0")
+	}
+	if cfg.Loss.Norm == NormPack && cfg.Loss.PackLength <= 0 {
+		return nil, fmt.Errorf("grpo trainer: pack normalisation needs pack length > 0")
+	}
+	if cfg.LoRA.Rank > 0 {
+		return newLoRATrainer(policy, ref, cfg, save)
 	}
 	t := &Trainer{Policy: policy, Ref: ref, cfg: cfg, save: save}
 	if cfg.Loss.Beta != 0 && ref == nil {
@@ -73,7 +101,26 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 		}
 	}
 	adam := optim.DefaultAdamW(cfg.LR)
-	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm})
+	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, GradCheckpointing: cfg.GradCheckpointing})
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("grpo trainer: %w", err)
+	}
+	t.tr = tr
+	return t, nil
+}
+
+func newLoRATrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOptions) (*Trainer, error) {
+	if ref != nil {
+		return nil, fmt.Errorf("grpo trainer: with LoRA the reference is the policy with its adapter off; pass no reference model")
+	}
+	ad, err := lora.New(policy, cfg.LoRA, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("grpo trainer: %w", err)
+	}
+	t := &Trainer{Policy: policy, Adapter: ad, cfg: cfg, save: save}
+	adam := optim.DefaultAdamW(cfg.LR)
+	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, Params: ad.Parameters(), GradCheckpointing: cfg.GradCheckpointing})
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("grpo trainer: %w", err)
@@ -85,13 +132,18 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 // Optimizer exposes the AdamW state for checkpointing.
 func (t *Trainer) Optimizer() *optim.AdamW { return t.tr.Opt }
 
-// Close frees the optimizer state and the reference model (not the policy).
+// Close frees the optimizer state, the reference model and the adapter
+// (not the policy).
 func (t *Trainer) Close() {
 	if t.tr != nil {
 		t.tr.Close()
 	}
 	if t.Ref != nil {
 		t.Ref.Close()
+	}
+	if t.Adapter != nil {
+		t.Adapter.Close()
+		t.Adapter = nil
 	}
 }
 
@@ -114,10 +166,31 @@ func (t *Trainer) TrainStep(ctx context.Context, batch []backend.TrainSample) (b
 		}
 	}
 	var mbs [][]backend.TrainSample
+	var packW [][]packWeight // per micro-batch, NormPack only
+	weights := t.packWeights(rows)
 	for i := 0; i < len(rows); i += t.cfg.MicroBatch {
-		mbs = append(mbs, rows[i:min(i+t.cfg.MicroBatch, len(rows))])
+		end := min(i+t.cfg.MicroBatch, len(rows))
+		mbs = append(mbs, rows[i:end])
+		if weights != nil {
+			packW = append(packW, weights[i:end])
+		}
 	}
-	m, err := t.tr.Step(ctx, mbs, t.microLoss)
+	if t.Adapter != nil {
+		prev := t.Adapter.SetTraining(true) // dropout in the policy's forward passes only
+		defer t.Adapter.SetTraining(prev)
+		if t.cfg.LoRA.Dropout > 0 {
+			torch.ManualSeed(stepSeed(t.cfg.Seed, t.tr.Opt.StepCount()))
+		}
+	}
+	next := 0 // train.Step calls the loss once per micro-batch, in order
+	m, err := t.tr.Step(ctx, mbs, func(s *torch.Scope, mb []backend.TrainSample) (train.Loss, error) {
+		var w []packWeight
+		if packW != nil {
+			w = packW[next]
+		}
+		next++
+		return t.microLoss(s, mb, w)
+	})
 	if err != nil {
 		return backend.TrainStats{}, fmt.Errorf("grpo step: %w", err)
 	}
@@ -145,7 +218,16 @@ func (t *Trainer) fillRef(ctx context.Context, rows []backend.TrainSample) error
 	if len(need) == 0 {
 		return nil
 	}
-	lps, _, err := generate.LogProbs(ctx, t.Ref, conts, t.cfg.MicroBatch, false)
+	var lps [][]float32
+	var err error
+	if t.Adapter != nil {
+		err = t.Adapter.Disabled(func() error {
+			lps, _, err = generate.LogProbs(ctx, t.Policy, conts, t.cfg.MicroBatch, false)
+			return err
+		})
+	} else {
+		lps, _, err = generate.LogProbs(ctx, t.Ref, conts, t.cfg.MicroBatch, false)
+	}
 	if err != nil {
 		return fmt.Errorf("grpo step: reference log-probs: %w", err)
 	}
@@ -155,10 +237,34 @@ func (t *Trainer) fillRef(ctx context.Context, rows []backend.TrainSample) error
 	return nil
 }
 
+// packWeight is a sequence's share of NormPack's loss: its token sum is
+// weighed by 1/tokens of its pack, and it counts as 1/sequences of a pack.
+type packWeight struct{ perToken, count float64 }
+
+// packWeights packs rows (NormPack; nil otherwise) as the official trainer
+// does, in the order the batch arrives.
+func (t *Trainer) packWeights(rows []backend.TrainSample) []packWeight {
+	if t.cfg.Loss.Norm != NormPack {
+		return nil
+	}
+	pl, cl := make([]int, len(rows)), make([]int, len(rows))
+	for i, r := range rows {
+		pl[i], cl[i] = len(r.PromptTokenIDs), len(r.CompletionTokenIDs)
+	}
+	w := make([]packWeight, len(rows))
+	for _, p := range Packs(pl, cl, t.cfg.Loss.PackLength) {
+		for _, i := range p.Seqs {
+			w[i] = packWeight{perToken: 1 / float64(p.Tokens), count: 1 / float64(len(p.Seqs))}
+		}
+	}
+	return w
+}
+
 // microLoss is the train.LossFn: the micro-batch's loss as a sum over its
 // items in the configured normalisation (train divides by ΣCount once), so
-// accumulation reproduces the full-batch loss exactly.
-func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample) (train.Loss, error) {
+// accumulation reproduces the full-batch loss exactly. pw holds the
+// micro-batch's pack weights under NormPack.
+func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample, pw []packWeight) (train.Loss, error) {
 	conts := make([]generate.Continuation, len(mb))
 	for i, r := range mb {
 		conts[i] = generate.Continuation{Prompt: r.PromptTokenIDs, Completion: r.CompletionTokenIDs}
@@ -211,13 +317,26 @@ func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample) (train.Los
 		}
 		in.RefLogProbs = padded(func(r backend.TrainSample) []float64 { return r.RefLogProbs })
 	}
+	if pw != nil {
+		w := make([]float32, B)
+		for i := range pw {
+			w[i] = float32(pw[i].perToken)
+		}
+		in.PackWeights, in.TotalPacks = s.To(s.FromFloat32(w, int64(B)), dev, torch.Float32), 1
+	}
 	loss, m, err := Loss(s, in, t.cfg.Loss)
 	if err != nil {
 		return train.Loss{}, err
 	}
 	count := float64(B) // grpo and dr_grpo: per sequence
-	if t.cfg.Loss.Norm == NormDAPO {
+	switch t.cfg.Loss.Norm {
+	case NormDAPO:
 		count = m.Tokens
+	case NormPack: // Σ over the batch is its number of packs
+		count = 0
+		for _, w := range pw {
+			count += w.count
+		}
 	}
 	return train.Loss{
 		Sum:   loss,
@@ -228,15 +347,44 @@ func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample) (train.Los
 	}, nil
 }
 
-// Save writes the policy as an HF checkpoint to dir and returns dir.
+// Save writes the policy as an HF checkpoint to dir and returns dir; with
+// LoRA it writes the adapter in PEFT's format instead (adapter_config.json,
+// adapter_model.safetensors), which PEFT and vLLM load on the base model.
 func (t *Trainer) Save(ctx context.Context, dir string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
+	}
+	if t.Adapter != nil {
+		if err := t.Adapter.Save(dir, t.BaseModel); err != nil {
+			return "", fmt.Errorf("grpo: %w", err)
+		}
+		return dir, nil
 	}
 	if err := model.Save(t.Policy, dir, t.save); err != nil {
 		return "", fmt.Errorf("grpo: %w", err)
 	}
 	return dir, nil
+}
+
+// LoadAdapter loads the adapter weights that Save wrote to dir into the
+// trained adapter, in place (resume; the optimizer state loads separately).
+func (t *Trainer) LoadAdapter(dir string) error {
+	if t.Adapter == nil {
+		return fmt.Errorf("grpo: load adapter %s: the trainer does full fine-tuning", dir)
+	}
+	if err := t.Adapter.LoadWeights(dir); err != nil {
+		return fmt.Errorf("grpo: %w", err)
+	}
+	return nil
+}
+
+// stepSeed is the libtorch seed of optimizer step n's dropout masks
+// (splitmix64 of the base seed and the step).
+func stepSeed(seed, n int64) int64 {
+	z := uint64(seed) + 0x9e3779b97f4a7c15*uint64(n+1)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return int64((z ^ (z >> 31)) >> 1)
 }
 
 func toF64(xs []float32) []float64 {

@@ -3,6 +3,7 @@ package judge
 import (
 	"context"
 
+	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
@@ -32,8 +33,13 @@ func New(b *roles.Backend, o Options) *Judge {
 	}
 	o.Spec.N, o.Spec.Role = 1, schemas.RoleJudge
 	st := &Stage{mode: o.Mode, spec: o.Spec, prompts: o.Prompts, yn: yn, batchRows: max(o.BatchRows, 1)}
-	return &Judge{j: &judge{Stage: st, b: b, version: o.Prompts.Template(st.promptName()).Version}}
+	return &Judge{j: &judge{Stage: st, b: b, version: o.Prompts.Template(st.promptName()).Version, failures: &pipeline.RowFailures{}}}
 }
+
+// Failures counts the judge calls made so far and those that failed on the
+// backend (see pipeline.RowFailures): the co-evolution loop fails a step
+// whose judge calls all failed.
+func (j *Judge) Failures() *pipeline.RowFailures { return j.j.failures }
 
 // PromptVersion is the version of the judge prompt in use.
 func (j *Judge) PromptVersion() string { return j.j.version }

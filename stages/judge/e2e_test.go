@@ -4,6 +4,7 @@ package judge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -115,6 +116,14 @@ func writeTable[T any](t *testing.T, mem memory.Allocator, path string, tbl *sch
 // loads it like the CLI and runs the stages in order in run directory dir.
 func runStages(t *testing.T, mem memory.Allocator, dir string, doc map[string]any, names ...string) {
 	t.Helper()
+	if err := runStagesErr(t, mem, dir, doc, names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runStagesErr is runStages returning the first stage's error.
+func runStagesErr(t *testing.T, mem memory.Allocator, dir string, doc map[string]any, names ...string) error {
+	t.Helper()
 	stages := doc["stages"].(map[string]any)
 	if _, ok := stages["dedup"]; !ok {
 		// LoadConfig requires every stage's required keys, dedup's input
@@ -140,9 +149,10 @@ func runStages(t *testing.T, mem memory.Allocator, dir string, doc map[string]an
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for _, name := range names {
 		if err := pipeline.RunStage(context.Background(), name, cfg, pipeline.RunOptions{Mem: mem, Log: log}); err != nil {
-			t.Fatalf("stage %s: %v", name, err)
+			return err // RunStage names the stage
 		}
 	}
+	return nil
 }
 
 // readAll reads every shard of table under dir, checking each shard's
@@ -397,6 +407,37 @@ func TestE2EModelStages(t *testing.T) {
 		sortJ := cmpopts.SortSlices(func(x, y schemas.Judgment) bool { return x.JudgmentID < y.JudgmentID })
 		if d := cmp.Diff(gen["torch"], gen["openai"], sortJ); d != "" {
 			t.Errorf("generative judgments torch vs openai (-torch +openai):\n%s", d)
+		}
+	})
+	// A standalone judge finds the rollouts' questions through their
+	// metadata (no prompts key), and a judge whose every call fails (the
+	// README's old serve pairing: a model id the server does not serve)
+	// fails the stage with the server's answer and keeps nothing.
+	t.Run("inferred prompts and all rows failed", func(t *testing.T) {
+		src := filepath.Join(w.dir, "run-openai")
+		doc := modelStages(w, openaiCfg, src, schemas.JudgeYesNo)
+		j := doc["stages"].(map[string]any)["judge"].(map[string]any)
+		delete(j, "prompts")
+		j["responses"] = []string{filepath.Join(src, "rollouts/phase=policy/step=000000/role=policy/*.parquet")}
+		doc["stages"] = map[string]any{"judge": j}
+		judgeRole := doc["roles"].(map[string]any)["judge"].(map[string]any)
+		judgeRole["top_logprobs"] = vocab
+		judgeRole["model"] = "Qwen/Qwen3-1.7B"
+		dir := filepath.Join(w.dir, "wrong-model-id")
+		err := runStagesErr(t, mem, dir, doc, "judge")
+		if !errors.Is(err, pipeline.ErrAllRowsFailed) || !strings.Contains(err.Error(), `this server serves "tiny"`) {
+			t.Fatalf("judge against a server of another model: err = %v, want every row failed with the server's answer", err)
+		}
+		if shards, _ := filepath.Glob(filepath.Join(dir, "judgments", "*", "*", "*.parquet")); len(shards) != 0 {
+			t.Errorf("an all-failed judge kept shards %v", shards)
+		}
+		judgeRole["model"] = m.ID()
+		if err := runStagesErr(t, mem, dir, doc, "judge"); err != nil {
+			t.Fatalf("rerun with the served model id: %v", err)
+		}
+		rows, _ := readAll(t, mem, dir, schemas.Judgments, "phase=policy/step=000000")
+		if len(rows) != e2ePrompts*e2eN*(e2eN+1) {
+			t.Errorf("%d judgments after the fix, want %d", len(rows), e2ePrompts*e2eN*(e2eN+1))
 		}
 	})
 	fmt.Fprintf(os.Stderr, "e2e: %d rollouts, %d rubrics, %d judgments per backend\n",

@@ -82,7 +82,7 @@ func init() {
 		{Key: KeyRubrics, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "rubrics Parquet files or globs; empty: what the rubrics stage committed for this phase and step"},
 		{Key: KeyPrompts, Type: pipeline.TypeStrings, Default: []string{},
-			Description: "source=rollouts: prompts Parquet files or globs holding the questions; empty: the dedup stage's"},
+			Description: "source=rollouts: prompts Parquet files or globs holding the questions; empty: the prompts files the rollouts' metadata names (the rollout stage records them), else the dedup stage's in this run"},
 		{Key: KeyRole, Type: pipeline.TypeString, Default: schemas.RolePolicy,
 			Description: "source=rollouts: judge only rollouts of this role"},
 		{Key: lmstage.KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed; each judgment's seed derives from it and the row's key"},
@@ -168,7 +168,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}
 	var questions map[string]string
 	if s.source == SourceRollouts {
-		promptFiles, err := lmstage.Inputs(env, s.prompt, "dedup", schemas.Prompts.Name)
+		promptFiles, err := s.promptFiles(env, respFiles)
 		if err != nil {
 			return err
 		}
@@ -181,7 +181,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		return err
 	}
 	defer b.Close()
-	j := &judge{Stage: s, b: b, version: s.prompts.Template(s.promptName()).Version}
+	j := &judge{Stage: s, b: b, version: s.prompts.Template(s.promptName()).Version, failures: &env.Failures}
 	respSchema := schemas.Rollouts.Schema()
 	if s.source == SourcePairs {
 		respSchema = schemas.Pairs.Schema()
@@ -214,6 +214,28 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		return fmt.Errorf("judge: %w", err)
 	}
 	return nil
+}
+
+// promptFiles finds the prompts that hold the rollouts' questions: the
+// configured files; else the prompts files the rollout stage recorded in the
+// rollouts' metadata (lmstage.MetaPromptsFiles); else what the dedup stage
+// committed in this run.
+func (s *Stage) promptFiles(env *pipeline.Env, respFiles []string) ([]string, error) {
+	if len(s.prompt) > 0 {
+		return lmstage.Inputs(env, s.prompt, "dedup", schemas.Prompts.Name)
+	}
+	recorded, err := lmstage.PromptsFilesOf(respFiles)
+	if err != nil {
+		return nil, err
+	}
+	if len(recorded) > 0 {
+		return recorded, nil
+	}
+	files, err := lmstage.Inputs(env, nil, "dedup", schemas.Prompts.Name)
+	if err != nil {
+		return nil, fmt.Errorf("the questions of the rollouts: their metadata names no prompts file that still exists, and %w; pass the prompts Parquet the rollouts answered with --prompts", err)
+	}
+	return files, nil
 }
 
 // read turns a batch of the responses input into Responses.
@@ -305,8 +327,9 @@ func loadQuestions(ctx context.Context, env *pipeline.Env, files []string, byIte
 // judge scores responses against their items' rubrics.
 type judge struct {
 	*Stage
-	b       *roles.Backend
-	version string
+	b        *roles.Backend
+	version  string
+	failures *pipeline.RowFailures // backend calls and their row failures
 }
 
 // job is one (response, rubric) to score.
@@ -391,12 +414,14 @@ func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][
 // scoring is one way of asking the judge, generative or yes/no: request
 // turns a job into a backend request, send answers a batch of them in one
 // call, meta gives an answer's row failure and model, and fill scores a row
-// from its answer.
+// from its answer. failures counts the requests sent and those that failed
+// on the backend.
 type scoring[Req, Res any] struct {
-	request func(jb *job) (Req, error)
-	send    func(context.Context, []Req) ([]Res, error)
-	meta    func(res *Res) (*backend.RowFailure, string)
-	fill    func(row *schemas.Judgment, jb *job, res *Res) error
+	request  func(jb *job) (Req, error)
+	send     func(context.Context, []Req) ([]Res, error)
+	meta     func(res *Res) (*backend.RowFailure, string)
+	fill     func(row *schemas.Judgment, jb *job, res *Res) error
+	failures *pipeline.RowFailures
 }
 
 // run scores jobs: each row starts as its job's row; an error from request
@@ -428,11 +453,17 @@ func (sc scoring[Req, Res]) run(ctx context.Context, jobs []job) ([]schemas.Judg
 	if len(resps) != len(reqs) {
 		return nil, fmt.Errorf("backend answered %d of %d requests", len(resps), len(reqs))
 	}
+	failed, first := 0, ""
+	defer func() { sc.failures.Add(len(reqs), failed, first) }()
 	for i := range resps {
 		res, row := &resps[i], &out[idx[i]]
 		failure, model := sc.meta(res)
 		if failure != nil {
 			row.ScoreMissingReason = missing(lmstage.FailureText(failure))
+			if failed == 0 {
+				first = *row.ScoreMissingReason
+			}
+			failed++
 			continue
 		}
 		if model != "" {
@@ -474,6 +505,7 @@ func (j *judge) generative(ctx context.Context, jobs []job) ([]schemas.Judgment,
 			row.Score = &score
 			return nil
 		},
+		failures: j.failures,
 	}.run(ctx, jobs)
 }
 
@@ -503,6 +535,7 @@ func (j *judge) yesno(ctx context.Context, jobs []job) ([]schemas.Judgment, erro
 			row.CriterionScores, row.Score = per, &total
 			return nil
 		},
+		failures: j.failures,
 	}.run(ctx, jobs)
 }
 

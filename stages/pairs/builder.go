@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sort"
 
@@ -19,15 +20,23 @@ type Config struct {
 	// Weights maps each strategy (schemas.Strategies) to its mixing weight;
 	// missing strategies have weight 0. Default 1:1:1.
 	Weights map[string]float64
-	// Window is the temporal strategy's age window (20–100 steps).
+	// Window is the temporal strategy's age window (20–100).
 	Window Window
-	// WidenStep widens an empty window on both sides (10).
+	// Age says how ages are counted (AgePolicySteps, the official clock).
+	Age AgeClock
+	// PolicyIndex maps a policy-phase step to its number among policy steps
+	// (0, 1, …), for AgePolicySteps; nil counts every step.
+	PolicyIndex func(step int64) int64
+	// Fallback is what an empty window does (FallbackOfficial).
+	Fallback Fallback
+	// WidenStep widens an empty window on both sides under FallbackWiden (10).
 	WidenStep int64
-	// Policy samples a+ and a− (temperature 1.0).
+	// Policy samples a+ and a− (temperature 1.0, top-p 0.95).
 	Policy backend.Sampling
-	// Infer samples the back-translated question (temperature 0.3).
+	// Infer samples the back-translated question (temperature 0.3, top-p 0.95).
 	Infer backend.Sampling
-	// Rubric samples the rubric of the rubric-guided strategy (temperature 0.6).
+	// Rubric samples the rubric of the rubric-guided strategy; the official
+	// code uses the training generation config (temperature 1.0, top-p 0.95).
 	Rubric backend.Sampling
 	// Seed is the base of every draw and sampling seed.
 	Seed int64
@@ -36,16 +45,40 @@ type Config struct {
 	Model, Checkpoint string
 }
 
-// DefaultConfig returns the paper's settings with maxTokens new tokens per
+// AgeClock says how a buffered answer's age is counted.
+type AgeClock string
+
+const (
+	// AgePolicySteps is the official clock: the newest buffered answer's
+	// policy step minus the entry's, counting policy steps only, so that an
+	// answer's age does not grow during a rubric phase.
+	AgePolicySteps AgeClock = "policy_steps"
+	// AgeGlobalSteps is evolm's earlier clock: this step minus the entry's,
+	// rubric steps included.
+	AgeGlobalSteps AgeClock = "global_steps"
+)
+
+// ParseAgeClock validates a config value.
+func ParseAgeClock(s string) (AgeClock, error) {
+	switch a := AgeClock(s); a {
+	case AgePolicySteps, AgeGlobalSteps:
+		return a, nil
+	}
+	return "", fmt.Errorf("temporal age clock %q: want policy_steps or global_steps", s)
+}
+
+// DefaultConfig returns the official settings with maxTokens new tokens per
 // generation.
 func DefaultConfig(maxTokens int) Config {
 	return Config{
 		Weights:   map[string]float64{schemas.StrategyTemporal: 1, schemas.StrategyBacktranslate: 1, schemas.StrategyRubricGuided: 1},
 		Window:    Window{MinAge: 20, MaxAge: 100},
+		Age:       AgePolicySteps,
+		Fallback:  FallbackOfficial,
 		WidenStep: 10,
-		Policy:    backend.Sampling{MaxTokens: maxTokens, Temperature: 1.0},
-		Infer:     backend.Sampling{MaxTokens: maxTokens, Temperature: 0.3},
-		Rubric:    backend.Sampling{MaxTokens: maxTokens, Temperature: 0.6},
+		Policy:    backend.Sampling{MaxTokens: maxTokens, Temperature: 1.0, TopP: 0.95},
+		Infer:     backend.Sampling{MaxTokens: maxTokens, Temperature: 0.3, TopP: 0.95},
+		Rubric:    backend.Sampling{MaxTokens: maxTokens, Temperature: 1.0, TopP: 0.95},
 	}
 }
 
@@ -68,10 +101,36 @@ func (c Config) Validate() error {
 	if total <= 0 {
 		return fmt.Errorf("pairs: strategy weights sum to %v, want > 0", total)
 	}
-	if c.Window.MinAge < 1 || c.Window.MaxAge < c.Window.MinAge {
-		return fmt.Errorf("pairs: temporal window [%d, %d] invalid, want 1 ≤ min ≤ max", c.Window.MinAge, c.Window.MaxAge)
+	if c.Window.MinAge < 0 || c.Window.MaxAge < c.Window.MinAge {
+		return fmt.Errorf("pairs: temporal window [%d, %d] invalid, want 0 ≤ min ≤ max", c.Window.MinAge, c.Window.MaxAge)
+	}
+	if _, err := ParseAgeClock(string(c.Age)); err != nil {
+		return fmt.Errorf("pairs: %w", err)
+	}
+	if _, err := ParseFallback(string(c.Fallback)); err != nil {
+		return fmt.Errorf("pairs: %w", err)
 	}
 	return nil
+}
+
+// ageAt returns how old a buffered answer is at step, in c.Age's clock.
+func (c Config) ageAt(step int64, buf *Buffer) func(schemas.ReplayEntry) int64 {
+	if c.Age == AgeGlobalSteps {
+		return func(e schemas.ReplayEntry) int64 { return step - e.Step }
+	}
+	idx := c.PolicyIndex
+	if idx == nil {
+		idx = func(s int64) int64 { return s }
+	}
+	// The official code measures from the newest policy step the buffer has
+	// seen, which every policy step adds to.
+	now := int64(math.MinInt64)
+	for _, e := range buf.Entries() {
+		if e.Step < step {
+			now = max(now, idx(e.Step))
+		}
+	}
+	return func(e schemas.ReplayEntry) int64 { return now - idx(e.Step) }
 }
 
 // Item is one question of the step's batch.
@@ -101,8 +160,9 @@ type Result struct {
 
 // Assign draws each item's strategy from the weights with a seeded RNG.
 // Temporal is replaced by a draw among the other strategies when the buffer
-// has no entry older than step.
-func (b *Builder) Assign(step int64, n int) (strategies []string, fallbacks int) {
+// has no entry older than step. Items first … first+n−1 of the step get the
+// draws a single call for all of them would give.
+func (b *Builder) Assign(step int64, first, n int) (strategies []string, fallbacks int) {
 	names := append([]string(nil), schemas.Strategies...)
 	sort.Strings(names)
 	rng := rand.New(rand.NewPCG(uint64(b.Cfg.Seed), uint64(step)))
@@ -133,7 +193,7 @@ func (b *Builder) Assign(step int64, n int) (strategies []string, fallbacks int)
 	for _, e := range b.Buffer.Entries() {
 		hasOld = hasOld || e.Step < step
 	}
-	strategies = make([]string, n)
+	strategies = make([]string, first+n)
 	for i := range strategies {
 		s := draw("")
 		if s == schemas.StrategyTemporal && !hasOld {
@@ -145,12 +205,14 @@ func (b *Builder) Assign(step int64, n int) (strategies []string, fallbacks int)
 			}
 			if others > 0 {
 				s = draw(schemas.StrategyTemporal)
-				fallbacks++
+				if i >= first {
+					fallbacks++
+				}
 			}
 		}
 		strategies[i] = s
 	}
-	return strategies, fallbacks
+	return strategies[first:], fallbacks
 }
 
 // gen is one pending generation with the rollout row it will fill.
@@ -162,14 +224,24 @@ type gen struct {
 
 // Build builds one pair per item at step.
 func (b *Builder) Build(ctx context.Context, step int64, items []Item) (Result, error) {
+	return b.BuildFrom(ctx, step, 0, items)
+}
+
+// BuildFrom builds the pairs of items first, first+1, … of step: their ids,
+// strategies and seeds continue those of items 0 … first−1, so that a step
+// can build more pairs (active sampling) without repeating any.
+func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []Item) (Result, error) {
 	if err := b.Cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	strategies, fallbacks := b.Assign(step, len(items))
+	if first < 0 {
+		return Result{}, fmt.Errorf("pairs step %d: first item %d, want ≥ 0", step, first)
+	}
+	strategies, fallbacks := b.Assign(step, first, len(items))
 	if fallbacks > 0 && b.Log != nil {
 		b.Log.Warn("temporal strategy has no buffered answer yet; used another strategy", "step", step, "items", fallbacks)
 	}
-	rng := rand.New(rand.NewPCG(uint64(b.Cfg.Seed)^0x9e3779b97f4a7c15, uint64(step)))
+	rng := rand.New(rand.NewPCG(uint64(b.Cfg.Seed)^0x9e3779b97f4a7c15^(uint64(first)*0xbf58476d1ce4e5b9), uint64(step)))
 	res := Result{Fallbacks: fallbacks}
 	pairs := make([]schemas.Pair, len(items))
 
@@ -185,7 +257,7 @@ func (b *Builder) Build(ctx context.Context, step int64, items []Item) (Result, 
 		return append(ms, backend.Message{Role: "user", Content: question})
 	}
 	newGen := func(i int, tag, role string, msgs []backend.Message, sp backend.Sampling) *gen {
-		id := fmt.Sprintf("pair/%06d/%03d/%s", step, i, tag)
+		id := fmt.Sprintf("pair/%06d/%03d/%s", step, first+i, tag)
 		sp.Seed = ptr(lmstage.DeriveSeed(b.Cfg.Seed, id))
 		return &gen{
 			req:  backend.GenerateRequest{ID: id, Messages: msgs, N: 1, Sampling: sp, LogProbs: true},
@@ -199,24 +271,27 @@ func (b *Builder) Build(ctx context.Context, step int64, items []Item) (Result, 
 	}
 
 	// Round 1: what every strategy needs first.
+	age := b.Cfg.ageAt(step, b.Buffer)
 	var round1 []*gen
 	plus := make([]*gen, len(items))   // a+ (temporal, backtranslate)
 	rubric := make([]*gen, len(items)) // rubric-guided: the rubric
 	for i, it := range items {
 		p := &pairs[i]
 		*p = schemas.Pair{
-			PairID: fmt.Sprintf("pair-%06d-%03d", step, i), PromptID: it.PromptID, Step: step,
+			PairID: fmt.Sprintf("pair-%06d-%03d", step, first+i), PromptID: it.PromptID, Step: step,
 			Question: it.Question, Strategy: strategies[i], ChosenStep: step, RejectedStep: step,
 		}
 		switch strategies[i] {
 		case schemas.StrategyTemporal:
-			e, used, ok := b.Buffer.Pick(step, b.Cfg.Window, b.Cfg.WidenStep, rng)
+			got, ok := b.Buffer.Pick(age, b.Cfg.Window, b.Cfg.Fallback, b.Cfg.WidenStep, rng)
 			if !ok {
 				return Result{}, fmt.Errorf("pairs step %d item %d: temporal strategy with an empty buffer", step, i)
 			}
-			if used != b.Cfg.Window && b.Log != nil {
-				b.Log.Debug("temporal window widened", "step", step, "item", i, "min_age", used.MinAge, "max_age", used.MaxAge)
+			if got.Stage != schemas.TemporalWindow && b.Log != nil {
+				b.Log.Debug("temporal window empty; fell back", "step", step, "item", i, "stage", got.Stage, "age", got.Age)
 			}
+			e := got.Entry
+			p.TemporalAge, p.TemporalFallback = ptr(got.Age), ptr(got.Stage)
 			p.PromptID, p.Question = e.PromptID, e.Question
 			p.Rejected, p.RejectedRolloutID, p.RejectedStep = e.Answer, e.RolloutID, e.Step
 			plus[i] = newGen(i, "chosen", schemas.RolePolicy, answerMsgs(policySystem, e.Question), b.Cfg.Policy)

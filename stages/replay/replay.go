@@ -106,7 +106,7 @@ func newReplayFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	s := &Stage{Source: cfg.String(KeySource), NewRubrics: cfg.Bool(KeyNewRubrics), Steps: steps,
 		InvalidRubric: cfg.String(KeyInvalidRubric), cfg: cfg}
 	if s.Source == "" {
-		return nil, cfg.Errorf(KeySource, "no source run given")
+		return nil, cfg.Unsetf(KeySource, "no source run given")
 	}
 	return s, nil
 }

@@ -247,11 +247,7 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 	c.Device, c.DType, c.Threads, c.MaxBatch = engine.String(KeyDevice), engine.String(KeyDType), engine.Int(KeyThreads), engine.Int(KeyMaxBatch)
 	c.DisableThinking, c.MaxInFlight = engine.Bool(KeyThinking), engine.Int(KeyInFlight)
 	c.RequestTimeout, c.MaxAttempts = engine.Duration(KeyTimeout), engine.Int(KeyAttempts)
-	switch {
-	case c.Model == "":
-		return c, engine.Errorf(KeyModel, "required: a checkpoint directory (torch) or a served model name (openai); flag --%s-model or env %s",
-			Flag(engineRole(role, c.Shared)), pipeline.EnvName(Section(engineRole(role, c.Shared))+"."+KeyModel))
-	case c.Backend == BackendOpenAI && len(c.Endpoints) == 0:
+	if c.Backend == BackendOpenAI && len(c.Endpoints) == 0 {
 		return c, engine.Errorf(KeyEndpoints, "the openai backend needs at least one endpoint")
 	}
 	for i, s := range c.Sampling.Stop {
@@ -262,6 +258,12 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 	var err error
 	if c.PromptFiles, err = promptFiles(sec, role); err != nil {
 		return c, err
+	}
+	if c.Model == "" {
+		// Last, so that the checks above still run for a config that leaves
+		// the model to the command line (pipeline.Validate).
+		return c, engine.Unsetf(KeyModel, "required: a checkpoint directory (torch) or a served model name (openai); flag --%s-model or env %s",
+			Flag(engineRole(role, c.Shared)), pipeline.EnvName(Section(engineRole(role, c.Shared))+"."+KeyModel))
 	}
 	return c, nil
 }

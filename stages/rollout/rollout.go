@@ -29,6 +29,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -105,7 +106,13 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err != nil {
 		return err
 	}
-	schema := lmstage.WithMeta(schemas.Rollouts.Schema(), lmstage.Provenance(b, s.prompts, prompts.Policy))
+	meta := lmstage.Provenance(b, s.prompts, prompts.Policy)
+	pf, err := lmstage.PromptsFilesMeta(files)
+	if err != nil {
+		return err
+	}
+	maps.Copy(meta, pf)
+	schema := lmstage.WithMeta(schemas.Rollouts.Schema(), meta)
 	parts := append(s.spec.Partitions(), pipeline.Partition{Key: "role", Value: s.spec.Role})
 	tasks := make([]pipeline.Task, len(files))
 	for i, f := range files {
@@ -130,6 +137,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 					if err != nil {
 						return nil, err
 					}
+					lmstage.RecordFailures(&env.Failures, out)
 					return schemas.Rollouts.Build(env.Mem, out), nil
 				})
 			},

@@ -147,6 +147,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 					if err != nil {
 						return nil, err
 					}
+					lmstage.RecordFailures(&env.Failures, out)
 					return schemas.Rollouts.Build(env.Mem, out), nil
 				})
 			},

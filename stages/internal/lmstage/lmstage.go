@@ -19,7 +19,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -60,7 +62,59 @@ const (
 	MetaBackend      = "evolm.backend"
 	MetaModel        = "evolm.model"
 	MetaPromptPrefix = "evolm.prompt." // + role: the role prompt's version
+	// MetaPromptsFiles is a JSON list of the absolute paths of the prompts
+	// files a stage read, so that a later stage (a standalone judge) finds
+	// the questions of its rows without being told (PromptsFilesOf).
+	MetaPromptsFiles = "evolm.prompts_files"
 )
+
+// PromptsFilesMeta returns the MetaPromptsFiles entry for files.
+func PromptsFilesMeta(files []string) (map[string]string, error) {
+	abs := make([]string, len(files))
+	for i, f := range files {
+		a, err := filepath.Abs(f)
+		if err != nil {
+			return nil, err
+		}
+		abs[i] = a
+	}
+	b, err := json.Marshal(abs)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{MetaPromptsFiles: string(b)}, nil
+}
+
+// PromptsFilesOf returns the prompts files that the stage which wrote
+// shards recorded (MetaPromptsFiles), those that still exist, deduplicated
+// and sorted.
+func PromptsFilesOf(shards []string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, sh := range shards {
+		r, err := pipeline.OpenShard(sh, pipeline.ReadOptions{})
+		if err != nil {
+			return nil, err
+		}
+		raw, ok := r.Metadata()[MetaPromptsFiles]
+		r.Close()
+		if !ok {
+			continue
+		}
+		var files []string
+		if err := json.Unmarshal([]byte(raw), &files); err != nil {
+			return nil, fmt.Errorf("%s: metadata %s: %w", sh, MetaPromptsFiles, err)
+		}
+		for _, f := range files {
+			if _, err := os.Stat(f); err == nil && !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
 
 // WithMeta returns schema with kv added to its metadata.
 func WithMeta(schema *arrow.Schema, kv map[string]string) *arrow.Schema {

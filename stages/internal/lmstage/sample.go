@@ -175,3 +175,19 @@ func Sample(ctx context.Context, b *roles.Backend, batchRows int, sp SampleSpec,
 	})
 	return out, err
 }
+
+// RecordFailures adds sampled rows to a stage's failure counts: a row with
+// an Error failed on the backend. Every sample of a request shares its
+// request's fate.
+func RecordFailures(f *pipeline.RowFailures, rows []schemas.Rollout) {
+	failed, first := 0, ""
+	for i := range rows {
+		if rows[i].Error != nil {
+			if failed == 0 {
+				first = *rows[i].Error
+			}
+			failed++
+		}
+	}
+	f.Add(len(rows), failed, first)
+}

@@ -1,0 +1,174 @@
+package generate
+
+import (
+	"fmt"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// LogitChunkElems bounds the float32 logits (B × chunk × V elements, 256 MiB)
+// that Selective materializes at once, forward or backward. evolm plan
+// counts the logits chunk from it.
+const LogitChunkElems = 1 << 26
+
+// FullLogits turns chunking off: Selective projects all T positions at
+// once and, with grad on, lets autograd keep the (B, T, V) logits until
+// backward, as the engine did before chunking. It exists as the baseline of
+// bench/memory; leave it false.
+var FullLogits = false
+
+// chunkElems is LogitChunkElems; tests lower it to force many chunks.
+var chunkElems int64 = LogitChunkElems
+
+// LogitChunk is the number of sequence positions Selective projects to the
+// vocabulary at once for a batch of B rows and a vocabulary of V.
+func LogitChunk(B, T, V int64) int64 {
+	return max(1, min(T, chunkElems/max(1, B*V)))
+}
+
+// Selective is the chunked selective log-softmax: given final hidden states
+// h (B, T, C) and targets (B, T) int64, it returns log p(target) (B, T) and,
+// when entropy is set, the entropy of each next-token distribution (B, T),
+// both float32 and owned by s, without ever holding (B, T, V) logits.
+//
+// Forward. Positions are taken LogitChunk at a time: logits = lm_head(h
+// chunk) in float32 (B, n, V); log-prob = logit[target] − logsumexp(logits);
+// entropy = −Σ exp(lsm)·lsm with lsm = log_softmax(logits). Each chunk's
+// logits are freed before the next.
+//
+// Backward. When grad is on and h requires grad, the forward above runs with
+// grad off, and the outputs are leaves that require grad. A deferred backward
+// stage (torch.Scope.DeferBackward) runs after the loss's backward: it reads
+// ∂loss/∂log-prob and ∂loss/∂entropy from those leaves, and per chunk
+// recomputes the chunk's logits with grad on from a boundary leaf of h and
+// backpropagates the explicit grad outputs (torch.Scope.BackwardWith). That
+// accumulates lm_head's gradient and ∂loss/∂h chunk by chunk; finally ∂loss/∂h
+// goes back through the model's graph once. So at most one chunk's logits and
+// their gradient are alive at any time, and the result equals the full
+// computation's gradient (up to float summation order). torch.Backward on
+// the loss runs the stage; s must stay open until then.
+func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entropy bool) (lp, ent *torch.Tensor, err error) {
+	sh, err := torch.Shape(h)
+	if err != nil {
+		return nil, nil, fmt.Errorf("selective log-softmax: hidden: %w", err)
+	}
+	if len(sh) != 3 {
+		return nil, nil, fmt.Errorf("selective log-softmax: hidden shape %v, want (B, T, C)", sh)
+	}
+	B, T := sh[0], sh[1]
+	if FullLogits {
+		lp, ent, err = selectiveChunk(s, m, h, targets, entropy)
+		if err != nil {
+			return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
+		}
+		return lp, ent, nil
+	}
+	chunk := LogitChunk(B, T, int64(m.Config().VocabSize))
+	grad := torch.GradEnabled() && torch.RequiresGrad(h)
+
+	hd := h
+	if grad {
+		hd = s.Boundary(h) // (B, T, C) leaf: the chunk graphs stop here
+	}
+	c := s.Child()
+	defer c.Close()
+	var lps, ents []*torch.Tensor
+	err = torch.NoGrad(func() error {
+		for t0 := int64(0); t0 < T; t0 += chunk {
+			n := min(chunk, T-t0)
+			l, e, err := selectiveChunk(c, m, c.Narrow(hd, 1, t0, n), c.Narrow(targets, 1, t0, n), entropy)
+			if err != nil {
+				return err
+			}
+			lps, ents = append(lps, l), append(ents, e)
+		}
+		return c.Err()
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
+	}
+	lp = c.MoveTo(s, c.Cat(lps, 1)) // (B, T)
+	if entropy {
+		ent = c.MoveTo(s, c.Cat(ents, 1)) // (B, T)
+	}
+	if err := s.Err(); err != nil {
+		return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
+	}
+	if !grad {
+		return lp, ent, nil
+	}
+	lp = s.Boundary(lp)
+	if entropy {
+		ent = s.Boundary(ent)
+	}
+	for _, t := range []*torch.Tensor{h, hd, targets, lp, ent} {
+		s.Hold(t)
+	}
+	s.DeferBackward("selective log-softmax", func() error {
+		return selectiveBackward(m, h, hd, targets, lp, ent, chunk)
+	})
+	return lp, ent, s.Err()
+}
+
+// selectiveChunk computes one chunk's log-probs and entropies (B, n) from
+// hidden states (B, n, C) in the current grad mode.
+func selectiveChunk(s *torch.Scope, m model.CausalLM, h, tgt *torch.Tensor, entropy bool) (lp, ent *torch.Tensor, err error) {
+	lg, err := m.Logits(s, h) // (B, n, V) float32
+	if err != nil {
+		return nil, nil, err
+	}
+	idx := s.Unsqueeze(tgt, 2) // (B, n, 1)
+	if entropy {
+		lsm := s.LogSoftmax(lg, -1, torch.Float32)                       // (B, n, V)
+		lp = s.Squeeze(s.Gather(lsm, 2, idx), 2)                         // (B, n)
+		ent = s.Neg(s.SumDim(s.Mul(s.Exp(lsm), lsm), []int64{2}, false)) // (B, n)
+	} else {
+		lse := s.Logsumexp(lg, []int64{2}, false)           // (B, n)
+		lp = s.Sub(s.Squeeze(s.Gather(lg, 2, idx), 2), lse) // (B, n)
+	}
+	return lp, ent, s.Err()
+}
+
+// selectiveBackward is Selective's deferred backward stage (grad on).
+func selectiveBackward(m model.CausalLM, h, hd, targets, lp, ent *torch.Tensor, chunk int64) error {
+	s := torch.NewScope()
+	defer s.Close()
+	gl := s.Grad(lp)
+	var ge *torch.Tensor
+	if ent != nil {
+		ge = s.Grad(ent)
+	}
+	if gl == nil && ge == nil {
+		return s.Err() // the loss did not use them
+	}
+	sh, err := torch.Shape(hd)
+	if err != nil {
+		return err
+	}
+	T := sh[1]
+	for t0 := int64(0); t0 < T; t0 += chunk {
+		n := min(chunk, T-t0)
+		c := s.Child()
+		l, e, err := selectiveChunk(c, m, c.Narrow(hd, 1, t0, n), c.Narrow(targets, 1, t0, n), ent != nil)
+		if err == nil {
+			var y, g []*torch.Tensor
+			if gl != nil {
+				y, g = append(y, l), append(g, c.Narrow(gl, 1, t0, n))
+			}
+			if ge != nil {
+				y, g = append(y, e), append(g, c.Narrow(ge, 1, t0, n))
+			}
+			err = c.BackwardWith(c.Cat(y, 1), c.Cat(g, 1))
+		}
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("positions %d..%d: %w", t0, t0+n-1, err)
+		}
+	}
+	gh := s.Grad(hd) // (B, T, C) ∂loss/∂h
+	if gh == nil {
+		return s.Err()
+	}
+	return s.BackwardWith(h, gh)
+}

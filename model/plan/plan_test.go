@@ -1,0 +1,117 @@
+package plan
+
+import (
+	"testing"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/generate"
+	_ "github.com/evolm/evolm/model/llama"
+)
+
+// TestPresetParams: the plan counts each preset's parameters as the engine
+// does, and the qwen3 shapes have their published sizes.
+func TestPresetParams(t *testing.T) {
+	published := map[string]int64{
+		"qwen3-0.6b": 596_049_920, "qwen3-1.7b": 1_720_574_976, "qwen3-4b": 4_022_468_096, "qwen3-8b": 8_190_735_360,
+	}
+	for _, name := range model.PresetNames() {
+		cfg, err := model.PresetConfig("qwen3", name, model.QwenVocabSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := ShapeOf(cfg).Params(), cfg.NumParams(); got != want {
+			t.Errorf("%s: plan counts %d parameters, the engine %d", name, got, want)
+		}
+		if want, ok := published[name]; ok && cfg.NumParams() != want {
+			t.Errorf("%s: %d parameters, published %d", name, cfg.NumParams(), want)
+		}
+	}
+}
+
+// TestLoRAParams: rank·(in+out) per targeted Linear and layer.
+func TestLoRAParams(t *testing.T) {
+	s := Shape{Layers: 2, Hidden: 8, Intermediate: 16, Heads: 2, KVHeads: 1, HeadDim: 4, Vocab: 10}
+	// q 8→8, k 8→4, v 8→4, o 8→8, gate 8→16, up 8→16, down 16→8
+	all := int64(2 * 3 * (16 + 12 + 12 + 16 + 24 + 24 + 24))
+	if got := (LoRA{Rank: 3}).Params(s); got != all {
+		t.Errorf("all targets: %d, want %d", got, all)
+	}
+	if got := (LoRA{Rank: 3, Targets: []string{"q_proj", "v"}}).Params(s); got != 2*3*(16+12) {
+		t.Errorf("q, v: %d, want %d", got, 2*3*(16+12))
+	}
+}
+
+// TestLogitChunkMatchesEngine: the plan's logits chunk uses the engine's.
+func TestLogitChunkMatchesEngine(t *testing.T) {
+	if LogitChunkElems != generate.LogitChunkElems {
+		t.Fatalf("plan assumes %d logits per chunk, the engine uses %d", LogitChunkElems, generate.LogitChunkElems)
+	}
+}
+
+// TestEstimate: LoRA drops the reference and most optimizer state,
+// checkpointing lowers activations, bf16 adds master weights, and the
+// largest micro-batch that fits is monotone in the capacity.
+func TestEstimate(t *testing.T) {
+	cfg, err := model.PresetConfig("qwen3", "qwen3-8b", model.QwenVocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Policy: ShapeOf(cfg), ParamBytes: 2, Beta: 0.001, GenRows: 64, GenTokens: 4096, MicroBatch: 4, SeqLen: 4096, CUDA: true}
+	full := Estimate(in)
+	in.LoRA = LoRA{Rank: 16}
+	lora := Estimate(in)
+	static := func(p Plan) (n int64) {
+		for _, l := range p.Static {
+			n += l.Bytes
+		}
+		return n
+	}
+	if static(lora) >= static(full)/4 {
+		t.Errorf("LoRA holds %s, not well under full FT's %s", GiB(static(lora)), GiB(static(full)))
+	}
+	in.LoRA = LoRA{}
+	in.GradCheckpointing = true
+	ck := Estimate(in)
+	if ck.Phases[1].Bytes >= full.Phases[1].Bytes/4 {
+		t.Errorf("checkpointed activations %s, plain %s", GiB(ck.Phases[1].Bytes), GiB(full.Phases[1].Bytes))
+	}
+	line := func(p Plan, name string) int64 {
+		for _, l := range p.Static {
+			if l.Name == name {
+				return l.Bytes
+			}
+		}
+		t.Fatalf("no line %q", name)
+		return 0
+	}
+	if got, want := line(full, "policy master weights"), cfg.NumParams()*4; got != want {
+		t.Errorf("bf16 master weights %d, want %d", got, want)
+	}
+	if got := line(lora, "policy reference model"); got != 0 {
+		t.Errorf("LoRA reference %d, want 0", got)
+	}
+	in.WorldSize, in.ZeROStage = 8, 1
+	if z := Estimate(in); line(z, "policy optimizer state") != line(ck, "policy optimizer state")/8 {
+		t.Errorf("ZeRO-1 over 8 does not divide the optimizer state by 8")
+	}
+	prev := 0
+	for _, gib := range []int64{80, 141, 400} {
+		p := Estimate(Input{Policy: ShapeOf(cfg), ParamBytes: 2, LoRA: LoRA{Rank: 16}, GenRows: 8, GenTokens: 1024, MicroBatch: 1, SeqLen: 2048, GradCheckpointing: true, CUDA: true}).Check(gib << 30)
+		if p.MaxMicroBatch < prev {
+			t.Errorf("%d GiB: largest micro-batch %d < %d at less memory", gib, p.MaxMicroBatch, prev)
+		}
+		prev = p.MaxMicroBatch
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"80GiB": 80 << 30, "141GB": 141e9, "80G": 80 << 30, "512MiB": 512 << 20, "1024": 1024} {
+		got, err := ParseBytes(in)
+		if err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	if _, err := ParseBytes("lots"); err == nil {
+		t.Error("ParseBytes(lots): no error")
+	}
+}
