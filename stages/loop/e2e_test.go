@@ -252,7 +252,7 @@ func TestE2ELoopAlternatesAndCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	outb, err = exec.Command(e.bin, "run", "--resume", runDir, "--steps", "7").CombinedOutput()
-	if err == nil || !strings.Contains(string(outb), "replay buffer") || !strings.Contains(string(outb), "missing") {
+	if err == nil || !strings.Contains(string(outb), "replay") || !strings.Contains(string(outb), "missing") {
 		t.Errorf("missing replay buffer: err %v, output:\n%s", err, outb)
 	}
 }
