@@ -25,7 +25,7 @@ func (r rope) apply(s *torch.Scope, x *torch.Tensor, hs int64) *torch.Tensor {
 	x2 := s.Narrow(x32, -1, hs/2, hs/2)              // (B, h, T, hs/2)
 	rot := s.Cat([]*torch.Tensor{s.Neg(x2), x1}, -1) // (B, h, T, hs)
 	y := s.Add(s.Mul(x32, r.cos), s.Mul(rot, r.sin)) // (B, h, T, hs)
-	return s.ToDType(y, x.DType())
+	return s.ToDType(y, s.DType(x))
 }
 
 // repeatKV expands (B, nkv, Tk, hs) to (B, nkv*groups, Tk, hs) for GQA.
@@ -71,12 +71,12 @@ func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *to
 
 	var y *torch.Tensor
 	if a.cfg.AttnImplementation == model.AttnSDPA {
-		bias := s.MaskedFill(s.Zeros([]int64{1}, q.DType(), devOf(s, q)), blocked, minValue(q.DType())) // (B or 1, 1, T, Tk)
-		y = s.ScaledDotProductAttention(q, k, v, bias, a.cfg.AttnScale)                                 // (B, nh, T, hs)
+		bias := s.MaskedFill(s.Zeros([]int64{1}, s.DType(q), devOf(s, q)), blocked, minValue(s.DType(q))) // (B or 1, 1, T, Tk)
+		y = s.ScaledDotProductAttention(q, k, v, bias, a.cfg.AttnScale)                                   // (B, nh, T, hs)
 	} else {
 		att := s.MulScalar(s.Matmul(q, s.Transpose(k, 2, 3)), a.cfg.AttnScale) // (B, nh, T, Tk)
 		att = s.MaskedFill(s.Float32(att), blocked, -math.MaxFloat32)          // (B, nh, T, Tk)
-		att = s.ToDType(s.Softmax(att, -1, torch.Float32), v.DType())          // (B, nh, T, Tk)
+		att = s.ToDType(s.Softmax(att, -1, torch.Float32), s.DType(v))         // (B, nh, T, Tk)
 		y = s.Matmul(att, v)                                                   // (B, nh, T, hs)
 	}
 	y = s.Reshape(s.Transpose(y, 1, 2), B, T, nh*hs) // (B, T, nh*hs)
@@ -96,6 +96,10 @@ func minValue(dt torch.DType) float64 {
 }
 
 func devOf(s *torch.Scope, x *torch.Tensor) torch.Device {
+	if x == nil { // an earlier op failed (s holds why)
+		s.Fail(fmt.Errorf("torch device: input is nil"))
+		return torch.CPU
+	}
 	d, err := torch.DeviceOf(x)
 	if err != nil {
 		s.Fail(err)

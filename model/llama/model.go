@@ -36,7 +36,7 @@ func (n *RMSNorm) Forward(s *torch.Scope, x *torch.Tensor) *torch.Tensor {
 	x32 := s.Float32(x)
 	variance := s.MeanDim(s.Square(x32), []int64{-1}, true) // (…, 1)
 	y := s.Mul(x32, s.Rsqrt(s.AddScalar(variance, n.Eps)))
-	return s.Mul(n.Weight, s.ToDType(y, x.DType()))
+	return s.Mul(n.Weight, s.ToDType(y, s.DType(x)))
 }
 
 // Embedding is nn.Embedding.

@@ -113,6 +113,17 @@ func (s *Scope) ok(op string, xs ...*Tensor) bool {
 	return true
 }
 
+// DType is x's dtype, for ops whose dtype follows an input's. After an error
+// (x nil: an earlier op failed, out of memory for one) it returns Float32
+// and records the error, so that a forward pass written straight through
+// stops at its first failure instead of dereferencing nil.
+func (s *Scope) DType(x *Tensor) DType {
+	if !s.ok("DType", x) {
+		return Float32
+	}
+	return x.DType()
+}
+
 // Keep removes t from s and hands it to the caller, who must Drop it (or pass
 // it to another owner). A nil t (after an error) is returned as nil.
 func (s *Scope) Keep(t *Tensor) *Tensor {

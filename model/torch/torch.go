@@ -165,8 +165,12 @@ func cleanErr(op string, err error) error {
 		msg = msg[:i]
 	}
 	msg = strings.TrimPrefix(msg, "Libtorch API Error: ")
-	if i := strings.Index(msg, "\nException raised from"); i >= 0 {
-		msg = msg[:i]
+	// libtorch appends its C++ stack: "Exception raised from …" or, for an
+	// allocation that failed (c10::alloc_cpu), "frame #0: …" lines.
+	for _, tail := range []string{"\nException raised from", "\nframe #"} {
+		if i := strings.Index(msg, tail); i >= 0 {
+			msg = msg[:i]
+		}
 	}
 	return fmt.Errorf("torch %s: %s", op, strings.TrimSpace(msg))
 }

@@ -235,3 +235,20 @@ func TestPanicUnwindClosesChildren(t *testing.T) {
 		t.Errorf("live after the unwind = %d, want 0", got)
 	}
 }
+
+// TestCleanErrDropsTheCppStack: libtorch's errors end in its C++ stack; the
+// message keeps the first lines only, an allocation failure's included.
+func TestCleanErrDropsTheCppStack(t *testing.T) {
+	for raw, want := range map[string]string{
+		"Libtorch API Error: index out of range in self\nException raised from operator() at ../aten/src/ATen/native/TensorAdvancedIndexing.cpp:1189 (most recent call first):\nframe #0: c10::Error::Error()":                                                                                                                                                                                "torch Embedding: index out of range in self",
+		"Libtorch API Error: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 252821504 bytes. Error code 12 (Cannot allocate memory)\nframe #0: c10::ThrowEnforceNotMet(char const*, int, char const*, std::string const&, void const*) + 0x55 (0x7f2ba3c084b5 in libc10.so)\nframe #1: c10::alloc_cpu(unsigned long) + 0x311": "torch Embedding: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 252821504 bytes. Error code 12 (Cannot allocate memory)",
+	} {
+		if got := cleanErr("Embedding", errString(raw)).Error(); got != want {
+			t.Errorf("cleanErr(%.40q…) = %q\nwant %q", raw, got, want)
+		}
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
