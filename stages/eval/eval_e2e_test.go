@@ -4,6 +4,10 @@ package eval_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,5 +99,48 @@ func TestE2EEvalTinyModels(t *testing.T) {
 			}
 		}
 		t.Logf("%s:\n%s", tc.bench, stderr.String())
+	}
+}
+
+// TestE2EEvalJudgeAllFailed: a judge server that rejects every request (a
+// model id it does not serve: HTTP 404) fails the eval with the server's
+// reason, instead of printing a table of ties and exiting 0.
+func TestE2EEvalJudgeAllFailed(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "tiny")
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 3, OutDir: ckpt}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":{"message":"the model \"Qwen/Qwen3-1.7B\" does not exist; this server serves \"Qwen3-1.7B\"","type":"invalid_request_error"}}`)
+	}))
+	defer srv.Close()
+	in := filepath.Join(dir, "rb2.jsonl")
+	if err := os.WriteFile(in, []byte(rb2JSONL), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{Env: []string{
+		"EVOLM_RUN_DIR=" + run, "EVOLM_PIPELINE_PROGRESS=off", "EVOLM_STAGES_EVAL_LIMIT=2",
+		"EVOLM_STAGES_EVAL_INPUT=" + in, "EVOLM_STAGES_EVAL_BOOTSTRAP_SAMPLES=10",
+		"EVOLM_ROLES_POLICY_MODEL=" + ckpt, "EVOLM_ROLES_RUBRIC_GENERATOR_MAX_TOKENS=8",
+		"EVOLM_ROLES_JUDGE_BACKEND=openai", "EVOLM_ROLES_JUDGE_MODEL=Qwen/Qwen3-1.7B", "EVOLM_ROLES_JUDGE_ENDPOINTS=" + srv.URL + "/v1",
+		"EVOLM_ROLES_JUDGE_MAX_ATTEMPTS=1", "EVOLM_ROLES_JUDGE_MAX_TOKENS=8",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	err = pipeline.RunStage(context.Background(), eval.Name, cfg, pipeline.RunOptions{Stderr: &stderr})
+	if !errors.Is(err, pipeline.ErrAllRowsFailed) || !strings.Contains(err.Error(), "this server serves") {
+		t.Fatalf("eval against a judge that rejects every request: err = %v\n%s", err, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "overall") {
+		t.Errorf("a table was printed:\n%s", stderr.String())
+	}
+	if res, _ := filepath.Glob(filepath.Join(run, eval.ResultsTable, "*.parquet")); len(res) != 0 {
+		t.Errorf("eval_results committed: %v", res)
 	}
 }

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/evolm/evolm/datasets"
@@ -217,6 +218,14 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}
 	if err != nil {
 		return err
+	}
+	// A judge that failed on every call (a model id the server does not
+	// serve, an unreachable endpoint) scores nothing: the table would show
+	// ties. That is an error, as in the judge stage (pipeline.RowFailures).
+	rows, failed, first := scorer.Judge.Failures().Counts()
+	env.Failures.Add(int(rows), int(failed), first)
+	if _, err := env.Failures.Check(1); err != nil {
+		return fmt.Errorf("judge: %w (nothing was scored: check the judge's model, the server's --model-id and the endpoints)", err)
 	}
 	if err := WriteTable(env.Stderr, rep); err != nil {
 		return err
