@@ -1,4 +1,4 @@
-// Package model is evolm's LM engine on libtorch (DESIGN §4): HF checkpoint
+// Package model is evolm's LM engine on libtorch (docs/design.md, "Layers"): HF checkpoint
 // IO, the architecture registry and the CausalLM contract that generation,
 // log-probs and training build on.
 //

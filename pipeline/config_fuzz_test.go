@@ -22,7 +22,7 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add("stages: {testcopy: {rows: 2.0}}\n", "-0", "+3")
 	f.Add("? [a]\n: b\n", "0.5", "1_000")
 	f.Add("stages:\n  testcopy:\n    sources: [\"a,b\", 'c']\n", ".5", "-1")
-	f.Add("stages:\n  testcopy:\n    threshold: .nan\n", "NaN", "") // NaN made the hash sha256("") (issue 14)
+	f.Add("stages:\n  testcopy:\n    threshold: .nan\n", "NaN", "") // NaN made the hash sha256("")
 	f.Add("stages:\n  testcopy:\n    threshold: -.inf\n", "+Inf", " ")
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, file, threshold, rows string) {

@@ -1,7 +1,7 @@
 // Package schemas defines the Arrow schema of every table in a run directory
 // (prompts, rollouts, pairs, rubrics, judgments, steps, dedup_report), with a
 // typed Go row struct and codec for each, and the rubric JSON format with its
-// R_format validator (DESIGN §1).
+// R_format validator (README.md, "The method").
 //
 // Each table is a *Table[Row]: Schema() carries the table name and schema
 // version in its metadata (evolm.table, evolm.schema_version); Build and

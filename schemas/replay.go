@@ -1,7 +1,7 @@
 package schemas
 
 // ReplayEntry is one (step, question, answer) of the temporal-contrast replay
-// buffer (DESIGN §1): an answer the policy gave at Step, kept so that a later
+// buffer (README.md, "The method"): an answer the policy gave at Step, kept so that a later
 // rubric phase can contrast it with a fresh answer to the same question.
 type ReplayEntry struct {
 	Step      int64  // step at which the answer was sampled

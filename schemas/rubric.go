@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Rubric format (DESIGN §1). A rubric generator's output is JSON of the form
+// Rubric format (R_format, README.md, "The method"). A rubric generator's output is JSON of the form
 //
 //	{"criteria": [{"criterion": "…", "weight": 0.4, "scoring_levels": {…}}, …]}
 //

@@ -8,7 +8,7 @@ import (
 
 // FuzzValidateRubric checks the rubric parser and R_format on arbitrary
 // generator output: no panic, and whatever it accepts obeys every R_format
-// rule (DESIGN §1), checked here independently of the parser.
+// rule (README.md, "The method"), checked here independently of the parser.
 func FuzzValidateRubric(f *testing.F) {
 	for _, s := range []string{
 		`{"criteria": [{"criterion": "a", "weight": 0.5}, {"criterion": "b", "weight": 0.5}]}`,

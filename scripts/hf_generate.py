@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HF transformers reference for model/generate (DESIGN.md §6).
+"""HF transformers reference for model/generate (README.md, "Correctness, against references nobody here wrote").
 
 Subcommands (all JSON in/out, torch on CPU with 1 thread, fp32):
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch reference for model/generate gradients and model/optim (DESIGN.md §6).
+"""torch reference for model/generate gradients and model/optim (README.md, "Correctness, against references nobody here wrote").
 
 Subcommands (torch on CPU, 1 thread, fp32):
 

@@ -7,7 +7,7 @@ columns as evolm declares them (name, type as pyarrow prints it, nullable),
 its files and, per file, the rows evolm put in it (as Arrow's JSON rendering
 of the in-memory batch). Every column must read back in pyarrow with the
 declared type. TYPES below is written here independently of the Go code, from
-DESIGN §3: the columns it names must also have exactly these types (columns
+the table layouts of the design: the columns it names must also have exactly these types (columns
 added later are checked against the declaration only).
 
 Prints "ok <n> checks" and exits 0, or raises on the first mismatch.
@@ -128,7 +128,7 @@ def check_pyarrow(run, expected):
         for name, (typ, nullable) in TYPES[table].items():
             check(name in declared, f"{table}: evolm does not declare column {name}")
             check(type_str(typ) == declared[name][0] and declared[name][1] == nullable,
-                  f"{table}: evolm declares {name} as {declared[name]}, DESIGN wants {typ} nullable={nullable}")
+                  f"{table}: evolm declares {name} as {declared[name]}, the layout wants {typ} nullable={nullable}")
         want = [name for name, _, _ in spec["columns"]]
         for rel, rows in spec["files"].items():
             path = run / rel
@@ -144,7 +144,7 @@ def check_pyarrow(run, expected):
                 check(type_str(f.type) == typ, f"{rel}: column {name} reads as {type_str(f.type)}, evolm declared {typ}")
                 check(f.nullable == nullable, f"{rel}: column {name} nullable={f.nullable}, declared {nullable}")
                 if name in TYPES[table]:
-                    check(same_type(TYPES[table][name][0], f.type), f"{rel}: column {name} is {f.type}, DESIGN wants {TYPES[table][name][0]}")
+                    check(same_type(TYPES[table][name][0], f.type), f"{rel}: column {name} is {f.type}, the layout wants {TYPES[table][name][0]}")
             for name, (typ, nullable) in TYPES[table].items():
                 if name not in parts:
                     check(name in schema.names, f"{rel}: no column {name}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HF PEFT reference for evolm's LoRA (model/lora, DESIGN.md §6 and §8).
+"""HF PEFT reference for evolm's LoRA (model/lora, README.md, "LoRA").
 
 Needs peft==0.15.2 with accelerate==1.15.0 pinned beside torch 2.1.0 and
 transformers 4.51.3 (scripts/requirements.txt). Everything runs on CPU, one

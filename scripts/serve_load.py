@@ -1,4 +1,4 @@
-"""Latency and memory of a running `evolm serve` (issue 14 figures).
+"""Latency and memory of a running `evolm serve` (the figures in docs/reliability.md).
 
     serve_load.py fair URL PID [--small N]   p50/p99 latency of small requests while a
                                              max_tokens 3000 x n 16 request decodes

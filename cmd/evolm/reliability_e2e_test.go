@@ -2,7 +2,7 @@
 
 package main
 
-// The reliability suite of issue 14 (run directories, checkpoints' model
+// The reliability suite (docs/reliability.md: run directories, checkpoints' model
 // files, config, inputs): each test runs the built binary on a case a new
 // user hit and checks it now fails with an error naming the culprit, or
 // works. docs/reliability.md lists the cases and their behaviour.

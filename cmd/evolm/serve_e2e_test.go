@@ -2,7 +2,7 @@
 
 package main
 
-// The reliability suite of `evolm serve` (issue 14, docs/reliability.md):
+// The reliability suite of `evolm serve` (docs/reliability.md):
 // each test starts the real command in a child process (this test binary
 // re-run as the CLI, see TestServeHelperProcess) on a loopback address, with
 // a tiny random Qwen3 checkpoint, and checks one hostile case. The load is
@@ -255,7 +255,7 @@ var small = map[string]any{"prompt": "Hello there", "max_tokens": 4, "temperatur
 // prompt8k is about 8,000 tokens.
 var prompt8k = strings.Repeat(" hello", 8000)
 
-// TestServeLongPromptUnderMemoryCap: the issue's 8k-token prompt under an
+// TestServeLongPromptUnderMemoryCap: an 8k-token prompt under an
 // address-space cap. Prefilled in chunks it is answered; forced into one
 // prefill pass that cannot fit, it fails that request with 503, and the
 // server lives on and answers the next request.

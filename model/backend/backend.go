@@ -1,6 +1,6 @@
 // Package backend defines the small interfaces through which the stages call a
 // language model, and the request and response types they share. Two
-// implementations stand behind them (DESIGN §5): `torch`, the in-process
+// implementations stand behind them (docs/design.md, "Roles and backends"): `torch`, the in-process
 // engine, and `openai` (package model/openai), a client for any
 // OpenAI-compatible server. Package model/serve exposes any implementation
 // over HTTP in the OpenAI shapes.

@@ -16,7 +16,7 @@ import (
 	"github.com/evolm/evolm/model/torch"
 )
 
-// Tolerance of the fp32 logit parity with transformers (DESIGN §6).
+// Tolerance of the fp32 logit parity with transformers (README.md, "Correctness, against references nobody here wrote").
 const tol = 1e-4
 
 var golden struct {

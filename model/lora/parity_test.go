@@ -19,7 +19,7 @@ import (
 	"github.com/evolm/evolm/model/torch"
 )
 
-// tol is the fp32 parity bound with HF PEFT (issue 10): logits and LoRA
+// tol is the fp32 parity bound with HF PEFT: logits and LoRA
 // gradients.
 const tol = 1e-5
 

@@ -1,6 +1,6 @@
 // Package eval evaluates a rubric generator plus judge on reward-model
 // benchmarks in their published layouts (datasets.LoadRewardBench2,
-// LoadJudgeBench, LoadPairwise), DESIGN §1 "Evaluation".
+// LoadJudgeBench, LoadPairwise), as the paper evaluates.
 //
 // # Structure
 //

@@ -2,7 +2,7 @@
 // (rewarded by the judge's score of its answer under a rubric) and the rubric
 // generator (rewarded by how well its rubric separates a+ from a−).
 //
-// The update follows TRL's GRPOTrainer formulas (DESIGN §1):
+// The update follows TRL's GRPOTrainer formulas (README.md, "The method"):
 //
 //   - advantages A = (r − mean)/(std + 1e-8) per group of samples of one prompt,
 //     std the population one (numpy, the official code) or the sample one

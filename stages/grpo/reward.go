@@ -6,7 +6,7 @@ import (
 )
 
 // RubricReward selects how the rubric generator's reward turns the judge's
-// scores of a preference pair into a number (DESIGN §1, issue 5).
+// scores of a preference pair into a number (README.md, "The method").
 type RubricReward string
 
 const (
@@ -34,7 +34,7 @@ func ParseRubricReward(s string) (RubricReward, error) {
 // where m is the margin s+ − s− (or the chosen ablation) and formatOK is the
 // rubric's R_format verdict. sPlus and sMinus are the judge's scores in [0, 1];
 // ok is false when either is missing or not finite, in which case the caller
-// drops the pair from the rubric phase (DESIGN §1). A rubric that failed the
+// drops the pair from the rubric phase (README.md, "The method"). A rubric that failed the
 // format check is still rewarded (its margin is whatever the judge made of it).
 func RubricPairReward(kind RubricReward, alpha, sPlus, sMinus float64, formatOK bool) (r float64, ok bool) {
 	if !finite(sPlus) || !finite(sMinus) {

@@ -36,7 +36,7 @@ type TrainerConfig struct {
 	GradCheckpointing bool
 }
 
-// DefaultTrainerConfig returns the paper's defaults (DESIGN §1).
+// DefaultTrainerConfig returns the paper's defaults (README.md, "The method").
 func DefaultTrainerConfig() TrainerConfig {
 	return TrainerConfig{
 		Loss:        LossConfig{Beta: 0.001, Epsilon: 0.2, Norm: NormGRPO},

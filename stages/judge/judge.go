@@ -91,7 +91,7 @@ func init() {
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
 		Summary: "score every response under every rubric of its item with the frozen judge",
-		Description: `Scores each (response, rubric) pair with the judge (DESIGN §1: generative at
+		Description: `Scores each (response, rubric) pair with the judge (the paper: generative at
 temperature 0.6 by default, or yes/no log-probability scoring with the shared
 (question, response) prefix reused across criteria). Unparseable or invalid
 scores are recorded as missing with their reason, never NaN. The judge (model,

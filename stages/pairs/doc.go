@@ -1,5 +1,5 @@
 // Package pairs builds the rubric phase's preference pairs (a+, a−) from the
-// policy's own outputs, with no labels (DESIGN §1). Three strategies are
+// policy's own outputs, with no labels (README.md, "The method"). Three strategies are
 // mixed with configurable weights (1:1:1 by default); each pair's strategy
 // is drawn from a seeded RNG keyed by (seed, step, item), so a rerun draws
 // the same mix, and BuildFrom continues a step's items (active sampling's

@@ -1,5 +1,5 @@
 // Package presets holds evolm's named configurations as config files for
-// `evolm --config`: paper (DESIGN §1's models and defaults: Qwen3-8B policy
+// `evolm --config`: paper (the paper's models and defaults: Qwen3-8B policy
 // and rubric generator, Qwen3-1.7B generative judge, n = 8, temperatures 1.0
 // / 0.6 / 0.6) and demo (tiny random checkpoints from `evolm model init`, a
 // yes/no judge, n = 2 and 16 new tokens). They set the keys of the stages

@@ -57,7 +57,7 @@ func init() {
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
 		Summary: "sample n policy completions per prompt into the rollouts table",
-		Description: `Samples n completions of every prompt with the policy (DESIGN §1: n = 8,
+		Description: `Samples n completions of every prompt with the policy (the paper: n = 8,
 temperature 1.0) through the torch or openai backend, and writes one rollouts
 row per sample with its token counts, finish reason, sampled-token log-probs,
 model, sampling parameters, seed, phase and step. Failed rows are recorded

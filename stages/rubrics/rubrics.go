@@ -1,6 +1,6 @@
 // Package rubrics is the rubric sampling stage, `evolm rubrics`: the rubric
 // generator writes n candidate rubrics per item, and each is parsed and
-// checked against the rubric format (R_format, DESIGN §1).
+// checked against the rubric format (R_format, README.md, "The method").
 //
 // Contract:
 //
@@ -67,7 +67,7 @@ func init() {
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
 		Summary: "sample n rubrics per question or pair and check their format",
-		Description: `Samples n rubrics per item with the rubric generator (DESIGN §1: temperature
+		Description: `Samples n rubrics per item with the rubric generator (the paper: temperature
 0.6; one rubric per question in the policy phase, n = 8 candidates per pair in
 the rubric phase), writes the generations to the rollouts table
 (role=rubric_generator) and one rubrics row per generation with the parsed

@@ -1,6 +1,6 @@
 // Package synthrun writes a small synthetic run directory. It is TEST DATA:
 // made-up prompts, responses, rubrics, scores and training metrics with the
-// shapes and partitions of a real run (DESIGN §3), so that the analysis
+// shapes and partitions of a real run (docs/design.md, "Stages"), so that the analysis
 // stages (export, analyze-rubrics) and the notebooks can be tested before,
 // and independently of, the model stages. Nothing in it comes from a model.
 //
