@@ -1,5 +1,5 @@
 // Package plan estimates the device memory of an evolm run before any of it
-// is spent (DESIGN §8): `evolm plan` prints the estimate and `evolm run`
+// is spent (README.md, "Paper scale"): `evolm plan` prints the estimate and `evolm run`
 // refuses a configuration whose estimate exceeds the device.
 //
 // The estimate is per device (one learner process). Bytes are counted from

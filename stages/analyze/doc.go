@@ -1,5 +1,5 @@
-// Package analyze computes rubric-evolution statistics (DESIGN §1,
-// "Rubric evolution"): `evolm analyze rubrics` reads a run's rubrics table
+// Package analyze computes rubric-evolution statistics (the
+// paper's "Rubric evolution" analysis): `evolm analyze rubrics` reads a run's rubrics table
 // and writes, per (phase, step), the table rubric_stats
 // (rubric_stats/part-00000.parquet) and prints it:
 //

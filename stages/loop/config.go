@@ -161,7 +161,7 @@ func init() {
 	pipeline.Register(pipeline.Spec{
 		Name:    Name,
 		Summary: "the EVOLM co-evolution loop: alternate policy and rubric GRPO phases, checkpoint, resume",
-		Description: `Runs EVOLM end to end (DESIGN §1): K policy steps (rubric generator frozen,
+		Description: `Runs EVOLM end to end (the paper's method): K policy steps (rubric generator frozen,
 policy sampled n times per prompt, judged under one rubric per prompt, GRPO on
 the policy), then K rubric steps (pairs from temporal contrast, question
 back-translation and rubric guidance; n rubrics per pair; reward

@@ -67,7 +67,7 @@ func TestConfigDefaultsArePaper(t *testing.T) {
 	want := []float64{50, 8, 64, 1e-6, 0.001, 0.2, 0.7, 1.0, 0.6, 0.6, 0.3, 25, 2048, 20, 100}
 	for i := range want {
 		if got[i] != want[i] {
-			t.Errorf("default %d = %v, want %v (DESIGN §1)", i, got[i], want[i])
+			t.Errorf("default %d = %v, want %v (the paper)", i, got[i], want[i])
 		}
 	}
 	for _, s := range schemas.Strategies {

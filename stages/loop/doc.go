@@ -1,4 +1,4 @@
-// Package loop is `evolm run`: the EVOLM co-evolution loop (DESIGN §1). One
+// Package loop is `evolm run`: the EVOLM co-evolution loop (README.md, "The method"). One
 // model plays the policy and the rubric generator (by role prompt; a second
 // model is the two-model ablation), a frozen judge scores answers under
 // rubrics, and GRPO trains both roles in alternating phases of K steps.

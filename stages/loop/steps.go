@@ -193,7 +193,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	// Rewards per rubric. A rubric the judge could not apply (no usable
 	// criteria: the generator's own failure) earns 0 — no margin, no format
 	// credit; a rubric whose pair the judge failed to score (judge-side
-	// failure) is dropped, as DESIGN §1 says.
+	// failure) is dropped, as the paper does (README.md, "The method").
 	var gs groupStats
 	var samples []backend.TrainSample
 	perStrategy := map[string][]float64{}

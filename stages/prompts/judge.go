@@ -14,7 +14,7 @@ import (
 )
 
 // Reason says why a judge score could not be had. Stages record it next to
-// a missing score (DESIGN §1: the policy phase then substitutes the group
+// a missing score (README.md, "The method": the policy phase then substitutes the group
 // mean, the rubric phase drops the pair).
 type Reason string
 

@@ -1,4 +1,4 @@
-// Package prompts holds the role prompts of EVOLM (DESIGN §1) and the parsing
+// Package prompts holds the role prompts of EVOLM (README.md, "The method") and the parsing
 // of what the judge writes back.
 //
 // Each role's prompt is a text/template file of the project's own under
