@@ -47,6 +47,8 @@ const Name = "rubrics"
 const (
 	KeyInput  = "input"
 	KeySource = "source"
+	// KeyFormat is how R_format reads a rubric (schemas.RubricFormat).
+	KeyFormat = "format"
 )
 
 // Sources.
@@ -61,6 +63,7 @@ func init() {
 			Description: "what rubrics are written for: questions (policy phase) or preference pairs (rubric phase)"},
 		{Key: KeyInput, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "prompts or pairs Parquet files or globs; empty: what the dedup or pairs stage committed in the run"},
+		FormatField(KeyFormat),
 	}
 	fields = append(fields, lmstage.RunFields()...)
 	fields = append(fields, lmstage.SamplingFields(1)...)
@@ -89,6 +92,14 @@ type Stage struct {
 	spec    lmstage.SampleSpec
 	gen     roles.Config
 	prompts *prompts.Set
+	format  schemas.RubricFormat
+}
+
+// FormatField is the config field that selects the R_format reading of
+// rubrics (stages.rubrics.format, stages.run.rubric_format, …).
+func FormatField(key string) pipeline.Field {
+	return pipeline.Field{Key: key, Type: pipeline.TypeString, Default: string(schemas.FormatStrict), Enum: schemas.RubricFormats,
+		Description: "R_format: strict (the JSON object as written) or lenient (the official code's: first { to last }, repaired, numeric-string weights)"}
 }
 
 func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
@@ -96,7 +107,11 @@ func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, gen: c.Role, prompts: c.Prompts}, nil
+	f, err := schemas.ParseRubricFormat(cfg.String(KeyFormat))
+	if err != nil {
+		return nil, cfg.Errorf(KeyFormat, "%v", err)
+	}
+	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, gen: c.Role, prompts: c.Prompts, format: f}, nil
 }
 
 func (s *Stage) role() prompts.Name { return prompts.RubricQuestion }
@@ -173,7 +188,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 					}
 					out := make([]schemas.Rubric, len(rs))
 					for k := range rs {
-						out[k] = FromRollout(&rs[k])
+						out[k] = FromRolloutAs(&rs[k], s.format)
 					}
 					return schemas.Rubrics.Build(env.Mem, out), nil
 				})
@@ -221,8 +236,13 @@ func (s *Stage) items(rec arrow.RecordBatch) ([]lmstage.Item, error) {
 	return items, nil
 }
 
-// FromRollout parses a rubric generator's sample into a rubrics row.
-func FromRollout(r *schemas.Rollout) schemas.Rubric {
+// FromRollout parses a rubric generator's sample into a rubrics row,
+// reading it strictly.
+func FromRollout(r *schemas.Rollout) schemas.Rubric { return FromRolloutAs(r, schemas.FormatStrict) }
+
+// FromRolloutAs parses a rubric generator's sample into a rubrics row under
+// R_format reading f.
+func FromRolloutAs(r *schemas.Rollout, f schemas.RubricFormat) schemas.Rubric {
 	out := schemas.Rubric{
 		RubricID: r.RolloutID, ItemID: r.PromptID, Phase: r.Phase, Step: r.Step, SampleIdx: r.SampleIdx,
 		RolloutID: r.RolloutID, RawText: r.Text, Criteria: []schemas.Criterion{},
@@ -232,7 +252,7 @@ func FromRollout(r *schemas.Rollout) schemas.Rubric {
 		out.ParseError = &msg
 		return out
 	}
-	cs, err := schemas.ValidateRubric(r.Text)
+	cs, err := schemas.ValidateRubricAs(r.Text, f)
 	if cs != nil {
 		out.Criteria = cs
 	}
