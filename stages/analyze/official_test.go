@@ -121,7 +121,7 @@ func TestOfficialRubricStats(t *testing.T) {
 		"Accuracy", // label-only
 		"States that the capital of Australia is Canberra, not Sydney",
 		"Gives the population as about 460,000 people in 2021 census", // specific
-		"Avoids listing unrelated cities or trivia about the country",  // constraint
+		"Avoids listing unrelated cities or trivia about the country", // constraint
 	}
 	raw := `{"criteria": [{"criterion": "` + strings.Join(cs, `", "weight": 0.25}, {"criterion": "`) + `", "weight": 0.25}]}`
 	got := analyze.OfficialRubricStats(raw)
