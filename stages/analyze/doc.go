@@ -55,8 +55,9 @@
 // model names for openai) the rubric generator of roles.rubric_generator, with
 // its model replaced by the checkpoint, writes one rubric per prompt of a
 // fixed set with the run's rubric prompt, sampled as the official
-// qualitative_eval.py does: temperature 0.6, top_p 0.95 (keys temperature,
-// top_p), max_tokens from roles.rubric_generator.max_tokens; every
+// qualitative_eval.py does: temperature 0.6, top_p 0.95 (keys eval_temperature,
+// eval_top_p: not the role's training sampling), max_tokens from
+// roles.rubric_generator.max_tokens; every
 // checkpoint samples a prompt with the same seed. The prompt set is the
 // first limit (100) prompts of the input files (a prompts table in
 // Parquet, or JSONL lines with a "question"), in the files' order or, with

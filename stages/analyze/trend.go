@@ -43,8 +43,8 @@ const (
 	KeyLimit       = "limit"
 	KeyOrder       = "order"
 	KeySeed        = lmstage.KeySeed
-	KeyTemperature = "temperature"
-	KeyTopP        = "top_p"
+	KeyTemperature = "eval_temperature"
+	KeyTopP        = "eval_top_p"
 )
 
 // Prompt orders (key order).
@@ -62,7 +62,7 @@ runs/x/checkpoints/step-000050/policy, or a served model name for the openai
 backend) the rubric generator of roles.rubric_generator, with that model, writes
 one rubric for each of a fixed set of prompts: the first limit prompts of the
 input (a prompts table in Parquet, or JSONL with "question"), in a seeded order
-or the files' order, sampled at temperature 0.6 and top_p 0.95 as the official
+or the files' order, sampled at eval_temperature 0.6 and eval_top_p 0.95 as the official
 qualitative_eval.py does (max_tokens: roles.rubric_generator.max_tokens).
 Writes trend_rubrics (one shard per checkpoint; a rerun skips committed ones)
 and rubric_trend (per checkpoint: label-only %, specific %, constraint %,
