@@ -268,6 +268,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	pcfg.Policy, pcfg.Infer, pcfg.Rubric = l.cfg.Policy.Sampling, l.cfg.Policy.Sampling, l.cfg.rubricPhaseSampling()
 	pcfg.Infer.Temperature = l.cfg.InferTemp
 	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.m.ID(), l.ckpt
+	pcfg.RubricFormat = l.cfg.RubricFormat
 	pb := &pairs.Builder{Policy: l.policy.m, RubricGen: l.rubric.m, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
 	built, err := pb.Build(ctx, int64(step), items)
 	if err != nil {
