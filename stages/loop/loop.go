@@ -336,15 +336,16 @@ func (l *loop) newJudge(phase string, step int) *judge.Judge {
 	})
 }
 
-// rubricItems renders the rubric generator's message for each question.
+// rubricItems renders the rubric generator's messages for each question
+// (a system message when the prompt variant has one, then the user message).
 func (l *loop) rubricItems(ids, questions []string) ([]lmstage.Item, error) {
 	items := make([]lmstage.Item, len(ids))
 	for i := range ids {
-		msg, err := l.set.RubricForQuestion(questions[i])
+		msgs, err := l.set.RubricForQuestion(questions[i])
 		if err != nil {
 			return nil, err
 		}
-		items[i] = lmstage.Item{ID: ids[i], Messages: []backend.Message{{Role: "user", Content: msg}}}
+		items[i] = lmstage.Item{ID: ids[i], Messages: msgs}
 	}
 	return items, nil
 }

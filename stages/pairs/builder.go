@@ -304,11 +304,11 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 			plus[i] = newGen(i, "chosen", schemas.RolePolicy, answerMsgs(policySystem, it.Question), b.Cfg.Policy)
 			round1 = append(round1, plus[i])
 		case schemas.StrategyRubricGuided:
-			msg, err := b.Prompts.RubricForQuestion(it.Question)
+			msgs, err := b.Prompts.RubricForQuestion(it.Question)
 			if err != nil {
 				return Result{}, err
 			}
-			rubric[i] = newGen(i, "rubric", schemas.RoleRubricGenerator, []backend.Message{{Role: "user", Content: msg}}, b.Cfg.Rubric)
+			rubric[i] = newGen(i, "rubric", schemas.RoleRubricGenerator, msgs, b.Cfg.Rubric)
 		}
 	}
 	var rubricGens []*gen

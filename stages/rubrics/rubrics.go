@@ -32,7 +32,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
@@ -213,11 +212,11 @@ func (s *Stage) items(rec arrow.RecordBatch) ([]lmstage.Item, error) {
 			p := &ps[k]
 			// The pair's question only, as the co-evolution loop and replay
 			// write rubric-phase rubrics: the generator never sees a+ or a−.
-			msg, err := s.prompts.RubricForQuestion(p.Question)
+			msgs, err := s.prompts.RubricForQuestion(p.Question)
 			if err != nil {
 				return nil, fmt.Errorf("pair %s: %w", p.PairID, err)
 			}
-			items[k] = lmstage.Item{ID: p.PairID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+			items[k] = lmstage.Item{ID: p.PairID, Messages: msgs}
 		}
 		return items, nil
 	}
@@ -227,11 +226,11 @@ func (s *Stage) items(rec arrow.RecordBatch) ([]lmstage.Item, error) {
 	}
 	items := make([]lmstage.Item, len(ps))
 	for k := range ps {
-		msg, err := s.prompts.RubricForQuestion(ps[k].Prompt)
+		msgs, err := s.prompts.RubricForQuestion(ps[k].Prompt)
 		if err != nil {
 			return nil, fmt.Errorf("prompt %s: %w", ps[k].PromptID, err)
 		}
-		items[k] = lmstage.Item{ID: ps[k].PromptID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+		items[k] = lmstage.Item{ID: ps[k].PromptID, Messages: msgs}
 	}
 	return items, nil
 }
@@ -255,6 +254,7 @@ func FromRolloutAs(r *schemas.Rollout, f schemas.RubricFormat) schemas.Rubric {
 	cs, err := schemas.ValidateRubricAs(r.Text, f)
 	if cs != nil {
 		out.Criteria = cs
+		out.ScoringLevels = levelsFor(r.Text, len(cs))
 	}
 	if err != nil {
 		msg := err.Error()
@@ -262,5 +262,21 @@ func FromRolloutAs(r *schemas.Rollout, f schemas.RubricFormat) schemas.Rubric {
 		return out
 	}
 	out.FormatOK = true
+	return out
+}
+
+// levelsFor returns the scoring levels of raw's n criteria, one list per
+// criterion (empty where a criterion has none), so that the judge sees the
+// whole rubric.
+func levelsFor(raw string, n int) [][]schemas.Level {
+	out := make([][]schemas.Level, n)
+	if lv := schemas.RubricLevels(raw); len(lv) == n {
+		copy(out, lv)
+	}
+	for k := range out {
+		if out[k] == nil {
+			out[k] = []schemas.Level{}
+		}
+	}
 	return out
 }
