@@ -304,11 +304,11 @@ func (t *Trend) Run(ctx context.Context, env *pipeline.Env) error {
 	}
 	items := make([]lmstage.Item, len(ps))
 	for i, p := range ps {
-		msg, err := set.RubricForQuestion(p.Question)
+		msgs, err := set.RubricForQuestion(p.Question)
 		if err != nil {
 			return fmt.Errorf("prompt %s: %w", p.ID, err)
 		}
-		items[i] = lmstage.Item{ID: p.ID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+		items[i] = lmstage.Item{ID: p.ID, Messages: msgs}
 	}
 	env.Log.Info("trend", "checkpoints", len(t.Checkpoints), "prompts", len(ps), "temperature", t.Temperature, "top_p", t.TopP,
 		"max_tokens", rc.Sampling.MaxTokens)
