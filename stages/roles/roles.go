@@ -189,7 +189,7 @@ func fields(role string) []pipeline.Field {
 		fs = append(fs,
 			pipeline.Field{Key: KeyMode, Type: pipeline.TypeString, Default: schemas.JudgeGenerative, Enum: []string{schemas.JudgeGenerative, schemas.JudgeYesNo},
 				Description: "generative: one JSON verdict per (response, rubric); yesno: P(yes) per criterion from next-token log-probs"},
-			pipeline.Field{Key: KeyTopLogprobs, Type: pipeline.TypeInt, Default: 20, Min: zero, Max: pipeline.Bound(1 << 10),
+			pipeline.Field{Key: KeyTopLogprobs, Type: pipeline.TypeInt, Default: 20, Min: zero, Max: pipeline.Bound(1 << 18),
 				Description: "openai yesno: alternatives asked per scored position (vLLM caps it at 20); a candidate outside them has no mass"})
 	}
 	return fs
