@@ -331,6 +331,12 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		if c.Trainer.LoRA, err = lc.Normalize(); err != nil {
 			return nil, cfg.Errorf(KeyLoRATargets, "%v", err)
 		}
+		if lc.Dropout > 0 && c.Trainer.GradCheckpointing {
+			// torch.Scope.Checkpoint recomputes each layer in backward; a
+			// recompute would draw new dropout masks, and the gradients
+			// would not be those of the forward.
+			return nil, cfg.Errorf(KeyLoRADropout, "%v with grad_checkpointing: the backward recompute would draw new dropout masks; set lora_dropout to 0 or grad_checkpointing to false", lc.Dropout)
+		}
 	}
 	if c.MaxAge < c.MinAge {
 		return nil, cfg.Errorf(KeyMinAge, "temporal window [%d, %d], want 1 ≤ min ≤ max", c.MinAge, c.MaxAge)

@@ -38,6 +38,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"too many refill rounds", map[string]any{KeyActiveRounds: 1000}, "stages.run.active_sampling_rounds"},
 		{"LoRA on an unknown module", map[string]any{KeyLoRARank: 8, KeyLoRATargets: []string{"q", "lm_head"}}, "stages.run.lora_targets"},
 		{"LoRA dropout 1", map[string]any{KeyLoRARank: 8, KeyLoRADropout: 1.0}, "stages.run.lora_dropout"},
+		{"LoRA dropout with checkpointing", map[string]any{KeyLoRARank: 8, KeyLoRADropout: 0.05, KeyGradCheckpointing: true}, "stages.run.lora_dropout"},
 		{"pack length 0", map[string]any{KeyPackLength: 0}, "stages.run.pack_length"},
 		{"unknown R_format", map[string]any{KeyRubricFormat: "loose"}, "stages.run.rubric_format"},
 		{"huge micro batch", map[string]any{KeyMicroBatch: 1 << 20}, "stages.run.micro_batch"},
