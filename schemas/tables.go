@@ -1,6 +1,8 @@
 package schemas
 
 import (
+	"fmt"
+
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 )
@@ -71,6 +73,67 @@ func criteriaCol[T any](name string, f func(*T) *[]Criterion) column[T] {
 			c.Weight = ch[1].(*array.Float64).Value(j)
 			return nil
 		})
+}
+
+// levelsCol is a list<list<struct<score: string, text: string>>> column: one
+// list of scoring levels per rubric criterion. A null row reads as nil.
+func levelsCol[T any](name string, f func(*T) *[][]Level) column[T] {
+	lt := arrow.StructOf(arrow.Field{Name: "score", Type: arrow.BinaryTypes.String}, arrow.Field{Name: "text", Type: arrow.BinaryTypes.String})
+	return column[T]{
+		field: arrow.Field{Name: name, Type: arrow.ListOf(arrow.ListOf(lt))},
+		put: func(b array.Builder, r *T) {
+			ob := b.(*array.ListBuilder)
+			ob.Append(true)
+			ib := ob.ValueBuilder().(*array.ListBuilder)
+			sb := ib.ValueBuilder().(*array.StructBuilder)
+			for _, ls := range *f(r) {
+				ib.Append(true)
+				for _, l := range ls {
+					sb.Append(true)
+					sb.FieldBuilder(0).(*array.StringBuilder).Append(l.Score)
+					sb.FieldBuilder(1).(*array.StringBuilder).Append(l.Text)
+				}
+			}
+		},
+		get: func(a arrow.Array, i int, r *T) error {
+			if a.IsNull(i) {
+				*f(r) = nil
+				return nil
+			}
+			ol := a.(*array.List)
+			il := ol.ListValues().(*array.List)
+			sa := il.ListValues().(*array.Struct)
+			stt := sa.DataType().(*arrow.StructType)
+			si, _ := stt.FieldIdx("score")
+			ti, _ := stt.FieldIdx("text")
+			start, end := ol.ValueOffsets(i)
+			out := make([][]Level, 0, end-start)
+			for k := start; k < end; k++ {
+				if il.IsNull(int(k)) {
+					return fmt.Errorf("criterion %d: %w", k-start, errNull)
+				}
+				ls, le := il.ValueOffsets(int(k))
+				levels := make([]Level, 0, le-ls)
+				for j := ls; j < le; j++ {
+					if sa.IsNull(int(j)) {
+						return fmt.Errorf("criterion %d level %d: %w", k-start, j-ls, errNull)
+					}
+					var l Level
+					var err error
+					if l.Score, err = childString(sa.Field(si), int(j), "score"); err != nil {
+						return fmt.Errorf("criterion %d level %d: %w", k-start, j-ls, err)
+					}
+					if l.Text, err = childString(sa.Field(ti), int(j), "text"); err != nil {
+						return fmt.Errorf("criterion %d level %d: %w", k-start, j-ls, err)
+					}
+					levels = append(levels, l)
+				}
+				out = append(out, levels)
+			}
+			*f(r) = out
+			return nil
+		},
+	}
 }
 
 // Prompt is a row of the prompts table: deduplicated training prompts.
@@ -207,10 +270,17 @@ type Rubric struct {
 	Criteria   []Criterion // parsed criteria; empty when parsing failed
 	FormatOK   bool        // R_format (ValidateRubric)
 	ParseError *string     // why FormatOK is false; nil when it is true
+	// ScoringLevels (version 2) holds each criterion's scoring levels, in the
+	// order the generator wrote them: ScoringLevels[k] belongs to
+	// Criteria[k], empty when that criterion has none. The judge is shown
+	// them with the criteria. Nil in rows of version-1 shards, which kept
+	// only criterion and weight (RubricLevels(RawText) recovers them).
+	ScoringLevels [][]Level
 }
 
-// Rubrics is the rubrics table.
-var Rubrics = newTable("rubrics", 1,
+// Rubrics is the rubrics table. Version 2 added scoring_levels; version-1
+// shards read with it nil.
+var Rubrics = newTable("rubrics", 2,
 	strCol("rubric_id", func(r *Rubric) *string { return &r.RubricID }),
 	strCol("item_id", func(r *Rubric) *string { return &r.ItemID }),
 	strCol("phase", func(r *Rubric) *string { return &r.Phase }),
@@ -221,6 +291,7 @@ var Rubrics = newTable("rubrics", 1,
 	criteriaCol("criteria", func(r *Rubric) *[]Criterion { return &r.Criteria }),
 	boolCol("format_ok", func(r *Rubric) *bool { return &r.FormatOK }),
 	optStrCol("parse_error", func(r *Rubric) **string { return &r.ParseError }),
+	added(2, levelsCol("scoring_levels", func(r *Rubric) *[][]Level { return &r.ScoringLevels })),
 )
 
 // Judgment is a row of the judgments table: the judge's score of one

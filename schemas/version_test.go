@@ -111,3 +111,64 @@ func TestOlderVersionsRead(t *testing.T) {
 		t.Errorf("version-2 batch without temporal_fallback: err = %v, want a missing-column error", err)
 	}
 }
+
+// TestOlderRubricsRead: a version-1 rubrics Parquet file (before
+// scoring_levels) reads with the current table, the levels nil; a current
+// file keeps every criterion's levels in order.
+func TestOlderRubricsRead(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	rubs := schematest.Rubrics(9)
+	if len(rubs[0].ScoringLevels) != 2 || len(rubs[0].ScoringLevels[0]) != 2 || rubs[0].ScoringLevels[0][1] != (schemas.Level{Score: "0.0", Text: "Does not"}) {
+		t.Fatalf("sample rubric levels = %v", rubs[0].ScoringLevels)
+	}
+	rec := schemas.Rubrics.Build(mem, rubs)
+	defer rec.Release()
+	v1 := olderVersion(t, rec, "1", "scoring_levels")
+	defer v1.Release()
+	read := func(b arrow.RecordBatch, name string) []schemas.Rubric {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		w, err := pipeline.CreateShard(path, b.Schema(), pipeline.WriteOptions{Mem: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		var got []schemas.Rubric
+		for b, err := range pipeline.ReadShard(ctx, path, pipeline.ReadOptions{Mem: mem, Schema: schemas.Rubrics.Schema()}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := schemas.Rubrics.Read(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, rows...)
+		}
+		return got
+	}
+	if diff := cmp.Diff(rubs, read(rec, "v2.parquet"), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("version-2 rubrics shard (-want +got):\n%s", diff)
+	}
+	got := read(v1, "v1.parquet")
+	want := append([]schemas.Rubric(nil), rubs...)
+	for i := range want {
+		want[i].ScoringLevels = nil
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("version-1 rubrics shard (-want +got):\n%s", diff)
+	}
+	for i := range got {
+		if got[i].ScoringLevels != nil {
+			t.Errorf("row %d of a version-1 shard: levels %v, want nil", i, got[i].ScoringLevels)
+		}
+	}
+}

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 S, I32, I64, F32, F64, B = pa.string(), pa.int32(), pa.int64(), pa.float32(), pa.float64(), pa.bool_()
 MESSAGES = pa.list_(pa.struct([("role", S), ("content", S)]))
 CRITERIA = pa.list_(pa.struct([("criterion", S), ("weight", F64)]))
+LEVELS = pa.list_(pa.list_(pa.struct([("score", S), ("text", S)])))
 
 # column -> (type, nullable)
 TYPES = {
@@ -48,7 +49,7 @@ TYPES = {
     "rubrics": {
         "rubric_id": (S, False), "item_id": (S, False), "phase": (S, False), "step": (I64, False),
         "sample_idx": (I32, False), "rollout_id": (S, False), "raw_text": (S, False), "criteria": (CRITERIA, False),
-        "format_ok": (B, False), "parse_error": (S, True),
+        "format_ok": (B, False), "parse_error": (S, True), "scoring_levels": (LEVELS, True),
     },
     "judgments": {
         "judgment_id": (S, False), "response_id": (S, False), "rubric_id": (S, False), "phase": (S, False),
@@ -72,8 +73,9 @@ TYPES = {
 }
 
 # Schema versions that are not 1 (steps 2: skipped_updates; steps 3: refill_prompts,
-# refill_rounds, groups_trained; pairs 2: temporal_age, temporal_fallback).
-VERSIONS = {"steps": b"3", "pairs": b"2"}
+# refill_rounds, groups_trained; pairs 2: temporal_age, temporal_fallback; rubrics 2:
+# scoring_levels).
+VERSIONS = {"steps": b"3", "pairs": b"2", "rubrics": b"2"}
 
 checks = 0
 

@@ -10,9 +10,10 @@ package main
 // random checkpoints and small data sets at the paths the README names
 // (models/…, data/…, adapters/policy, stages/presets/paper.yaml), with
 // EVOLM_* variables that shrink the work (a few tokens, steps and items).
-// Only `evolm serve` is changed: it listens on a free loopback port instead
-// of its --addr, and it is stopped once /v1/models answers with its
-// --model-id. The test also fails when a command of `evolm --help` has no
+// The only rewrites are of model paths and devices (readmeRewrites: the
+// checkpoints of a paper-length run become the two-step run's, cuda becomes
+// cpu), and `evolm serve` listens on a free loopback port instead of its
+// --addr and is stopped once /v1/models answers with its --model-id. The test also fails when a command of `evolm --help` has no
 // row.
 
 import (
@@ -167,6 +168,12 @@ func readmeFixtures(t *testing.T, dir, root string) {
 `)
 		return err
 	})
+	writeTo(t, filepath.Join(dir, "data", "eval_prompts.jsonl"), func(w io.Writer) error {
+		_, err := io.WriteString(w, `{"question": "What is 2+2?"}
+{"question": "Why is the sky blue?"}
+`)
+		return err
+	})
 	base := filepath.Join(dir, "models", "Qwen3-8B")
 	m, err := model.Load(base, model.LoadOptions{})
 	if err != nil {
@@ -206,6 +213,25 @@ func writeTo(t *testing.T, path string, write func(io.Writer) error) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// readmeRewrites are the only changes made to the examples: model paths
+// and devices. The examples name checkpoints of a paper-length run; the
+// shrunken run has two steps. Every test runs on the CPU.
+var readmeRewrites = strings.NewReplacer(
+	"runs/paper/checkpoints/step-000025/", "runs/paper/checkpoints/step-000001/",
+	"runs/paper/checkpoints/step-000050/", "runs/paper/checkpoints/step-000002/",
+)
+
+func rewriteArgs(args []string) []string {
+	out := slices.Clone(args)
+	for i := range out {
+		out[i] = readmeRewrites.Replace(out[i])
+		if i > 0 && strings.HasSuffix(out[i-1], "-device") && strings.HasPrefix(out[i], "cuda") {
+			out[i] = "cpu"
+		}
+	}
+	return out
 }
 
 // readmeEnv shrinks the paper preset's work to seconds on tiny CPU models:
@@ -280,7 +306,7 @@ func TestReadmeCommands(t *testing.T) {
 			readmeServe(t, what, bin, dir, append(slices.Clone(baseEnv), envs[i]...), parsed[i][1:])
 			continue
 		}
-		runIn(what, envs[i], parsed[i][1:])
+		runIn(what, envs[i], rewriteArgs(parsed[i][1:]))
 	}
 }
 

@@ -60,7 +60,9 @@ and roles.judge (env EVOLM_ROLES_POLICY_MODEL …, flags --policy-model,
 	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd(), newModelCmd(), newServeCmd())
 	for _, spec := range pipeline.Specs() {
 		if custom, ok := customCommands[spec.Name]; ok {
-			root.AddCommand(custom(a, spec))
+			if c := custom(a, spec); c != nil { // nil: another command holds it
+				root.AddCommand(c)
+			}
 			continue
 		}
 		root.AddCommand(newStageCmd(a, spec))

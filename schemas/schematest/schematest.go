@@ -97,7 +97,7 @@ func Pairs(n int) []schemas.Pair {
 func Rubrics(n int) []schemas.Rubric {
 	out := make([]schemas.Rubric, n)
 	for i := range out {
-		raw := fmt.Sprintf(`<think>hmm</think>{"criteria":[{"criterion":"Gives %d","weight":0.7},{"criterion":"Explains","weight":0.3}]}`, i)
+		raw := fmt.Sprintf(`<think>hmm</think>{"criteria":[{"criterion":"Gives %d","weight":0.7,"scoring_levels":{"1.0":"Gives it","0.0":"Does not"}},{"criterion":"Explains","weight":0.3}]}`, i)
 		if i%3 == 2 {
 			raw = "The answer should be correct."
 		}
@@ -105,7 +105,7 @@ func Rubrics(n int) []schemas.Rubric {
 		out[i] = schemas.Rubric{
 			RubricID: fmt.Sprintf("rub-%d", i), ItemID: fmt.Sprintf("pair-%d", i/4), Phase: schemas.PhaseRubric,
 			Step: int64(i / 16), SampleIdx: int32(i % 4), RolloutID: fmt.Sprintf("r-%d", i), RawText: raw,
-			Criteria: crit, FormatOK: err == nil,
+			Criteria: crit, FormatOK: err == nil, ScoringLevels: schemas.RubricLevels(raw),
 		}
 		if err != nil {
 			out[i].ParseError = ptr(err.Error())

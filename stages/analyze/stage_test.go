@@ -111,6 +111,24 @@ func TestAnalyzeSyntheticRun(t *testing.T) {
 	if !(abstract[0] > abstract[len(abstract)-1]) {
 		t.Errorf("abstract share did not fall: %v", abstract)
 	}
+	// The official statistics, one row per step, over the same rubrics.
+	var offRubrics int64
+	var label []float64
+	for rec, err := range pipeline.ReadShard(context.Background(), filepath.Join(dir, analyze.OfficialStatsTable, "part-00000.parquet"), pipeline.ReadOptions{Schema: analyze.OfficialStatsSchema}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			offRubrics += rec.Column(2).(*array.Int64).Value(i)
+			label = append(label, rec.Column(6).(*array.Float64).Value(i))
+		}
+	}
+	if offRubrics != counts[schemas.Rubrics.Name] || len(label) != o.Steps {
+		t.Errorf("official stats cover %d rubrics in %d steps, want %d in %d", offRubrics, len(label), counts[schemas.Rubrics.Name], o.Steps)
+	}
+	if !(label[0] > label[len(label)-1]) {
+		t.Errorf("label-only share did not fall: %v", label)
+	}
 }
 
 func TestAnalyzeMissingRubrics(t *testing.T) {

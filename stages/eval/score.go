@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/evolm/evolm/datasets"
-	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/judge"
@@ -54,11 +53,11 @@ type RubricJudge struct {
 func (s *RubricJudge) Score(ctx context.Context, reqs []ScoreRequest) ([][]float64, error) {
 	items := make([]lmstage.Item, len(reqs))
 	for i, r := range reqs {
-		msg, err := s.Prompts.RubricForQuestion(r.Prompt)
+		msgs, err := s.Prompts.RubricForQuestion(r.Prompt)
 		if err != nil {
 			return nil, fmt.Errorf("request %s: %w", r.ID, err)
 		}
-		items[i] = lmstage.Item{ID: r.ID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+		items[i] = lmstage.Item{ID: r.ID, Messages: msgs}
 	}
 	spec := s.GenSpec
 	spec.N, spec.Role = 1, schemas.RoleRubricGenerator

@@ -86,6 +86,9 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 		return nil, fmt.Errorf("grpo trainer: pack normalisation needs pack length > 0")
 	}
 	if cfg.LoRA.Rank > 0 {
+		if cfg.LoRA.Dropout > 0 && cfg.GradCheckpointing {
+			return nil, fmt.Errorf("grpo trainer: LoRA dropout %v with gradient checkpointing: the backward recompute would draw new dropout masks", cfg.LoRA.Dropout)
+		}
 		return newLoRATrainer(policy, ref, cfg, save)
 	}
 	t := &Trainer{Policy: policy, Ref: ref, cfg: cfg, save: save}

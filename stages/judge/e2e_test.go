@@ -291,7 +291,7 @@ func checkTables(t *testing.T, mem memory.Allocator, w *e2eWorld, dir, mode stri
 	if mode == schemas.JudgeYesNo && scored != e2ePrompts*e2eN {
 		t.Errorf("%d yes/no judgments scored, want %d (one per response under its handwritten rubric)", scored, e2ePrompts*e2eN)
 	}
-	if v := tb.judgeMeta[lmstage.MetaPromptPrefix+"judge_"+mode]; !strings.HasPrefix(v, "judge_"+mode+"@v") {
+	if v := tb.judgeMeta[lmstage.MetaPromptPrefix+"judge_"+mode]; !strings.HasPrefix(v, "judge_"+mode+".official@v2+") {
 		t.Errorf("judgments metadata lacks the judge prompt version: %v", tb.judgeMeta)
 	}
 	return tb
@@ -399,7 +399,7 @@ func TestE2EModelStages(t *testing.T) {
 					t.Errorf("%s: %s: the judge's reply is not kept", bk.name, r.JudgmentID)
 				}
 			}
-			if !strings.HasPrefix(meta[lmstage.MetaPromptPrefix+"judge_generative"], "judge_generative@v") {
+			if !strings.HasPrefix(meta[lmstage.MetaPromptPrefix+"judge_generative"], "judge_generative.official@v2+") {
 				t.Errorf("%s: metadata %v", bk.name, meta)
 			}
 			gen[bk.name] = rows

@@ -380,8 +380,21 @@ func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][
 				continue
 			}
 			jb := job{row: row, question: r.Question, answer: chat.StripThinking(r.Text)}
-			for _, c := range rub.Criteria {
-				jb.criteria = append(jb.criteria, prompts.Criterion{Criterion: c.Criterion, Weight: c.Weight})
+			all := rub.ScoringLevels
+			if all == nil {
+				// A version-1 rubrics file kept no levels: read them from the
+				// generator's text.
+				all = schemas.RubricLevels(rub.RawText)
+			}
+			if len(all) != len(rub.Criteria) {
+				all = nil
+			}
+			for k, c := range rub.Criteria {
+				var levels []schemas.Level
+				if all != nil {
+					levels = all[k]
+				}
+				jb.criteria = append(jb.criteria, prompts.Criterion{Criterion: c.Criterion, Weight: c.Weight, Levels: levels})
 				jb.weights = append(jb.weights, c.Weight)
 			}
 			slots = append(slots, len(out))
@@ -480,14 +493,14 @@ func (sc scoring[Req, Res]) run(ctx context.Context, jobs []job) ([]schemas.Judg
 func (j *judge) generative(ctx context.Context, jobs []job) ([]schemas.Judgment, error) {
 	return scoring[backend.GenerateRequest, backend.GenerateResponse]{
 		request: func(jb *job) (backend.GenerateRequest, error) {
-			msg, err := j.prompts.JudgeGenerative(jb.question, jb.answer, jb.criteria)
+			msgs, err := j.prompts.JudgeGenerative(jb.question, jb.answer, jb.criteria)
 			if err != nil {
 				return backend.GenerateRequest{}, err
 			}
 			seed := j.spec.ItemSeed(jb.row.JudgmentID)
 			sp := j.spec.Sampling
 			sp.Seed = &seed
-			return backend.GenerateRequest{ID: jb.row.JudgmentID, Messages: []backend.Message{{Role: "user", Content: msg}}, Sampling: sp}, nil
+			return backend.GenerateRequest{ID: jb.row.JudgmentID, Messages: msgs, Sampling: sp}, nil
 		},
 		send: j.b.Generate,
 		meta: func(res *backend.GenerateResponse) (*backend.RowFailure, string) { return res.Failure, res.Model },

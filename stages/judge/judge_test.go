@@ -23,6 +23,8 @@ type fakeJudgeBackend struct {
 	replies map[string]string // response text → reply
 	yes     float64           // P(" yes") given to every criterion
 	calls   int
+	seen    [][]backend.Message // every generative request's messages
+	suffix  []string            // every yes/no suffix
 }
 
 func (f *fakeJudgeBackend) Generate(_ context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
@@ -30,8 +32,11 @@ func (f *fakeJudgeBackend) Generate(_ context.Context, reqs []backend.GenerateRe
 	out := make([]backend.GenerateResponse, len(reqs))
 	for i, r := range reqs {
 		out[i] = backend.GenerateResponse{ID: r.ID, Model: "fake-judge"}
+		f.seen = append(f.seen, r.Messages)
+		user := r.Messages[len(r.Messages)-1].Content
 		for resp, reply := range f.replies {
-			if strings.Contains(r.Messages[0].Content, "<response>\n"+resp+"\n</response>") {
+			// <answer> in the official judge prompt, <response> in evolm's.
+			if strings.Contains(user, "<answer>\n"+resp+"\n</answer>") || strings.Contains(user, "<response>\n"+resp+"\n</response>") {
 				out[i].Completions = []backend.Completion{{Text: reply, FinishReason: backend.FinishStop, Tokens: 3}}
 			}
 		}
@@ -47,6 +52,7 @@ func (f *fakeJudgeBackend) Score(_ context.Context, reqs []backend.ScoreRequest)
 	out := make([]backend.ScoreResponse, len(reqs))
 	for i, r := range reqs {
 		out[i] = backend.ScoreResponse{ID: r.ID, Model: "fake-judge"}
+		f.suffix = append(f.suffix, r.Suffixes...)
 		for range r.Suffixes {
 			lps := make([]float64, len(r.Candidates))
 			for j, c := range r.Candidates {
@@ -65,9 +71,13 @@ func (f *fakeJudgeBackend) Score(_ context.Context, reqs []backend.ScoreRequest)
 	return out, nil
 }
 
-func newJudge(t *testing.T, mode string, fb *fakeJudgeBackend) *judge {
+func newJudge(t *testing.T, mode string, fb *fakeJudgeBackend, extra ...any) *judge {
 	t.Helper()
-	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.judge.model": "fake", "roles.judge.mode": mode})
+	values := map[string]any{"roles.judge.model": "fake", "roles.judge.mode": mode}
+	for i := 0; i+1 < len(extra); i += 2 {
+		values[extra[i].(string)] = extra[i+1]
+	}
+	cfg, err := pipeline.StageConfig(Name, values)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +156,7 @@ func TestJudgeBadInput(t *testing.T) {
 		t.Errorf("responses without a rubric = %d, want 1", unrubric)
 	}
 	for _, j := range got {
-		if j.JudgeModel != "fake-judge" || j.JudgeMode != schemas.JudgeGenerative || !strings.HasPrefix(j.PromptVersion, "judge_generative@v") {
+		if j.JudgeModel != "fake-judge" || j.JudgeMode != schemas.JudgeGenerative || !strings.HasPrefix(j.PromptVersion, "judge_generative.official@v2+sha256:") {
 			t.Errorf("%s: identity %q %q %q", j.JudgmentID, j.JudgeModel, j.JudgeMode, j.PromptVersion)
 		}
 	}
@@ -240,15 +250,75 @@ func TestJudgeConfigErrors(t *testing.T) {
 		{"openai without endpoints", map[string]any{"roles.judge.model": "m", "roles.judge.backend": "openai"}, "roles.judge.endpoints"},
 		{"bad prompt override", map[string]any{"roles.judge.model": "m", "roles.judge.prompt_files": []string{"judge_yesno"}}, "name=path"},
 		{"another role's prompt", map[string]any{"roles.judge.model": "m", "roles.judge.prompt_files": []string{"policy=x.tmpl"}}, "roles.policy.prompt_files"},
+		{"unknown prompt variant", map[string]any{"roles.judge.model": "m", "roles.judge.prompt_variant": "assistant"}, "roles.judge.prompt_variant"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := pipeline.StageConfig(Name, tc.values)
-			if err != nil {
-				t.Fatal(err)
+			if err == nil {
+				_, err = newFromConfig(cfg)
 			}
-			if _, err := newFromConfig(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error = %v, want it to name %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestJudgeSeesScoringLevels: the judge is sent the whole rubric, each
+// criterion's scoring levels included — from the rubrics table's
+// scoring_levels, or from the raw text of a version-1 row that has none — in
+// a system and a user message; the yes/no judge sees them per criterion; the
+// evolm variant, chosen by config, sends one user message without them.
+func TestJudgeSeesScoringLevels(t *testing.T) {
+	ctx := context.Background()
+	resps := []Response{{ID: "r", ItemID: "q", Question: "Q?", HasQuestion: true, Text: "good answer"}}
+	levels := [][]schemas.Level{{{Score: "1.0", Text: "full marks one"}, {Score: "0.0", Text: "none one"}}, {{Score: "1.0", Text: "full marks two"}}}
+	raw := `{"criteria": [{"criterion": "criterion 0", "weight": 0.5, "scoring_levels": {"1.0": "full marks one", "0.0": "none one"}}, {"criterion": "criterion 1", "weight": 0.5, "scoring_levels": {"1.0": "full marks two"}}]}`
+	byItem := map[string][]schemas.Rubric{"q": {
+		{RubricID: "v2", Criteria: crit(0.5, 0.5), ScoringLevels: levels},
+		{RubricID: "v1", Criteria: crit(0.5, 0.5), RawText: raw},
+	}}
+	fb := &fakeJudgeBackend{replies: map[string]string{"good answer": `{"reasoning": "ok", "score": 0.5}`}}
+	got, _, err := newJudge(t, schemas.JudgeGenerative, fb).judge(ctx, resps, byItem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Score == nil || got[1].Score == nil {
+		t.Fatalf("judgments = %+v", got)
+	}
+	if len(fb.seen) != 2 {
+		t.Fatalf("%d requests, want 2", len(fb.seen))
+	}
+	for k, msgs := range fb.seen {
+		if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1].Role != "user" {
+			t.Fatalf("request %d: messages %v, want system and user", k, msgs)
+		}
+		for _, want := range []string{`"criterion": "criterion 0", "weight": 0.50, "scoring_levels": {"1.0": "full marks one", "0.0": "none one"}`,
+			`"criterion": "criterion 1", "weight": 0.50, "scoring_levels": {"1.0": "full marks two"}`, "<question>\nQ?\n</question>"} {
+			if !strings.Contains(msgs[1].Content, want) {
+				t.Errorf("request %d lacks %q:\n%s", k, want, msgs[1].Content)
+			}
+		}
+	}
+
+	yn := &fakeJudgeBackend{yes: 0.5}
+	if _, _, err := newJudge(t, schemas.JudgeYesNo, yn).judge(ctx, resps, byItem); err != nil {
+		t.Fatal(err)
+	}
+	if len(yn.suffix) != 4 || !strings.Contains(yn.suffix[0], "- 1.0: full marks one\n- 0.0: none one") || !strings.Contains(yn.suffix[3], "- 1.0: full marks two") {
+		t.Errorf("yes/no suffixes %q lack the scoring levels", yn.suffix)
+	}
+
+	ev := &fakeJudgeBackend{replies: fb.replies}
+	j := newJudge(t, schemas.JudgeGenerative, ev, "roles.judge.prompt_variant", "evolm")
+	got, _, err = j.judge(ctx, resps, byItem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(got[0].PromptVersion, "judge_generative.evolm@v1+sha256:") {
+		t.Errorf("evolm variant: prompt version %q", got[0].PromptVersion)
+	}
+	if len(ev.seen[0]) != 1 || strings.Contains(ev.seen[0][0].Content, "full marks") || !strings.Contains(ev.seen[0][0].Content, "(weight 0.50) criterion 0") {
+		t.Errorf("evolm variant sent %v", ev.seen[0])
 	}
 }

@@ -5,8 +5,12 @@ import (
 
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/stages/grpo"
+	"github.com/evolm/evolm/stages/pairs"
 	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/stages/rubrics"
 )
 
 // Name is the loop's registered name (`evolm run`, config section stages.run).
@@ -42,7 +46,32 @@ const (
 	KeyMicroBatch      = "micro_batch"
 	KeyMaxGradNorm     = "max_grad_norm"
 	KeyWeightDecay     = "weight_decay"
+
+	// Fidelity options (issue #9): each official behaviour beside evolm's.
+	KeyTemporalAge      = "temporal_age"
+	KeyTemporalFallback = "temporal_fallback"
+	KeyAdvStd           = "adv_std"
+	KeyRubricMissing    = "rubric_missing_reward"
+	KeyActiveSampling   = "active_sampling"
+	KeyActiveRounds     = "active_sampling_rounds"
+	KeyPackLength       = "pack_length"
+	KeyRubricPhaseTemp  = "rubric_phase_temperature"
+	KeyRubricPhaseTopP  = "rubric_phase_top_p"
+	KeyRubricFormat     = "rubric_format"
+	KeyNonStopPenalty   = "non_stop_penalty"
+	KeyNonStopValue     = "non_stop_penalty_value"
+
+	// Real-size models: LoRA and activation checkpointing.
+	KeyLoRARank          = "lora_rank"
+	KeyLoRAAlpha         = "lora_alpha"
+	KeyLoRADropout       = "lora_dropout"
+	KeyLoRATargets       = "lora_targets"
+	KeyGradCheckpointing = "grad_checkpointing"
 )
+
+// maxActiveRounds bounds active_sampling_rounds: each round samples and
+// judges up to prompts_per_step more prompts.
+const maxActiveRounds = 64
 
 // moved are the keys stages.run had before each model role was configured
 // once (package roles), with their new place.
@@ -91,7 +120,29 @@ type Config struct {
 	Weights                                          map[string]float64
 	ReplaySize                                       int
 	MinAge, MaxAge, Widen                            int64
+	// TemporalAge and TemporalFallback are the temporal strategy's clock
+	// and empty-window rule (pairs.AgeClock, pairs.Fallback).
+	TemporalAge      pairs.AgeClock
+	TemporalFallback pairs.Fallback
+	// AdvStd is the group advantage's standard deviation.
+	AdvStd grpo.AdvStd
+	// RubricMissing is what a rubric whose pair the judge failed to score
+	// gets: DropMissing (evolm) or FillGroupMean (official).
+	RubricMissing grpo.MissingPolicy
+	// ActiveRounds, when ActiveSampling, bounds the refill rounds of a
+	// policy step (grpo.FillGroups).
+	ActiveSampling bool
+	ActiveRounds   int
+	// RubricPhase is the candidate rubrics' sampling in the rubric phase
+	// (the rubric generator's role sampling with this temperature and
+	// top_p); the policy phase samples with the role's own.
+	RubricPhaseTemp, RubricPhaseTopP float64
+	// NonStopPenalty, when set, gives a policy answer cut at max_tokens
+	// (finish_reason length) the reward NonStopValue instead of its score.
+	NonStopPenalty bool
+	NonStopValue   float64
 	InvalidRubric                                    string
+	RubricFormat                                     schemas.RubricFormat
 	CheckpointEvery                                  int
 	Seed                                             int64
 	Trainer                                          grpo.TrainerConfig
@@ -120,11 +171,11 @@ func fields() []pipeline.Field {
 	zero, one, two := pipeline.Bound(0), pipeline.Bound(1), pipeline.Bound(2)
 	return []pipeline.Field{
 		f(KeyInput, pipeline.TypeStrings, []string{}, "prompts Parquet files or globs; empty: the prompts the dedup stage committed in this run"),
-		bounded(f(KeySteps, pipeline.TypeInt, 200, "total training steps (policy and rubric steps together)"), one, nil, false, false),
+		bounded(f(KeySteps, pipeline.TypeInt, 200, "total training steps (policy and rubric steps together)"), one, pipeline.Bound(1e9), false, false),
 		bounded(f(KeyK, pipeline.TypeInt, 50, "phase length: K policy steps, then K rubric steps, and so on"), one, nil, false, false),
-		bounded(f(KeyPromptsPerStep, pipeline.TypeInt, 64, "prompts (policy step) or pairs (rubric step) per step"), one, nil, false, false),
-		bounded(f(KeySamples, pipeline.TypeInt, 8, "policy answers sampled per prompt (the GRPO group; at least 2)"), two, nil, false, false),
-		bounded(f(KeyRubricSamples, pipeline.TypeInt, 8, "candidate rubrics sampled per pair (the rubric phase's GRPO group; at least 2)"), two, nil, false, false),
+		bounded(f(KeyPromptsPerStep, pipeline.TypeInt, 64, "prompts (policy step) or pairs (rubric step) per step"), one, pipeline.Bound(1<<20), false, false),
+		bounded(f(KeySamples, pipeline.TypeInt, 8, "policy answers sampled per prompt (the GRPO group; at least 2)"), two, pipeline.Bound(1<<12), false, false),
+		bounded(f(KeyRubricSamples, pipeline.TypeInt, 8, "candidate rubrics sampled per pair (the rubric phase's GRPO group; at least 2)"), two, pipeline.Bound(1<<12), false, false),
 		bounded(f(KeyInferTemp, pipeline.TypeFloat, 0.3, "question back-translation temperature (the policy infers the question)"), zero, nil, false, false),
 		bounded(f(KeyAlpha, pipeline.TypeFloat, 0.7, "rubric reward weight α of the score margin (1−α weighs R_format)"), zero, one, false, false),
 		{Key: KeyRubricReward, Type: pipeline.TypeString, Default: string(grpo.RewardMargin),
@@ -135,7 +186,7 @@ func fields() []pipeline.Field {
 		bounded(f(KeyWTemporal, pipeline.TypeFloat, 1.0, "mixing weight of the temporal-contrast pair strategy"), zero, nil, false, false),
 		bounded(f(KeyWBacktranslate, pipeline.TypeFloat, 1.0, "mixing weight of the question back-translation strategy"), zero, nil, false, false),
 		bounded(f(KeyWRubricGuided, pipeline.TypeFloat, 1.0, "mixing weight of the rubric-guided strategy"), zero, nil, false, false),
-		bounded(f(KeyReplaySize, pipeline.TypeInt, 2048, "replay buffer entries for temporal contrast"), one, nil, false, false),
+		bounded(f(KeyReplaySize, pipeline.TypeInt, 2048, "replay buffer entries for temporal contrast"), one, pipeline.Bound(1<<24), false, false),
 		bounded(f(KeyMinAge, pipeline.TypeInt, 20, "temporal contrast: youngest buffered answer, in steps"), one, nil, false, false),
 		f(KeyMaxAge, pipeline.TypeInt, 100, "temporal contrast: oldest buffered answer, in steps (≥ temporal_min_age)"),
 		bounded(f(KeyWiden, pipeline.TypeInt, 10, "temporal contrast: widen an empty age window by this many steps per side"), one, nil, false, false),
@@ -148,11 +199,37 @@ func fields() []pipeline.Field {
 		bounded(f(KeyEpsilon, pipeline.TypeFloat, 0.2, "PPO clip range ε"), zero, one, true, true),
 		bounded(f(KeyEpsilonHigh, pipeline.TypeFloat, 0.0, "upper clip range (DAPO clip-higher); 0: same as epsilon"), zero, nil, false, false),
 		{Key: KeyLossNorm, Type: pipeline.TypeString, Default: string(grpo.NormGRPO),
-			Enum:        []string{string(grpo.NormGRPO), string(grpo.NormDAPO), string(grpo.NormDrGRPO)},
-			Description: "grpo: token mean per sequence then batch mean; dapo: token mean over the batch; dr_grpo: sum / (B·max_tokens)"},
-		bounded(f(KeyMicroBatch, pipeline.TypeInt, 8, "sequences per forward/backward pass; gradients accumulate over the step"), one, nil, false, false),
+			Enum:        []string{string(grpo.NormGRPO), string(grpo.NormDAPO), string(grpo.NormDrGRPO), string(grpo.NormPack)},
+			Description: "grpo: token mean per sequence then batch mean; dapo: token mean over the batch; dr_grpo: sum / (B·max_tokens); pack: token mean per packed row of pack_length tokens, then mean over rows (official)"},
+		bounded(f(KeyMicroBatch, pipeline.TypeInt, 8, "sequences per forward/backward pass; gradients accumulate over the step"), one, pipeline.Bound(1<<16), false, false),
 		f(KeyMaxGradNorm, pipeline.TypeFloat, 1.0, "clip the global gradient norm to this (≤ 0: no clipping)"),
 		bounded(f(KeyWeightDecay, pipeline.TypeFloat, 0.0, "AdamW weight decay on ≥2-dim tensors"), zero, nil, false, false),
+		{Key: KeyTemporalAge, Type: pipeline.TypeString, Default: string(pairs.AgePolicySteps),
+			Enum:        []string{string(pairs.AgePolicySteps), string(pairs.AgeGlobalSteps)},
+			Description: "temporal contrast age clock: policy_steps (official: the newest buffered policy step minus the entry's, policy steps only) or global_steps (this step minus the entry's, rubric steps included)"},
+		{Key: KeyTemporalFallback, Type: pipeline.TypeString, Default: string(pairs.FallbackOfficial),
+			Enum:        []string{string(pairs.FallbackOfficial), string(pairs.FallbackWiden)},
+			Description: "empty age window: official (drop the max age, then halve the min age, then the older half of the buffer, then anything) or widen (by temporal_widen per side)"},
+		{Key: KeyAdvStd, Type: pipeline.TypeString, Default: string(grpo.StdSample),
+			Enum:        []string{string(grpo.StdPopulation), string(grpo.StdSample)},
+			Description: "group advantage std: population (divide by n, numpy .std(), official) or sample (n−1, torch.std, TRL)"},
+		{Key: KeyRubricMissing, Type: pipeline.TypeString, Default: "drop", Enum: []string{"drop", "fill_mean"},
+			Description: "rubric phase, judge failed on a+ or a−: drop the rubric from its group, or fill_mean (the group's mean reward, zero advantage; official)"},
+		f(KeyActiveSampling, pipeline.TypeBool, false, "policy steps refill groups whose rewards all tie with new prompts until prompts_per_step groups carry a signal (official ACTIVE_SAMPLING)"),
+		bounded(f(KeyActiveRounds, pipeline.TypeInt, 4, "active sampling: most refill rounds per policy step (each samples as many new prompts as groups are missing)"),
+			zero, pipeline.Bound(maxActiveRounds), false, false),
+		bounded(f(KeyPackLength, pipeline.TypeInt, 18500, "loss_norm pack: packed row length in tokens (official PACK_LENGTH)"), one, pipeline.Bound(1<<22), false, false),
+		bounded(f(KeyRubricPhaseTemp, pipeline.TypeFloat, 1.0, "rubric phase: candidate rubrics' temperature (official: the training generation config, 1.0); the policy phase uses roles.rubric_generator.temperature"), zero, nil, false, false),
+		bounded(f(KeyRubricPhaseTopP, pipeline.TypeFloat, 1.0, "rubric phase: candidate rubrics' top_p (official 0.95); 1 disables it"), zero, one, true, false),
+		rubrics.FormatField(KeyRubricFormat),
+		f(KeyNonStopPenalty, pipeline.TypeBool, false, "policy phase: an answer cut at max_tokens gets non_stop_penalty_value as its reward (official NON_STOP_PENALTY)"),
+		f(KeyNonStopValue, pipeline.TypeFloat, 0.0, "the reward of an answer cut at max_tokens under non_stop_penalty"),
+		bounded(f(KeyLoRARank, pipeline.TypeInt, 0, "LoRA rank r of the trained roles' adapters; 0: full fine-tuning"), zero, pipeline.Bound(4096), false, false),
+		bounded(f(KeyLoRAAlpha, pipeline.TypeFloat, 16.0, "LoRA alpha (the adapter's term is scaled by alpha/r)"), zero, nil, true, false),
+		bounded(f(KeyLoRADropout, pipeline.TypeFloat, 0.0, "LoRA dropout on the adapter's input while training"), zero, one, false, true),
+		f(KeyLoRATargets, pipeline.TypeStrings, []string{"q", "k", "v", "o", "gate", "up", "down"},
+			"LoRA target modules (q, k, v, o, gate, up, down or their *_proj names)"),
+		f(KeyGradCheckpointing, pipeline.TypeBool, false, "recompute each decoder layer in backward instead of keeping its activations (less memory, ~30% more compute)"),
 		bounded(f(KeyMaxSkippedUpdates, pipeline.TypeInt, 3, "stop the run after this many updates in a row skipped for a NaN or Inf loss or gradient norm"), one, pipeline.Bound(maxSkippedUpdatesLimit), false, false),
 	}
 }
@@ -198,6 +275,9 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		ReplaySize: cfg.Int(KeyReplaySize), MinAge: int64(cfg.Int(KeyMinAge)), MaxAge: int64(cfg.Int(KeyMaxAge)), Widen: int64(cfg.Int(KeyWiden)),
 		InvalidRubric: cfg.String(KeyInvalidRubric), CheckpointEvery: cfg.Int(KeyCheckpointEvery), Seed: int64(cfg.Int(KeySeed)),
 		MaxSkippedUpdates: cfg.Int(KeyMaxSkippedUpdates),
+		ActiveSampling:    cfg.Bool(KeyActiveSampling), ActiveRounds: cfg.Int(KeyActiveRounds),
+		RubricPhaseTemp: cfg.Float(KeyRubricPhaseTemp), RubricPhaseTopP: cfg.Float(KeyRubricPhaseTopP),
+		NonStopPenalty: cfg.Bool(KeyNonStopPenalty), NonStopValue: cfg.Float(KeyNonStopValue),
 	}
 	var err error
 	for _, r := range []struct {
@@ -225,10 +305,38 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 	if err != nil {
 		return nil, cfg.Errorf(KeyLossNorm, "%v", err)
 	}
+	if c.TemporalAge, err = pairs.ParseAgeClock(cfg.String(KeyTemporalAge)); err != nil {
+		return nil, cfg.Errorf(KeyTemporalAge, "%v", err)
+	}
+	if c.TemporalFallback, err = pairs.ParseFallback(cfg.String(KeyTemporalFallback)); err != nil {
+		return nil, cfg.Errorf(KeyTemporalFallback, "%v", err)
+	}
+	if c.RubricFormat, err = schemas.ParseRubricFormat(cfg.String(KeyRubricFormat)); err != nil {
+		return nil, cfg.Errorf(KeyRubricFormat, "%v", err)
+	}
+	if c.AdvStd, err = grpo.ParseAdvStd(cfg.String(KeyAdvStd)); err != nil {
+		return nil, cfg.Errorf(KeyAdvStd, "%v", err)
+	}
+	if c.RubricMissing, err = grpo.ParseMissingPolicy(cfg.String(KeyRubricMissing)); err != nil {
+		return nil, cfg.Errorf(KeyRubricMissing, "%v", err)
+	}
 	c.Trainer = grpo.TrainerConfig{
 		Loss: grpo.LossConfig{Beta: cfg.Float(KeyBeta), Epsilon: cfg.Float(KeyEpsilon), EpsilonHigh: cfg.Float(KeyEpsilonHigh),
-			Norm: norm, MaxCompletionLen: c.Policy.Sampling.MaxTokens},
+			Norm: norm, MaxCompletionLen: c.Policy.Sampling.MaxTokens, PackLength: cfg.Int(KeyPackLength)},
 		LR: cfg.Float(KeyLR), WeightDecay: cfg.Float(KeyWeightDecay), MaxGradNorm: cfg.Float(KeyMaxGradNorm), MicroBatch: cfg.Int(KeyMicroBatch),
+		Seed: c.Seed, GradCheckpointing: cfg.Bool(KeyGradCheckpointing),
+	}
+	if r := cfg.Int(KeyLoRARank); r > 0 {
+		lc := lora.Config{Rank: r, Alpha: cfg.Float(KeyLoRAAlpha), Dropout: cfg.Float(KeyLoRADropout), Targets: cfg.Strings(KeyLoRATargets)}
+		if c.Trainer.LoRA, err = lc.Normalize(); err != nil {
+			return nil, cfg.Errorf(KeyLoRATargets, "%v", err)
+		}
+		if lc.Dropout > 0 && c.Trainer.GradCheckpointing {
+			// torch.Scope.Checkpoint recomputes each layer in backward; a
+			// recompute would draw new dropout masks, and the gradients
+			// would not be those of the forward.
+			return nil, cfg.Errorf(KeyLoRADropout, "%v with grad_checkpointing: the backward recompute would draw new dropout masks; set lora_dropout to 0 or grad_checkpointing to false", lc.Dropout)
+		}
 	}
 	if c.MaxAge < c.MinAge {
 		return nil, cfg.Errorf(KeyMinAge, "temporal window [%d, %d], want 1 ≤ min ≤ max", c.MinAge, c.MaxAge)
@@ -253,6 +361,22 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		return nil, cfg.Errorf(KeyWTemporal, "every pair strategy has weight 0; give at least one a positive weight")
 	}
 	return c, nil
+}
+
+// PolicyIndex maps a policy-phase step to its number among policy steps
+// (0, 1, …): steps 0…K−1 are policy steps 0…K−1, steps 2K…3K−1 are K…2K−1,
+// and so on. It is the temporal strategy's policy_steps clock.
+func (c *Config) PolicyIndex(step int64) int64 {
+	k := int64(c.K)
+	return step/(2*k)*k + min(step%(2*k), k)
+}
+
+// rubricPhaseSampling is the candidate rubrics' sampling in the rubric
+// phase: the rubric generator's, at rubric_phase_temperature and top_p.
+func (c *Config) rubricPhaseSampling() backend.Sampling {
+	s := c.RubricGen.Sampling
+	s.Temperature, s.TopP = c.RubricPhaseTemp, c.RubricPhaseTopP
+	return s
 }
 
 // TrainerFor returns the learner config of the trainer of a trained role:

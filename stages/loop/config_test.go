@@ -32,6 +32,16 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"alpha NaN", map[string]any{KeyAlpha: "NaN"}, "stages.run.alpha"},
 		{"no skipped update allowed", map[string]any{KeyMaxSkippedUpdates: 0}, "stages.run.max_skipped_updates"},
 		{"huge skipped updates", map[string]any{KeyMaxSkippedUpdates: 100000}, "stages.run.max_skipped_updates"},
+		{"unknown age clock", map[string]any{KeyTemporalAge: "wall_clock"}, "stages.run.temporal_age"},
+		{"unknown fallback", map[string]any{KeyTemporalFallback: "random"}, "stages.run.temporal_fallback"},
+		{"unknown adv std", map[string]any{KeyAdvStd: "mad"}, "stages.run.adv_std"},
+		{"too many refill rounds", map[string]any{KeyActiveRounds: 1000}, "stages.run.active_sampling_rounds"},
+		{"LoRA on an unknown module", map[string]any{KeyLoRARank: 8, KeyLoRATargets: []string{"q", "lm_head"}}, "stages.run.lora_targets"},
+		{"LoRA dropout 1", map[string]any{KeyLoRARank: 8, KeyLoRADropout: 1.0}, "stages.run.lora_dropout"},
+		{"LoRA dropout with checkpointing", map[string]any{KeyLoRARank: 8, KeyLoRADropout: 0.05, KeyGradCheckpointing: true}, "stages.run.lora_dropout"},
+		{"pack length 0", map[string]any{KeyPackLength: 0}, "stages.run.pack_length"},
+		{"unknown R_format", map[string]any{KeyRubricFormat: "loose"}, "stages.run.rubric_format"},
+		{"huge micro batch", map[string]any{KeyMicroBatch: 1 << 20}, "stages.run.micro_batch"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,6 +117,24 @@ func TestQuestionTextShowsTheConversation(t *testing.T) {
 	for _, want := range []string{"Write a haiku about rain.", "[assistant]\nRain on the tin roof", "to be answered:\nMake it shorter."} {
 		if !strings.Contains(got, want) {
 			t.Errorf("multi-turn question %q lacks %q", got, want)
+		}
+	}
+}
+
+// TestPolicyIndexCountsPolicySteps: the temporal strategy's policy_steps
+// clock numbers policy steps only (K = 2: steps 0, 1, 4, 5, 8 are policy
+// steps 0, 1, 2, 3, 4); a rubric step maps to the policy steps before it.
+func TestPolicyIndexCountsPolicySteps(t *testing.T) {
+	c := &Config{K: 2}
+	want := map[int64]int64{0: 0, 1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 4, 7: 4, 8: 4, 9: 5}
+	for step, idx := range want {
+		if got := c.PolicyIndex(step); got != idx {
+			t.Errorf("PolicyIndex(%d) = %d, want %d", step, got, idx)
+		}
+	}
+	for s := 0; s < 40; s++ {
+		if c.Phase(s) == schemas.PhasePolicy && c.PolicyIndex(int64(s+1)) != c.PolicyIndex(int64(s))+1 {
+			t.Errorf("policy step %d: the next step's index is not one more", s)
 		}
 	}
 }

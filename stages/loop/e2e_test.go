@@ -181,8 +181,21 @@ func TestE2ELoopAlternatesAndCheckpoints(t *testing.T) {
 		if (p.Strategy == schemas.StrategyBacktranslate) != (p.InferredQuestion != nil) {
 			t.Errorf("pair %s (%s): inferred question %v", p.PairID, p.Strategy, p.InferredQuestion)
 		}
-		if p.Strategy == schemas.StrategyTemporal && (p.Step-p.RejectedStep < 1 || p.Step-p.RejectedStep > 2) {
-			t.Errorf("temporal pair %s: a− from step %d at step %d, outside the age window [1, 2]", p.PairID, p.RejectedStep, p.Step)
+		if p.Strategy == schemas.StrategyTemporal {
+			// Ages count policy steps (the official clock): the schedule's
+			// policy steps are 0, 1, 4, 5, so at steps 2 and 3 the newest
+			// buffered answer is from step 1 and a− from step 0 is 1 old.
+			policyIndex := map[int64]int64{0: 0, 1: 1, 4: 2, 5: 3}
+			if p.TemporalAge == nil || p.TemporalFallback == nil {
+				t.Errorf("temporal pair %s: age %v, fallback %v recorded", p.PairID, p.TemporalAge, p.TemporalFallback)
+				continue
+			}
+			if want := policyIndex[1] - policyIndex[p.RejectedStep]; *p.TemporalAge != want {
+				t.Errorf("temporal pair %s: a− from step %d has age %d, want %d policy steps", p.PairID, p.RejectedStep, *p.TemporalAge, want)
+			}
+			if *p.TemporalFallback == schemas.TemporalWindow && (*p.TemporalAge < 1 || *p.TemporalAge > 2) {
+				t.Errorf("temporal pair %s: age %d served by the window [1, 2]", p.PairID, *p.TemporalAge)
+			}
 		}
 	}
 	// Row counts: policy steps have 6 rubrics, 6·3 answers and one judgment
@@ -451,5 +464,95 @@ func TestE2EDemoPreset(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(runDir, "checkpoints", "step-000004", "policy", "model.safetensors")); err != nil {
 		t.Errorf("demo checkpoint: %v", err)
+	}
+}
+
+// TestE2ELoopPaperOptionsWithLoRA runs the loop with the paper preset's
+// fidelity options (policy-step ages with the official fallback, active
+// sampling, population std, fill_mean in the rubric phase, pack loss norm,
+// lenient R_format, the non-stop penalty, rubric-phase sampling) on a LoRA
+// adapter with gradient checkpointing, and checks that a run stopped after 4
+// steps and resumed to 6 ends with the same adapter as an uninterrupted one.
+func TestE2ELoopPaperOptionsWithLoRA(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	base := e.writeConfig(t, dir)
+	b, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(b), "    seed: 11\n", `    seed: 11
+    temporal_age: policy_steps
+    temporal_fallback: official
+    active_sampling: true
+    active_sampling_rounds: 2
+    adv_std: population
+    rubric_missing_reward: fill_mean
+    loss_norm: pack
+    pack_length: 64
+    rubric_format: lenient
+    non_stop_penalty: true
+    rubric_phase_temperature: 1.0
+    rubric_phase_top_p: 0.95
+    lora_rank: 4
+    lora_alpha: 8
+    grad_checkpointing: true
+`, 1)
+	cfgPath := filepath.Join(dir, "paper-options.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref := filepath.Join(dir, "ref")
+	run(t, e.bin, "run", "--config", cfgPath, "--run-dir", ref)
+	split := filepath.Join(dir, "split")
+	run(t, e.bin, "run", "--config", cfgPath, "--run-dir", split, "--steps", "4")
+	run(t, e.bin, "run", "--resume", split, "--steps", "6")
+
+	for _, ck := range []string{"step-000002", "step-000004", "step-000006"} {
+		for _, f := range []string{"policy/adapter_config.json", "policy/adapter_model.safetensors", "policy_optimizer.safetensors", "state.json"} {
+			if _, err := os.Stat(filepath.Join(ref, "checkpoints", ck, f)); err != nil {
+				t.Errorf("LoRA checkpoint %s: %v", ck, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(ref, "checkpoints", ck, "policy", "model.safetensors")); err == nil {
+			t.Errorf("LoRA checkpoint %s holds the whole model", ck)
+		}
+	}
+	want, err := os.ReadFile(filepath.Join(ref, "checkpoints", "step-000006", "policy", "adapter_model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(split, "checkpoints", "step-000006", "policy", "adapter_model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("LoRA adapter after resuming at step 4 differs from the uninterrupted run's")
+	}
+
+	steps := readTable(t, ref, schemas.Steps)
+	if len(steps) != 6 {
+		t.Fatalf("%d steps rows, want 6", len(steps))
+	}
+	for _, s := range steps {
+		if s.GroupsTrained > 6 || s.RefillRounds > 2 || (s.RefillRounds == 0) != (s.RefillPrompts == 0) {
+			t.Errorf("step %d: groups_trained %d, refill rounds %d, refill prompts %d (prompts_per_step 6, at most 2 rounds)",
+				s.Step, s.GroupsTrained, s.RefillRounds, s.RefillPrompts)
+		}
+		if s.Phase == schemas.PhasePolicy && s.GroupsTrained < 6 && s.RefillRounds < 2 && s.ZeroStdFrac > 0 {
+			t.Errorf("step %d: %d groups trained with %d of 2 refill rounds run", s.Step, s.GroupsTrained, s.RefillRounds)
+		}
+	}
+	rolls := readTable(t, ref, schemas.Rollouts)
+	for _, r := range rolls {
+		if r.Phase == schemas.PhaseRubric && r.Role == schemas.RoleRubricGenerator && r.Temperature != 1.0 {
+			t.Errorf("rubric-phase rubric %s sampled at temperature %v, want rubric_phase_temperature 1.0", r.RolloutID, r.Temperature)
+			break
+		}
+	}
+	for _, p := range readTable(t, ref, schemas.Pairs) {
+		if p.Strategy == schemas.StrategyTemporal && (p.TemporalFallback == nil || p.TemporalAge == nil) {
+			t.Errorf("temporal pair %s: fallback stage and age not recorded", p.PairID)
+		}
 	}
 }

@@ -231,8 +231,11 @@ func (l *loop) open(ctx context.Context, ck string) error {
 
 func (l *loop) openRole(rc roles.Config, ck string) (*role, error) {
 	name, initial := rc.Role, rc.Model
+	lora := l.cfg.Trainer.LoRA.Rank > 0
 	dir := initial
-	if ck != "" {
+	if ck != "" && !lora {
+		// Full fine-tuning checkpoints the whole model; LoRA checkpoints
+		// the adapter only, loaded onto the initial model below.
 		dir = l.env.Run.Path(ckptDir(ck) + "/" + name)
 	}
 	m, err := torchbe.Load(torchrole.Options(rc, dir, name))
@@ -240,7 +243,7 @@ func (l *loop) openRole(rc roles.Config, ck string) (*role, error) {
 		return nil, fmt.Errorf("%s model: %w", name, err)
 	}
 	var ref model.CausalLM
-	if l.cfg.Trainer.Loss.Beta != 0 {
+	if l.cfg.Trainer.Loss.Beta != 0 && !lora { // with LoRA the reference is the model with its adapter off
 		dev, err := torch.ParseDevice(rc.Device)
 		if err != nil {
 			m.Close()
@@ -267,6 +270,13 @@ func (l *loop) openRole(rc roles.Config, ck string) (*role, error) {
 		return nil, fmt.Errorf("%s trainer: %w", name, err)
 	}
 	if ck != "" {
+		if lora {
+			if err := tr.LoadAdapter(l.env.Run.Path(ckptDir(ck) + "/" + name)); err != nil {
+				tr.Close()
+				m.Close()
+				return nil, fmt.Errorf("checkpoint %s: %w", ck, err)
+			}
+		}
 		opt := l.env.Run.Path(ckptDir(ck) + "/" + name + "_optimizer.safetensors")
 		if err := tr.Optimizer().Load(opt); err != nil {
 			tr.Close()
@@ -326,15 +336,16 @@ func (l *loop) newJudge(phase string, step int) *judge.Judge {
 	})
 }
 
-// rubricItems renders the rubric generator's message for each question.
+// rubricItems renders the rubric generator's messages for each question
+// (a system message when the prompt variant has one, then the user message).
 func (l *loop) rubricItems(ids, questions []string) ([]lmstage.Item, error) {
 	items := make([]lmstage.Item, len(ids))
 	for i := range ids {
-		msg, err := l.set.RubricForQuestion(questions[i])
+		msgs, err := l.set.RubricForQuestion(questions[i])
 		if err != nil {
 			return nil, err
 		}
-		items[i] = lmstage.Item{ID: ids[i], Messages: []backend.Message{{Role: "user", Content: msg}}}
+		items[i] = lmstage.Item{ID: ids[i], Messages: msgs}
 	}
 	return items, nil
 }
@@ -395,13 +406,13 @@ type groupStats struct {
 
 // group computes one group's advantages (missing rewards are NaN, handled by
 // policy), counts it, and returns the GRPO samples of its kept members.
-func (g *groupStats) group(r *role, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, policy grpo.MissingPolicy) ([]backend.TrainSample, error) {
+func (g *groupStats) group(r *role, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, policy grpo.MissingPolicy, unbiased bool) ([]backend.TrainSample, error) {
 	for _, x := range rewards {
 		if !math.IsNaN(x) {
 			g.rewards = append(g.rewards, x)
 		}
 	}
-	adv, st := grpo.GroupAdvantages(rewards, policy, true)
+	adv, st := grpo.GroupAdvantages(rewards, policy, unbiased)
 	g.groups++
 	if st.ZeroStd {
 		g.zero++

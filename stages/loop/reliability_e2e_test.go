@@ -5,7 +5,10 @@ package loop
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,5 +94,38 @@ func TestE2ENonFiniteLossAndCheckpoints(t *testing.T) {
 	o, err := res.CombinedOutput()
 	if err == nil || !strings.Contains(string(o), "policy/model.safetensors: sha256:") || !strings.Contains(string(o), "edited or replaced") {
 		t.Fatalf("resume from a checkpoint with NaN weights: %v, want a checksum error naming policy/model.safetensors:\n%s", err, o)
+	}
+}
+
+// TestE2EAllFailedJudgeStopsTheRun: a judge whose every call fails on the
+// backend (an OpenAI-compatible server answering 404 to every request, as a
+// server does for a model id it does not serve) stops the run with an error
+// naming the judge and the first failure, instead of training on a step of
+// zero rewards.
+func TestE2EAllFailedJudgeStopsTheRun(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"object":"error","message":"The model `+"`Qwen/Qwen3-1.7B`"+` does not exist.","type":"NotFoundError","code":404}`)
+	}))
+	defer srv.Close()
+	e := setup(t)
+	dir := t.TempDir()
+	cfg := e.writeConfig(t, dir)
+	runDir := filepath.Join(dir, "nojudge")
+	cmd := exec.Command(e.bin, "run", "--config", cfg, "--run-dir", runDir,
+		"--judge-backend", "openai", "--judge-model", "Qwen/Qwen3-1.7B", "--judge-endpoints", srv.URL+"/v1",
+		"--judge-max-attempts", "1", "--judge-mode", "generative")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("run with a judge failing every call exited 0:\n%s", out)
+	}
+	for _, want := range []string{"judge calls of step 0", "failed on the backend", "Qwen/Qwen3-1.7B", "first error", "does not exist"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("error output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(runDir, "checkpoints")); err == nil {
+		t.Errorf("a checkpoint was written for a step whose judge failed")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 
 	"github.com/evolm/evolm/model/backend"
@@ -25,38 +26,165 @@ var (
 )
 
 // policyStep: one rubric per prompt (frozen generator), n answers per
-// prompt, judged under it, GRPO on the policy.
+// prompt, judged under it, GRPO on the policy. With active sampling, groups
+// whose rewards all tie are replaced by groups of new prompts (refill
+// rounds, grpo.FillGroups) until prompts_per_step groups carry a signal.
 func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, error) {
 	phase := schemas.PhasePolicy
 	m := schemas.StepMetrics{Step: int64(step), Phase: phase}
-	batch := l.batch(step)
+	rounds := 0
+	if l.cfg.ActiveSampling {
+		rounds = l.cfg.ActiveRounds
+	}
+	var gs groupStats
+	var out policyRound // every row sampled, over all rounds
+	sample := func(ctx context.Context, round, n int) ([]*policyGroup, error) {
+		batch := l.batch(step)
+		if round > 0 {
+			batch = l.refill(step, round, n)
+		}
+		r, err := l.policyRound(ctx, step, round, batch, &gs)
+		if err != nil {
+			return nil, err
+		}
+		out.append(r)
+		return r.groups, nil
+	}
+	kept, _, refills, err := grpo.FillGroups(ctx, l.cfg.PromptsPerStep, rounds, sample, func(g *policyGroup) bool { return len(g.samples) > 0 })
+	if err != nil {
+		return m, err
+	}
+	m.RefillPrompts, m.RefillRounds, m.GroupsTrained = int64(refills.Prompts), int64(refills.Rounds), int64(len(kept))
+	if refills.Rounds > 0 {
+		l.env.Log.Debug("active sampling", "step", step, "refill_rounds", refills.Rounds, "refill_prompts", refills.Prompts,
+			"groups_with_signal", len(kept), "want", l.cfg.PromptsPerStep)
+	}
+	lengthEntropy(out.rolls, &m)
+	m.JudgeMissingRate = missingRate(out.js)
+	m.FormatRate = out.formatRate()
+	gs.fill(&m)
+	var samples []backend.TrainSample
+	for _, g := range kept {
+		samples = append(samples, g.samples...)
+	}
+	if err := l.update(ctx, l.policy, samples, &m); err != nil {
+		return m, fmt.Errorf("policy update: %w", err)
+	}
+
+	// One answer per prompt of the step's own batch enters the replay
+	// buffer (refill prompts are extra draws, not the data stream).
+	for _, g := range out.groups {
+		if g.round != 0 {
+			continue
+		}
+		if r := g.rolls[0]; r.Error == nil {
+			l.buf.Add(schemas.ReplayEntry{Step: int64(step), PromptID: g.prompt.PromptID, Question: g.question,
+				Answer: chat.StripThinking(r.Text), RolloutID: r.RolloutID})
+		}
+	}
+
+	if err := write(l, schemas.Rollouts, out.rubRolls, step, phase, roleRubric); err != nil {
+		return m, err
+	}
+	if err := write(l, schemas.Rollouts, out.rolls, step, phase, rolePolicy); err != nil {
+		return m, err
+	}
+	if err := write(l, schemas.Rubrics, out.rubs, step, phase); err != nil {
+		return m, err
+	}
+	return m, write(l, schemas.Judgments, out.js, step, phase)
+}
+
+// policyGroup is one prompt of a policy step: its rollouts and the GRPO
+// samples of its members (none when the group carries no signal).
+type policyGroup struct {
+	round    int
+	prompt   schemas.Prompt
+	question string
+	rolls    []schemas.Rollout
+	samples  []backend.TrainSample
+}
+
+// policyRound is what one sampling round of a policy step produced.
+type policyRound struct {
+	groups   []*policyGroup
+	rubRolls []schemas.Rollout
+	rubs     []schemas.Rubric
+	rolls    []schemas.Rollout
+	js       []schemas.Judgment
+}
+
+func (r *policyRound) append(o policyRound) {
+	r.groups = append(r.groups, o.groups...)
+	r.rubRolls = append(r.rubRolls, o.rubRolls...)
+	r.rubs = append(r.rubs, o.rubs...)
+	r.rolls = append(r.rolls, o.rolls...)
+	r.js = append(r.js, o.js...)
+}
+
+func (r *policyRound) formatRate() *float64 {
+	if len(r.rubs) == 0 {
+		return nil
+	}
+	ok := 0
+	for _, rb := range r.rubs {
+		if rb.FormatOK {
+			ok++
+		}
+	}
+	fr := float64(ok) / float64(len(r.rubs))
+	return &fr
+}
+
+// refill returns the n prompts of refill round round of step: a seeded draw
+// from the whole prompt set, a function of (seed, step, round) only, so a
+// resumed run draws the same ones and the data position stays step·P.
+func (l *loop) refill(step, round, n int) []schemas.Prompt {
+	rng := rand.New(rand.NewPCG(uint64(l.cfg.Seed)^0x5eed_ac71_7e00_0000, uint64(step)<<8|uint64(round)))
+	out := make([]schemas.Prompt, n)
+	for i := range out {
+		out[i] = l.prompts[rng.IntN(len(l.prompts))]
+	}
+	return out
+}
+
+// policyRound samples one rubric per prompt, n answers per prompt, judges
+// them, and computes each group's advantages (a missing score gets its
+// group's mean) into gs.
+func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas.Prompt, gs *groupStats) (policyRound, error) {
+	var out policyRound
+	phase := schemas.PhasePolicy
 	ids := make([]string, len(batch))
 	questions := make([]string, len(batch))
 	for i := range batch {
 		ids[i], questions[i] = batch[i].PromptID, questionText(&batch[i])
 	}
 	// Duplicate prompts within a step (possible when the stream wraps inside
-	// a step) would share row ids: key items by position as well.
+	// a step, or in refills) would share row ids: key items by position and
+	// round as well.
 	keys := make([]string, len(batch))
 	for i := range batch {
 		keys[i] = fmt.Sprintf("%s#%d", ids[i], i)
+		if round > 0 {
+			keys[i] = fmt.Sprintf("%s#r%d.%d", ids[i], round, i)
+		}
 	}
 
 	// 1. The rubric generator writes one rubric per prompt.
 	ritems, err := l.rubricItems(keys, questions)
 	if err != nil {
-		return m, err
+		return out, err
 	}
 	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
 	if err != nil {
-		return m, fmt.Errorf("rubrics: %w", err)
+		return out, fmt.Errorf("rubrics: %w", err)
 	}
-	rubs, byItem := l.parseRubrics(rubRolls, &m)
+	rubs, byItem := l.parseRubrics(rubRolls)
 
 	// 2. The policy samples n answers per prompt.
 	system, err := l.set.Policy()
 	if err != nil {
-		return m, err
+		return out, err
 	}
 	pitems := make([]lmstage.Item, len(batch))
 	for i := range batch {
@@ -64,20 +192,18 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	}
 	rolls, err := lmstage.Sample(ctx, l.policy.b, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
 	if err != nil {
-		return m, fmt.Errorf("rollouts: %w", err)
+		return out, fmt.Errorf("rollouts: %w", err)
 	}
-	lengthEntropy(rolls, &m)
 
 	// 3. The judge scores each answer under its prompt's rubric.
 	resps := make([]judge.Response, len(rolls))
 	for i, r := range rolls {
 		resps[i] = judge.Response{ID: r.RolloutID, ItemID: r.PromptID, Question: questions[i/l.cfg.Samples], HasQuestion: true, Text: r.Text, Failed: r.Error}
 	}
-	js, _, err := l.newJudge(phase, step).Judge(ctx, resps, byItem)
+	js, err := l.judgeStep(ctx, phase, step, resps, byItem)
 	if err != nil {
-		return m, fmt.Errorf("judge: %w", err)
+		return out, err
 	}
-	m.JudgeMissingRate = missingRate(js)
 	score := map[string]float64{}
 	for _, j := range js {
 		if j.Score != nil {
@@ -85,9 +211,7 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		}
 	}
 
-	// 4. Group advantages (a missing score gets its group's mean) and GRPO.
-	var gs groupStats
-	var samples []backend.TrainSample
+	// 4. Group advantages and the GRPO samples of each group.
 	for i := range batch {
 		group := rolls[i*l.cfg.Samples : (i+1)*l.cfg.Samples]
 		rewards := make([]float64, len(group))
@@ -96,37 +220,34 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 			if s, ok := score[r.RolloutID]; ok {
 				rewards[k] = s
 			}
+			if l.cfg.NonStopPenalty && r.FinishReason == "length" {
+				rewards[k] = l.cfg.NonStopValue
+			}
 		}
-		ts, err := gs.group(l.policy, pitems[i].Messages, group, rewards, grpo.FillGroupMean)
+		ts, err := gs.group(l.policy, pitems[i].Messages, group, rewards, grpo.FillGroupMean, l.cfg.AdvStd.Unbiased())
 		if err != nil {
-			return m, err
+			return out, err
 		}
-		samples = append(samples, ts...)
+		out.groups = append(out.groups, &policyGroup{round: round, prompt: batch[i], question: questions[i], rolls: group, samples: ts})
 	}
-	gs.fill(&m)
-	if err := l.update(ctx, l.policy, samples, &m); err != nil {
-		return m, fmt.Errorf("policy update: %w", err)
-	}
+	out.rubRolls, out.rubs, out.rolls, out.js = rubRolls, rubs, rolls, js
+	return out, nil
+}
 
-	// 5. One answer per prompt enters the replay buffer.
-	for i := range batch {
-		r := rolls[i*l.cfg.Samples]
-		if r.Error == nil {
-			l.buf.Add(schemas.ReplayEntry{Step: int64(step), PromptID: batch[i].PromptID, Question: questions[i],
-				Answer: chat.StripThinking(r.Text), RolloutID: r.RolloutID})
-		}
+// judgeStep runs the judge on a step's responses. A step whose judge calls
+// all failed on the backend (an unreachable server, a model id the server
+// does not serve) is an error, not a step of zero rewards.
+func (l *loop) judgeStep(ctx context.Context, phase string, step int, resps []judge.Response, byItem map[string][]schemas.Rubric) ([]schemas.Judgment, error) {
+	j := l.newJudge(phase, step)
+	js, _, err := j.Judge(ctx, resps, byItem)
+	if err != nil {
+		return nil, fmt.Errorf("judge: %w", err)
 	}
-
-	if err := write(l, schemas.Rollouts, rubRolls, step, phase, roleRubric); err != nil {
-		return m, err
+	if rows, failed, first := j.Failures().Counts(); rows > 0 && failed == rows {
+		return nil, fmt.Errorf("judge: all %d judge calls of step %d (%s phase) failed on the backend (roles.judge: %s %s); first error: %s: %w",
+			rows, step, phase, l.cfg.Judge.Backend, l.cfg.Judge.Model, first, pipeline.ErrAllRowsFailed)
 	}
-	if err := write(l, schemas.Rollouts, rolls, step, phase, rolePolicy); err != nil {
-		return m, err
-	}
-	if err := write(l, schemas.Rubrics, rubs, step, phase); err != nil {
-		return m, err
-	}
-	return m, write(l, schemas.Judgments, js, step, phase)
+	return js, nil
 }
 
 // rubricStep: pairs from the three strategies, n rubrics per pair, judged
@@ -143,9 +264,11 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	pcfg.Weights = l.cfg.Weights
 	pcfg.Window = pairs.Window{MinAge: l.cfg.MinAge, MaxAge: l.cfg.MaxAge}
 	pcfg.WidenStep = l.cfg.Widen
-	pcfg.Policy, pcfg.Infer, pcfg.Rubric = l.cfg.Policy.Sampling, l.cfg.Policy.Sampling, l.cfg.RubricGen.Sampling
+	pcfg.Age, pcfg.Fallback, pcfg.PolicyIndex = l.cfg.TemporalAge, l.cfg.TemporalFallback, l.cfg.PolicyIndex
+	pcfg.Policy, pcfg.Infer, pcfg.Rubric = l.cfg.Policy.Sampling, l.cfg.Policy.Sampling, l.cfg.rubricPhaseSampling()
 	pcfg.Infer.Temperature = l.cfg.InferTemp
 	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.m.ID(), l.ckpt
+	pcfg.RubricFormat = l.cfg.RubricFormat
 	pb := &pairs.Builder{Policy: l.policy.m, RubricGen: l.rubric.m, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
 	built, err := pb.Build(ctx, int64(step), items)
 	if err != nil {
@@ -164,12 +287,16 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		return m, err
 	}
 	n := l.cfg.RubricSamples
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, max(l.cfg.RubricGen.BatchRows, n), l.spec(l.cfg.RubricGen, phase, step, n), ritems)
+	spec := l.spec(l.cfg.RubricGen, phase, step, n)
+	spec.Sampling = l.cfg.rubricPhaseSampling()
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
 	if err != nil {
 		return m, fmt.Errorf("rubrics: %w", err)
 	}
 	lengthEntropy(rubRolls, &m)
-	rubs, byItem := l.parseRubrics(rubRolls, &m)
+	rubs, byItem := l.parseRubrics(rubRolls)
+	fr := policyRound{rubs: rubs}
+	m.FormatRate = fr.formatRate()
 
 	// The judge scores a+ and a− under every rubric of their pair.
 	resps := make([]judge.Response, 0, 2*len(ps))
@@ -178,9 +305,9 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 			judge.Response{ID: p.PairID + "/chosen", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Chosen},
 			judge.Response{ID: p.PairID + "/rejected", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Rejected})
 	}
-	js, _, err := l.newJudge(phase, step).Judge(ctx, resps, byItem)
+	js, err := l.judgeStep(ctx, phase, step, resps, byItem)
 	if err != nil {
-		return m, fmt.Errorf("judge: %w", err)
+		return m, err
 	}
 	m.JudgeMissingRate = missingRate(js)
 	score := map[string]float64{} // judgment id → score
@@ -193,7 +320,8 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	// Rewards per rubric. A rubric the judge could not apply (no usable
 	// criteria: the generator's own failure) earns 0 — no margin, no format
 	// credit; a rubric whose pair the judge failed to score (judge-side
-	// failure) is dropped, as the paper does (README.md, "The method").
+	// failure) is dropped (rubric_missing_reward drop, README.md, "The method")
+	// or gets its group's mean (fill_mean, the official code).
 	var gs groupStats
 	var samples []backend.TrainSample
 	perStrategy := map[string][]float64{}
@@ -220,9 +348,12 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], r)
 			}
 		}
-		ts, err := gs.group(l.rubric, ritems[i].Messages, group, rewards, grpo.DropMissing)
+		ts, err := gs.group(l.rubric, ritems[i].Messages, group, rewards, l.cfg.RubricMissing, l.cfg.AdvStd.Unbiased())
 		if err != nil {
 			return m, err
+		}
+		if len(ts) > 0 {
+			m.GroupsTrained++
 		}
 		samples = append(samples, ts...)
 	}
@@ -271,23 +402,15 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	return m, write(l, schemas.Judgments, js, step, phase)
 }
 
-// parseRubrics turns rubric generations into rubrics rows, the rubrics the
-// judge applies per item (eval.JudgingRubric: the invalid_rubric rule shared
-// with eval and replay) and m's R_format rate.
-func (l *loop) parseRubrics(rolls []schemas.Rollout, m *schemas.StepMetrics) ([]schemas.Rubric, map[string][]schemas.Rubric) {
+// parseRubrics turns rubric generations into rubrics rows and the rubrics
+// the judge applies per item (eval.JudgingRubric: the invalid_rubric rule
+// shared with eval and replay).
+func (l *loop) parseRubrics(rolls []schemas.Rollout) ([]schemas.Rubric, map[string][]schemas.Rubric) {
 	rubs := make([]schemas.Rubric, len(rolls))
 	byItem := map[string][]schemas.Rubric{}
-	ok := 0
 	for i := range rolls {
-		rubs[i] = rubrics.FromRollout(&rolls[i])
-		if rubs[i].FormatOK {
-			ok++
-		}
+		rubs[i] = rubrics.FromRolloutAs(&rolls[i], l.cfg.RubricFormat)
 		byItem[rubs[i].ItemID] = append(byItem[rubs[i].ItemID], eval.JudgingRubric(rubs[i], l.cfg.InvalidRubric))
-	}
-	if len(rubs) > 0 {
-		fr := float64(ok) / float64(len(rubs))
-		m.FormatRate = &fr
 	}
 	return rubs, byItem
 }

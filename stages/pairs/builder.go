@@ -38,6 +38,9 @@ type Config struct {
 	// Rubric samples the rubric of the rubric-guided strategy; the official
 	// code uses the training generation config (temperature 1.0, top-p 0.95).
 	Rubric backend.Sampling
+	// RubricFormat reads the rubric-guided strategy's rubric (strict when
+	// empty; lenient is the official reading).
+	RubricFormat schemas.RubricFormat
 	// Seed is the base of every draw and sampling seed.
 	Seed int64
 	// Model and Checkpoint identify the generator in the rollout rows when
@@ -301,11 +304,11 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 			plus[i] = newGen(i, "chosen", schemas.RolePolicy, answerMsgs(policySystem, it.Question), b.Cfg.Policy)
 			round1 = append(round1, plus[i])
 		case schemas.StrategyRubricGuided:
-			msg, err := b.Prompts.RubricForQuestion(it.Question)
+			msgs, err := b.Prompts.RubricForQuestion(it.Question)
 			if err != nil {
 				return Result{}, err
 			}
-			rubric[i] = newGen(i, "rubric", schemas.RoleRubricGenerator, []backend.Message{{Role: "user", Content: msg}}, b.Cfg.Rubric)
+			rubric[i] = newGen(i, "rubric", schemas.RoleRubricGenerator, msgs, b.Cfg.Rubric)
 		}
 	}
 	var rubricGens []*gen
@@ -335,7 +338,7 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 			infer[i] = newGen(i, "inferred_question", schemas.RolePolicy, []backend.Message{{Role: "user", Content: msg}}, b.Cfg.Infer)
 			round2 = append(round2, infer[i])
 		case schemas.StrategyRubricGuided:
-			system, err := b.Prompts.PolicyWithRubric(rubricCriteria(rubric[i].out.Text))
+			system, err := b.Prompts.PolicyWithRubric(rubricCriteria(rubric[i].out.Text, b.Cfg.RubricFormat))
 			if err != nil {
 				return Result{}, fmt.Errorf("pairs step %d item %d: %w", step, i, err)
 			}
@@ -391,8 +394,11 @@ func answerText(g *gen) string { return chat.StripThinking(g.out.Text) }
 
 // rubricCriteria turns a generated rubric into prompt criteria; an
 // unparseable one is shown as its raw text, one criterion of weight 1.
-func rubricCriteria(raw string) []prompts.Criterion {
-	cs, err := schemas.ValidateRubric(raw)
+func rubricCriteria(raw string, f schemas.RubricFormat) []prompts.Criterion {
+	if f == "" {
+		f = schemas.FormatStrict
+	}
+	cs, err := schemas.ValidateRubricAs(raw, f)
 	if err != nil || len(cs) == 0 {
 		text := schemas.StripThink(raw)
 		if text == "" {

@@ -35,7 +35,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/eval"
@@ -267,11 +266,11 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 			p := &pairs[k]
 			// The question only, as the co-evolution loop writes rubric-phase
 			// rubrics, so a replayed generator is compared like for like.
-			msg, err := gen.Prompts.RubricForQuestion(p.Question)
+			msgs, err := gen.Prompts.RubricForQuestion(p.Question)
 			if err != nil {
 				return nil, nil, fmt.Errorf("pair %s: %w", p.PairID, err)
 			}
-			items[k] = lmstage.Item{ID: p.PairID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+			items[k] = lmstage.Item{ID: p.PairID, Messages: msgs}
 		}
 		rolls, err := lmstage.Sample(ctx, gen.Backend, gen.BatchRows, spec, items)
 		if err != nil {

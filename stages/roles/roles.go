@@ -14,16 +14,19 @@
 // threads, max_batch, disable_thinking, max_in_flight, request_timeout,
 // max_attempts), how many requests go to it per call (batch_rows), its
 // sampling defaults (temperature, top_p, top_k, max_tokens, stop) and its
-// prompt overrides (prompt_files); the judge also its mode and
+// prompt variant (prompt_variant: policy none | assistant; rubric_generator
+// and judge official | evolm; see stages/prompts) and prompt overrides
+// (prompt_files, which win over the variant); the judge also its mode and
 // top_logprobs. Every stage that calls a model (rollout, rubrics, judge,
 // eval, replay, run) reads these sections and keeps only what is its own
 // (inputs, n, phase, step, seed).
 //
 // The rubric generator with an empty model is the shared-model design: the
 // policy's model plays it by prompt, through the policy's engine settings,
-// and only its batch_rows, sampling and prompt_files are its own; setting
-// one of its engine keys without a model is an error. A model of its own is
-// the two-model ablation, and then every key of the section applies.
+// and only its batch_rows, sampling, prompt_variant and prompt_files are its
+// own; setting one of its engine keys without a model is an error. A model of
+// its own is the two-model ablation, and then every key of the section
+// applies.
 //
 // # Backends
 //
@@ -85,6 +88,7 @@ const (
 	KeyMaxTokens   = "max_tokens"
 	KeyStop        = "stop"
 	KeyPromptFiles = "prompt_files"
+	KeyVariant     = "prompt_variant"
 	KeyMode        = "mode"         // judge only
 	KeyTopLogprobs = "top_logprobs" // judge only
 )
@@ -125,6 +129,20 @@ var templates = map[string][]prompts.Name{
 	Judge:           {prompts.JudgeGenerative, prompts.JudgeYesNo},
 }
 
+// variants are the prompt variants of each role, the default first: the
+// variants of its prompts that have any (prompts.Variants).
+var variants = map[string][]string{
+	Policy:          prompts.Variants[prompts.Policy],
+	RubricGenerator: prompts.Variants[prompts.RubricQuestion],
+	Judge:           prompts.Variants[prompts.JudgeGenerative],
+}
+
+var variantDesc = map[string]string{
+	Policy:          "policy system prompt: none (send none) or assistant (the official code's one-line assistant prompt)",
+	RubricGenerator: "official: instructions and a worked example in the system message, the bare question as the user message (as the official EVOLM code); evolm: evolm's first one-message prompt",
+	Judge:           "official: system message with instructions and worked examples, the whole rubric with its scoring levels (as the official EVOLM code); evolm: evolm's first prompt, criteria and weights only",
+}
+
 func fields(role string) []pipeline.Field {
 	var (
 		temp      = map[string]float64{Policy: 1.0, RubricGenerator: 0.6, Judge: 0.6}[role]
@@ -149,27 +167,29 @@ func fields(role string) []pipeline.Field {
 			Description: "openai: base URLs of the servers", Example: []string{"http://127.0.0.1:8000/v1"}},
 		{Key: KeyDevice, Type: pipeline.TypeString, Default: "cpu", Description: "torch: cpu, cuda or cuda:N"},
 		{Key: KeyDType, Type: pipeline.TypeString, Default: "", Description: "torch: parameter dtype; empty: float32 on CPU, bfloat16 on CUDA"},
-		{Key: KeyThreads, Type: pipeline.TypeInt, Default: 0, Min: zero, Description: "torch: libtorch intra-op threads; 0: libtorch's default"},
-		{Key: KeyMaxBatch, Type: pipeline.TypeInt, Default: 64, Min: one, Description: "torch: most sequences decoded or scored together"},
+		{Key: KeyThreads, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(4096), Description: "torch: libtorch intra-op threads; 0: libtorch's default"},
+		{Key: KeyMaxBatch, Type: pipeline.TypeInt, Default: 64, Min: one, Max: pipeline.Bound(1 << 16), Description: "torch: most sequences decoded or scored together"},
 		{Key: KeyThinking, Type: pipeline.TypeBool, Default: false, Description: "torch: render chats with Qwen3 thinking disabled (enable_thinking=False)"},
-		{Key: KeyInFlight, Type: pipeline.TypeInt, Default: 16, Min: one, Description: "openai: most requests in flight over all endpoints"},
+		{Key: KeyInFlight, Type: pipeline.TypeInt, Default: 16, Min: one, Max: pipeline.Bound(1 << 16), Description: "openai: most requests in flight over all endpoints"},
 		{Key: KeyTimeout, Type: pipeline.TypeDuration, Default: "10m", Min: zero, ExclusiveMin: true, Description: "openai: timeout of one HTTP attempt"},
-		{Key: KeyAttempts, Type: pipeline.TypeInt, Default: 6, Min: one, Description: "openai: attempts per request (retries on 429, 5xx, timeouts)"},
-		{Key: KeyBatchRows, Type: pipeline.TypeInt, Default: 64, Min: one, Description: "requests handed to the backend per call"},
+		{Key: KeyAttempts, Type: pipeline.TypeInt, Default: 6, Min: one, Max: pipeline.Bound(100), Description: "openai: attempts per request (retries on 429, 5xx, timeouts)"},
+		{Key: KeyBatchRows, Type: pipeline.TypeInt, Default: 64, Min: one, Max: pipeline.Bound(1 << 20), Description: "requests handed to the backend per call"},
 		{Key: KeyTemperature, Type: pipeline.TypeFloat, Default: temp, Min: zero, Description: "sampling temperature; 0 is greedy"},
 		{Key: KeyTopP, Type: pipeline.TypeFloat, Default: 1.0, Min: zero, ExclusiveMin: true, Max: one, Description: "nucleus mass; 1 disables it"},
-		{Key: KeyTopK, Type: pipeline.TypeInt, Default: 0, Min: zero, Description: "keep the k most likely tokens; 0 disables it"},
-		{Key: KeyMaxTokens, Type: pipeline.TypeInt, Default: maxTokens, Min: one, Description: "most new tokens per generation"},
+		{Key: KeyTopK, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(1 << 20), Description: "keep the k most likely tokens; 0 disables it"},
+		{Key: KeyMaxTokens, Type: pipeline.TypeInt, Default: maxTokens, Min: one, Max: pipeline.Bound(1 << 20), Description: "most new tokens per generation"},
 		{Key: KeyStop, Type: pipeline.TypeStrings, Default: []string{}, Description: "stop strings"},
 		{Key: KeyPromptFiles, Type: pipeline.TypeStrings, Default: []string{},
-			Description: "overrides of this role's prompts as name=path (names: " + strings.Join(names, ", ") + ")",
+			Description: "overrides of this role's prompts as name=path (names: " + strings.Join(names, ", ") + "); an override wins over prompt_variant",
 			Example:     []string{names[0] + "=prompts/" + names[0] + ".tmpl"}},
+		{Key: KeyVariant, Type: pipeline.TypeString, Default: variants[role][0], Enum: variants[role],
+			Description: variantDesc[role]},
 	}
 	if role == Judge {
 		fs = append(fs,
 			pipeline.Field{Key: KeyMode, Type: pipeline.TypeString, Default: schemas.JudgeGenerative, Enum: []string{schemas.JudgeGenerative, schemas.JudgeYesNo},
 				Description: "generative: one JSON verdict per (response, rubric); yesno: P(yes) per criterion from next-token log-probs"},
-			pipeline.Field{Key: KeyTopLogprobs, Type: pipeline.TypeInt, Default: 20, Min: zero,
+			pipeline.Field{Key: KeyTopLogprobs, Type: pipeline.TypeInt, Default: 20, Min: zero, Max: pipeline.Bound(1 << 18),
 				Description: "openai yesno: alternatives asked per scored position (vLLM caps it at 20); a candidate outside them has no mass"})
 	}
 	return fs
@@ -208,8 +228,10 @@ type Config struct {
 	Sampling backend.Sampling
 	// PromptFiles are the role's prompt overrides.
 	PromptFiles map[prompts.Name]string
-	Mode        string // judge: schemas.JudgeGenerative or schemas.JudgeYesNo
-	TopLogprobs int    // judge, openai yesno: alternatives per scored position
+	// PromptVariant is the variant of the role's prompts (prompt_variant).
+	PromptVariant string
+	Mode          string // judge: schemas.JudgeGenerative or schemas.JudgeYesNo
+	TopLogprobs   int    // judge, openai yesno: alternatives per scored position
 	// Shared is true for a rubric generator without a model of its own: the
 	// policy's model (and engine settings) plays it.
 	Shared bool
@@ -228,7 +250,7 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 	c := Config{Role: role, BatchRows: sec.Int(KeyBatchRows),
 		Sampling: backend.Sampling{MaxTokens: sec.Int(KeyMaxTokens), Temperature: sec.Float(KeyTemperature),
 			TopP: sec.Float(KeyTopP), TopK: sec.Int(KeyTopK), Stop: sec.Strings(KeyStop)},
-		Mode: sec.String(KeyMode), TopLogprobs: sec.Int(KeyTopLogprobs),
+		Mode: sec.String(KeyMode), TopLogprobs: sec.Int(KeyTopLogprobs), PromptVariant: sec.String(KeyVariant),
 	}
 	engine := sec
 	if role == RubricGenerator && sec.String(KeyModel) == "" {
@@ -318,19 +340,28 @@ func promptFiles(sec *pipeline.Config, role string) (map[prompts.Name]string, er
 	return out, nil
 }
 
-// Prompts loads the role prompts with the overrides of the given roles.
+// Prompts loads the role prompts with the prompt variants and overrides of
+// the given roles; a role not given keeps its default prompts.
 func Prompts(cs ...Config) (*prompts.Set, error) {
-	over := map[prompts.Name]string{}
+	o := prompts.Options{Overrides: map[prompts.Name]string{}, Variants: map[prompts.Name]string{}}
 	for _, c := range cs {
 		for n, p := range c.PromptFiles {
-			over[n] = p
+			o.Overrides[n] = p
+		}
+		if c.PromptVariant == "" {
+			continue
+		}
+		for _, n := range templates[c.Role] {
+			if len(prompts.Variants[n]) > 0 {
+				o.Variants[n] = c.PromptVariant
+			}
 		}
 	}
-	set, err := prompts.Load(over)
+	set, err := prompts.LoadOptions(o)
 	if err != nil {
 		var keys []string
 		for _, c := range cs {
-			keys = append(keys, Section(c.Role)+"."+KeyPromptFiles)
+			keys = append(keys, Section(c.Role)+"."+KeyPromptFiles, Section(c.Role)+"."+KeyVariant)
 		}
 		return nil, fmt.Errorf("config key %s: %w", strings.Join(keys, ", "), err)
 	}

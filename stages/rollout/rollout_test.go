@@ -56,3 +56,42 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyPromptVariant: roles.policy.prompt_variant chooses the policy's
+// system prompt: none (the default) sends none, assistant the official
+// code's one-line assistant prompt; the variant is in the prompt's version.
+func TestPolicyPromptVariant(t *testing.T) {
+	for _, tc := range []struct {
+		variant, system, version string
+	}{
+		{"", "", "policy.none@v1+"},
+		{"none", "", "policy.none@v1+"},
+		{"assistant", "You are a helpful assistant.", "policy.assistant@v1+"},
+	} {
+		values := map[string]any{"roles.policy.model": "m"}
+		if tc.variant != "" {
+			values["roles.policy.prompt_variant"] = tc.variant
+		}
+		cfg, err := pipeline.StageConfig(Name, values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := newFromConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sys, err := s.prompts.Policy(); err != nil || sys != tc.system {
+			t.Errorf("variant %q: system prompt %q, %v; want %q", tc.variant, sys, err, tc.system)
+		}
+		if v := s.prompts.Versions()["policy"]; !strings.HasPrefix(v, tc.version) {
+			t.Errorf("variant %q: version %q, want %s…", tc.variant, v, tc.version)
+		}
+	}
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.policy.model": "m", "roles.policy.prompt_variant": "official"})
+	if err == nil {
+		_, err = newFromConfig(cfg)
+	}
+	if err == nil || !strings.Contains(err.Error(), "roles.policy.prompt_variant") {
+		t.Errorf("policy variant official: error %v, want it to name roles.policy.prompt_variant", err)
+	}
+}

@@ -32,7 +32,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
@@ -47,6 +46,8 @@ const Name = "rubrics"
 const (
 	KeyInput  = "input"
 	KeySource = "source"
+	// KeyFormat is how R_format reads a rubric (schemas.RubricFormat).
+	KeyFormat = "format"
 )
 
 // Sources.
@@ -61,6 +62,7 @@ func init() {
 			Description: "what rubrics are written for: questions (policy phase) or preference pairs (rubric phase)"},
 		{Key: KeyInput, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "prompts or pairs Parquet files or globs; empty: what the dedup or pairs stage committed in the run"},
+		FormatField(KeyFormat),
 	}
 	fields = append(fields, lmstage.RunFields()...)
 	fields = append(fields, lmstage.SamplingFields(1)...)
@@ -89,6 +91,14 @@ type Stage struct {
 	spec    lmstage.SampleSpec
 	gen     roles.Config
 	prompts *prompts.Set
+	format  schemas.RubricFormat
+}
+
+// FormatField is the config field that selects the R_format reading of
+// rubrics (stages.rubrics.format, stages.run.rubric_format, …).
+func FormatField(key string) pipeline.Field {
+	return pipeline.Field{Key: key, Type: pipeline.TypeString, Default: string(schemas.FormatStrict), Enum: schemas.RubricFormats,
+		Description: "R_format: strict (the JSON object as written) or lenient (the official code's: first { to last }, repaired, numeric-string weights)"}
 }
 
 func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
@@ -96,7 +106,11 @@ func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, gen: c.Role, prompts: c.Prompts}, nil
+	f, err := schemas.ParseRubricFormat(cfg.String(KeyFormat))
+	if err != nil {
+		return nil, cfg.Errorf(KeyFormat, "%v", err)
+	}
+	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, gen: c.Role, prompts: c.Prompts, format: f}, nil
 }
 
 func (s *Stage) role() prompts.Name { return prompts.RubricQuestion }
@@ -173,7 +187,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 					}
 					out := make([]schemas.Rubric, len(rs))
 					for k := range rs {
-						out[k] = FromRollout(&rs[k])
+						out[k] = FromRolloutAs(&rs[k], s.format)
 					}
 					return schemas.Rubrics.Build(env.Mem, out), nil
 				})
@@ -198,11 +212,11 @@ func (s *Stage) items(rec arrow.RecordBatch) ([]lmstage.Item, error) {
 			p := &ps[k]
 			// The pair's question only, as the co-evolution loop and replay
 			// write rubric-phase rubrics: the generator never sees a+ or a−.
-			msg, err := s.prompts.RubricForQuestion(p.Question)
+			msgs, err := s.prompts.RubricForQuestion(p.Question)
 			if err != nil {
 				return nil, fmt.Errorf("pair %s: %w", p.PairID, err)
 			}
-			items[k] = lmstage.Item{ID: p.PairID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+			items[k] = lmstage.Item{ID: p.PairID, Messages: msgs}
 		}
 		return items, nil
 	}
@@ -212,17 +226,22 @@ func (s *Stage) items(rec arrow.RecordBatch) ([]lmstage.Item, error) {
 	}
 	items := make([]lmstage.Item, len(ps))
 	for k := range ps {
-		msg, err := s.prompts.RubricForQuestion(ps[k].Prompt)
+		msgs, err := s.prompts.RubricForQuestion(ps[k].Prompt)
 		if err != nil {
 			return nil, fmt.Errorf("prompt %s: %w", ps[k].PromptID, err)
 		}
-		items[k] = lmstage.Item{ID: ps[k].PromptID, Messages: []backend.Message{{Role: "user", Content: msg}}}
+		items[k] = lmstage.Item{ID: ps[k].PromptID, Messages: msgs}
 	}
 	return items, nil
 }
 
-// FromRollout parses a rubric generator's sample into a rubrics row.
-func FromRollout(r *schemas.Rollout) schemas.Rubric {
+// FromRollout parses a rubric generator's sample into a rubrics row,
+// reading it strictly.
+func FromRollout(r *schemas.Rollout) schemas.Rubric { return FromRolloutAs(r, schemas.FormatStrict) }
+
+// FromRolloutAs parses a rubric generator's sample into a rubrics row under
+// R_format reading f.
+func FromRolloutAs(r *schemas.Rollout, f schemas.RubricFormat) schemas.Rubric {
 	out := schemas.Rubric{
 		RubricID: r.RolloutID, ItemID: r.PromptID, Phase: r.Phase, Step: r.Step, SampleIdx: r.SampleIdx,
 		RolloutID: r.RolloutID, RawText: r.Text, Criteria: []schemas.Criterion{},
@@ -232,9 +251,10 @@ func FromRollout(r *schemas.Rollout) schemas.Rubric {
 		out.ParseError = &msg
 		return out
 	}
-	cs, err := schemas.ValidateRubric(r.Text)
+	cs, err := schemas.ValidateRubricAs(r.Text, f)
 	if cs != nil {
 		out.Criteria = cs
+		out.ScoringLevels = levelsFor(r.Text, len(cs))
 	}
 	if err != nil {
 		msg := err.Error()
@@ -242,5 +262,21 @@ func FromRollout(r *schemas.Rollout) schemas.Rubric {
 		return out
 	}
 	out.FormatOK = true
+	return out
+}
+
+// levelsFor returns the scoring levels of raw's n criteria, one list per
+// criterion (empty where a criterion has none), so that the judge sees the
+// whole rubric.
+func levelsFor(raw string, n int) [][]schemas.Level {
+	out := make([][]schemas.Level, n)
+	if lv := schemas.RubricLevels(raw); len(lv) == n {
+		copy(out, lv)
+	}
+	for k := range out {
+		if out[k] == nil {
+			out[k] = []schemas.Level{}
+		}
+	}
 	return out
 }

@@ -17,6 +17,7 @@ package synthrun
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -296,7 +297,7 @@ func makeRubric(rng *rand.Rand, item, phase string, step, j int, progress float6
 	}
 	id := fmt.Sprintf("%s/%s/%06d/rubric_generator/%d", item, phase, step, j)
 	r := schemas.Rubric{RubricID: id, ItemID: item, Phase: phase, Step: int64(step), SampleIdx: int32(j), RolloutID: id,
-		RawText: "<think>…</think>{\"criteria\": [...]}", Criteria: crit, FormatOK: true}
+		RawText: "<think>…</think>" + rubricJSON(crit), Criteria: crit, FormatOK: true}
 	if rng.Float64() > 0.5+0.5*progress {
 		msg := "weights sum to 1.4, want 1 ± 0.15"
 		r.FormatOK, r.ParseError = false, &msg
@@ -345,4 +346,22 @@ func meanStd(xs []float64) (float64, float64) {
 		v += (x - m) * (x - m)
 	}
 	return m, math.Sqrt(v / float64(len(xs)))
+}
+
+// rubricJSON is the generator output a rubric's criteria come from, so that
+// analyses reading the raw text (the official statistics) see them.
+func rubricJSON(crit []schemas.Criterion) string {
+	type c struct {
+		Criterion string  `json:"criterion"`
+		Weight    float64 `json:"weight"`
+	}
+	cs := make([]c, len(crit))
+	for i, x := range crit {
+		cs[i] = c{x.Criterion, x.Weight}
+	}
+	b, err := json.Marshal(map[string]any{"criteria": cs})
+	if err != nil {
+		panic(err) // strings and finite floats always marshal
+	}
+	return string(b)
 }

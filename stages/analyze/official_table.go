@@ -1,0 +1,119 @@
+package analyze
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/evolm/evolm/schemas"
+)
+
+// OfficialStatsTable is the table of the official statistics per (phase, step).
+const OfficialStatsTable = "rubric_stats_official"
+
+// OfficialStepStats are the official statistics of one (phase, step): its
+// rubrics averaged per item (the prompt, or the pair in the rubric phase),
+// then over items.
+type OfficialStepStats struct {
+	Phase string
+	Step  int64
+	OfficialSummary
+}
+
+// OfficialAccumulator gathers the official statistics per (phase, step)
+// from streamed rubric rows, from their raw text. Its memory grows with the
+// number of items (a few numbers each), not with the text.
+type OfficialAccumulator struct {
+	m map[stepKey]*PromptAverager
+}
+
+// Add accounts for one rubric row.
+func (a *OfficialAccumulator) Add(r *schemas.Rubric) {
+	if a.m == nil {
+		a.m = map[stepKey]*PromptAverager{}
+	}
+	k := stepKey{r.Phase, r.Step}
+	p := a.m[k]
+	if p == nil {
+		p = &PromptAverager{}
+		a.m[k] = p
+	}
+	p.Add(r.ItemID, OfficialRubricStats(r.RawText))
+}
+
+// Stats returns the statistics sorted by step, then phase.
+func (a *OfficialAccumulator) Stats() []OfficialStepStats {
+	out := make([]OfficialStepStats, 0, len(a.m))
+	for k, p := range a.m {
+		out = append(out, OfficialStepStats{Phase: k.phase, Step: k.step, OfficialSummary: p.Summary()})
+	}
+	slices.SortFunc(out, func(x, y OfficialStepStats) int {
+		return cmp.Or(cmp.Compare(x.Step, y.Step), cmp.Compare(x.Phase, y.Phase))
+	})
+	return out
+}
+
+// officialFields are the columns of the official statistics, named as the
+// official script's keys.
+func officialFields() []arrow.Field {
+	i64 := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64} }
+	f64 := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64} }
+	return []arrow.Field{i64("rubrics"), i64("prompts"), f64("criteria_count"), f64("avg_criterion_len"),
+		f64("label_only_pct"), f64("specific_pct"), f64("constraint_pct")}
+}
+
+func appendOfficial(b *array.RecordBuilder, first int, s *OfficialSummary) {
+	b.Field(first).(*array.Int64Builder).Append(s.Rubrics)
+	b.Field(first + 1).(*array.Int64Builder).Append(s.Prompts)
+	for j, v := range []float64{s.CriteriaCount, s.AvgCriterionLen, s.LabelOnlyPct, s.SpecificPct, s.ConstraintPct} {
+		b.Field(first + 2 + j).(*array.Float64Builder).Append(v)
+	}
+}
+
+// OfficialStatsSchema is the schema of rubric_stats_official: one row per
+// (phase, step); prompts counts the items (prompts or pairs), percentages
+// are in percent.
+var OfficialStatsSchema = func() *arrow.Schema {
+	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{OfficialStatsTable, "1"})
+	return arrow.NewSchema(append([]arrow.Field{
+		{Name: "phase", Type: arrow.BinaryTypes.String},
+		{Name: "step", Type: arrow.PrimitiveTypes.Int64},
+	}, officialFields()...), &md)
+}()
+
+// BuildOfficialStats turns stats into one record batch (the caller releases it).
+func BuildOfficialStats(mem memory.Allocator, stats []OfficialStepStats) arrow.RecordBatch {
+	b := array.NewRecordBuilder(mem, OfficialStatsSchema)
+	defer b.Release()
+	for i := range stats {
+		s := &stats[i]
+		b.Field(0).(*array.StringBuilder).Append(s.Phase)
+		b.Field(1).(*array.Int64Builder).Append(s.Step)
+		appendOfficial(b, 2, &s.OfficialSummary)
+	}
+	return b.NewRecordBatch()
+}
+
+const officialHeader = "rubrics\tprompts\tcriteria/rubric\tlabel_only%\tspecific%\tconstraint%\tmean_chars\t"
+
+func officialCells(s *OfficialSummary) string {
+	return fmt.Sprintf("%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t", s.Rubrics, s.Prompts, s.CriteriaCount,
+		s.LabelOnlyPct, s.SpecificPct, s.ConstraintPct, s.AvgCriterionLen)
+}
+
+// WriteOfficialTable prints the official statistics per (phase, step).
+func WriteOfficialTable(w io.Writer, stats []OfficialStepStats) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tstep\t"+officialHeader)
+	for i := range stats {
+		s := &stats[i]
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", s.Phase, s.Step, officialCells(&s.OfficialSummary))
+	}
+	return tw.Flush()
+}
