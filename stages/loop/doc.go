@@ -35,7 +35,7 @@
 // in training still yields a signal; with invalid_rubric=skip only its
 // parsed criteria are used, and one without any gets judgments that record
 // the missing score (and, in the rubric phase, reward 0). The policy phase
-// and eval/replay apply the same rule (eval.JudgingRubric).
+// and eval/replay apply the same rule (rules.JudgingRubric).
 //
 // # Outputs
 //
