@@ -172,7 +172,7 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 	if err != nil {
 		return out, err
 	}
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.Backend, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
 	if err != nil {
 		return out, fmt.Errorf("rubrics: %w", err)
 	}
@@ -187,7 +187,7 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 	for i := range batch {
 		pitems[i] = lmstage.Item{ID: keys[i], Messages: rollout.Conversation(&batch[i], system)}
 	}
-	rolls, err := lmstage.Sample(ctx, l.policy.b, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
+	rolls, err := lmstage.Sample(ctx, l.policy.Backend, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
 	if err != nil {
 		return out, fmt.Errorf("rollouts: %w", err)
 	}
@@ -264,8 +264,8 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	pcfg.Age, pcfg.Fallback, pcfg.PolicyIndex = l.cfg.TemporalAge, l.cfg.TemporalFallback, l.cfg.PolicyIndex
 	pcfg.Policy, pcfg.Infer, pcfg.Rubric = l.cfg.Policy.Sampling, l.cfg.Policy.Sampling, l.cfg.rubricPhaseSampling()
 	pcfg.Infer.Temperature = l.cfg.InferTemp
-	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.m.ID(), l.ckpt
-	pb := &pairs.Builder{Policy: l.policy.m, RubricGen: l.rubric.m, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
+	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.Model, l.ckpt
+	pb := &pairs.Builder{Policy: l.policy.Backend, RubricGen: l.rubric.Backend, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
 	built, err := pb.Build(ctx, int64(step), items)
 	if err != nil {
 		return m, err
@@ -285,7 +285,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	n := l.cfg.RubricSamples
 	spec := l.spec(l.cfg.RubricGen, phase, step, n)
 	spec.Sampling = l.cfg.rubricPhaseSampling()
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.Backend, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
 	if err != nil {
 		return m, fmt.Errorf("rubrics: %w", err)
 	}
