@@ -14,6 +14,7 @@ import (
 
 	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/roles/trained"
 )
@@ -191,6 +192,15 @@ func verifyChecksums(dir string, want map[string]string) error {
 	if len(bad) > 0 {
 		sort.Strings(bad)
 		return fmt.Errorf("files do not match the checksums in state.json:\n  %s", strings.Join(bad, "\n  "))
+	}
+	return nil
+}
+
+// checkpointHook is the loop's checkpointing hook: a checkpoint every
+// checkpoint_every steps and after the last step.
+func (l *loop) checkpointHook(ctx context.Context, step int, _ *schemas.StepMetrics) error {
+	if (step+1)%l.cfg.CheckpointEvery == 0 || step+1 == l.cfg.Steps {
+		return l.checkpoint(ctx, step+1)
 	}
 	return nil
 }

@@ -53,6 +53,7 @@ type loop struct {
 	ckpt           string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
 	prog           *pipeline.Progress
 	skipped        int // updates skipped in a row for a non-finite loss or gradient norm
+	hooks          hooks
 }
 
 // Run implements pipeline.Stage.
@@ -83,6 +84,7 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 	l.prog = env.NewProgress("steps", int64(s.cfg.Steps))
 	l.prog.Add(int64(start))
 	defer l.prog.Done()
+	l.registerHooks()
 	for step := start; step < s.cfg.Steps; step++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -98,29 +100,12 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 			return fmt.Errorf("step %d (%s): %w", step, s.cfg.Phase(step), err)
 		}
 		m.ElapsedS = time.Since(t0).Seconds()
-		if err := write(l, schemas.Steps, []schemas.StepMetrics{m}, step, m.Phase); err != nil {
+		if err := l.hooks.afterStep(ctx, step, &m); err != nil {
 			return err
-		}
-		env.Log.Info("step", "step", step, "phase", m.Phase, "reward", round(m.RewardMean), "loss", round(m.Loss),
-			"kl", round(m.KL), "clip", round(m.ClipFrac), "grad_norm", round(m.GradNorm), "zero_std", round(m.ZeroStdFrac),
-			"elapsed_s", round(m.ElapsedS))
-		if l.skipped >= s.cfg.MaxSkippedUpdates {
-			// The steps row above records it; no checkpoint is taken of a
-			// run that stopped learning.
-			return fmt.Errorf("step %d (%s): %d updates in a row skipped for a NaN or Inf loss or gradient norm (%s = %d): the run diverged; lower the learning rate, check the rewards, or resume from an earlier checkpoint",
-				step, m.Phase, l.skipped, KeyMaxSkippedUpdates, s.cfg.MaxSkippedUpdates)
-		}
-		l.prog.Add(1)
-		if (step+1)%s.cfg.CheckpointEvery == 0 || step+1 == s.cfg.Steps {
-			if err := l.checkpoint(ctx, step+1); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
 }
-
-func round(x float64) float64 { return math.Round(x*1e4) / 1e4 }
 
 // loadPrompts reads the whole prompt stream (prompts are small next to the
 // model; the stream must be indexable to make the data position a function
