@@ -254,12 +254,22 @@ type TrainStats struct {
 	Skipped string
 }
 
-// Trainer takes GRPO steps on the policy. Implementations accumulate
-// gradients over micro-batches internally; one call is one optimizer step.
+// Trainer takes GRPO steps on a trained role's model. Implementations
+// accumulate gradients over micro-batches internally; one call is one
+// optimizer step. Token ids in a TrainSample are in the trained model's
+// vocabulary: PromptTokenIDs makes a sample's prompt.
 type Trainer interface {
 	TrainStep(ctx context.Context, batch []TrainSample) (TrainStats, error)
-	// Save writes an HF-format checkpoint to dir and returns its id.
+	// Save writes what is trained to dir and returns its id: an HF-format
+	// checkpoint when every weight is trained, a PEFT adapter with LoRA.
 	Save(ctx context.Context, dir string) (string, error)
+	// SaveOptimizer writes the optimizer state to the file path. With Save
+	// it is everything a resumed run needs to continue exactly.
+	SaveOptimizer(path string) error
+	// PromptTokenIDs renders a conversation with the trained model's chat
+	// template, ending with the opening of the assistant turn (as the
+	// Generator renders Messages), and tokenizes it.
+	PromptTokenIDs(msgs []Message) ([]int, error)
 }
 
 // CheckIDs returns an error naming the first empty or duplicated ID.

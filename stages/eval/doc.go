@@ -9,7 +9,7 @@
 // through a Scorer; RubricJudge is EVOLM's: the rubric generator writes one
 // rubric per prompt (the policy-phase rubric prompt, rubrics.FromRollout
 // parses it), the judge (package judge) scores each completion under it, and
-// a rubric failing R_format is judged as the loop judges it (JudgingRubric).
+// a rubric failing R_format is judged as the loop judges it (rules.JudgingRubric).
 // Reports (report.go) hold accuracy per subset with seeded bootstrap
 // confidence intervals; `evolm eval` prints them as a table and writes
 // eval_results and eval_items (output.go).

@@ -13,6 +13,7 @@ import (
 	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/rubrics"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // ScoreRequest asks for a score of each completion of one prompt.
@@ -32,7 +33,7 @@ type Scorer interface {
 // RubricJudge is the Scorer of EVOLM: the rubric generator writes one rubric
 // per request from its prompt (the policy-phase rubric prompt), and the
 // judge scores every completion under it. A rubric that fails R_format is
-// judged as the co-evolution loop judges it (JudgingRubric with
+// judged as the co-evolution loop judges it (rules.JudgingRubric with
 // InvalidRubric); a rubric left without criteria gives missing scores (NaN).
 type RubricJudge struct {
 	Generator *roles.Backend
@@ -41,7 +42,7 @@ type RubricJudge struct {
 	Judge     *judge.Judge
 	BatchRows int
 	// InvalidRubric is the policy for rubrics failing R_format
-	// (InvalidRawText, as the loop; InvalidSkip).
+	// (rules.InvalidRawText, as the loop; rules.InvalidSkip).
 	InvalidRubric string
 
 	// Rubrics and Judgments accumulate every row made, for the output.
@@ -68,7 +69,7 @@ func (s *RubricJudge) Score(ctx context.Context, reqs []ScoreRequest) ([][]float
 	byItem := map[string][]schemas.Rubric{}
 	for i := range rolls {
 		rub := rubrics.FromRollout(&rolls[i])
-		byItem[rub.ItemID] = append(byItem[rub.ItemID], JudgingRubric(rub, s.InvalidRubric))
+		byItem[rub.ItemID] = append(byItem[rub.ItemID], rules.JudgingRubric(rub, s.InvalidRubric))
 		s.Rubrics = append(s.Rubrics, rub)
 	}
 	var resps []judge.Response
@@ -181,34 +182,4 @@ func EvalPairwise(ctx context.Context, s Scorer, items []datasets.PairwiseItem, 
 		scored[i] = PairScored{ID: it.ID, Subset: it.Subset, Chosen: scores[i][0], Rejected: scores[i][1]}
 	}
 	return ScorePairwise(scored, b)
-}
-
-// Invalid-rubric policies, as the co-evolution loop's invalid_rubric.
-const (
-	InvalidRawText = "raw_text" // judge under the rubric's text as one criterion
-	InvalidSkip    = "skip"     // judge under its parsed criteria; none: score missing
-)
-
-// JudgingRubric is the rubric the judge applies to r under policy (the
-// loop's rule, so that a replay judges what the run judged): a rubric that
-// fails R_format and has no positively weighted criteria is judged, with
-// raw_text, under its raw text (thinking stripped) as a single criterion of
-// weight 1; otherwise r as it is.
-func JudgingRubric(r schemas.Rubric, policy string) schemas.Rubric {
-	if r.FormatOK || policy == InvalidSkip {
-		return r
-	}
-	total := 0.0
-	for _, c := range r.Criteria {
-		total += c.Weight
-	}
-	if len(r.Criteria) > 0 && total > 0 {
-		return r
-	}
-	text := schemas.StripThink(r.RawText)
-	if text == "" {
-		return r
-	}
-	r.Criteria = []schemas.Criterion{{Criterion: text, Weight: 1}}
-	return r
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/evolm/evolm/stages/judge"
 	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // Name is the stage's registered name.
@@ -55,7 +56,7 @@ The generator and judge are the run's: roles.rubric_generator and roles.judge
 			{Key: KeySamples, Type: pipeline.TypeInt, Default: 1000, Min: pipeline.Bound(1), Max: pipeline.Bound(1_000_000), Description: "bootstrap resamples per interval"},
 			{Key: KeyBootSeed, Type: pipeline.TypeInt, Default: 0, Description: "bootstrap seed"},
 			{Key: KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed of rubric and judge sampling; each row's seed derives from it and the row's key"},
-			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: InvalidRawText, Enum: []string{InvalidRawText, InvalidSkip},
+			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: rules.InvalidRawText, Enum: rules.InvalidPolicies,
 				Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop does) or skip"},
 		},
 		Uses:  roles.Uses(roles.RubricGenerator, roles.Judge),

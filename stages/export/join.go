@@ -12,6 +12,7 @@ import (
 
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // joiner joins one step's rows.
@@ -354,7 +355,7 @@ func (j *joiner) pairs(ctx context.Context, w *pipeline.ShardWriter, step int64,
 			rb.optI32(&rub.SampleIdx)
 			rb.optBool(&rub.FormatOK)
 			rb.optI32(&n)
-			jc, jr := judgBy[key{p.PairID + "/chosen", rub.RubricID}], judgBy[key{p.PairID + "/rejected", rub.RubricID}]
+			jc, jr := judgBy[key{rules.ChosenID(p.PairID), rub.RubricID}], judgBy[key{rules.RejectedID(p.PairID), rub.RubricID}]
 			var model *string
 			var sc, sr, margin *float64
 			if jc != nil {

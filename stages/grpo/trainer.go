@@ -46,7 +46,8 @@ func DefaultTrainerConfig() TrainerConfig {
 	}
 }
 
-// Trainer is backend.Trainer over the in-process engine. In full
+// Trainer is the GRPO learner of the in-process engine (with a tokenizer,
+// stages/roles/torchrole makes it a backend.Trainer). In full
 // fine-tuning it trains Policy in place with AdamW and keeps Ref, a frozen
 // copy made at construction, for the k3 KL term. With LoRA it trains
 // Adapter, attached to the frozen Policy, and the reference is Policy with
@@ -61,8 +62,6 @@ type Trainer struct {
 	cfg       TrainerConfig
 	save      model.SaveOptions
 }
-
-var _ backend.Trainer = (*Trainer)(nil)
 
 // NewTrainer turns on grads for policy and builds the optimizer. ref is the
 // frozen reference of the KL term (when β ≠ 0); nil makes it a frozen copy of
@@ -134,6 +133,12 @@ func newLoRATrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.Sa
 
 // Optimizer exposes the AdamW state for checkpointing.
 func (t *Trainer) Optimizer() *optim.AdamW { return t.tr.Opt }
+
+// SaveOptimizer writes the AdamW state to path (safetensors).
+func (t *Trainer) SaveOptimizer(path string) error { return t.tr.Opt.Save(path) }
+
+// LoadOptimizer loads the AdamW state that SaveOptimizer wrote (resume).
+func (t *Trainer) LoadOptimizer(path string) error { return t.tr.Opt.Load(path) }
 
 // Close frees the optimizer state, the reference model and the adapter
 // (not the policy).

@@ -53,6 +53,7 @@ import (
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // Name is the stage's name.
@@ -144,6 +145,16 @@ type Response struct {
 	HasQuestion bool
 	Text        string  // the answer, thinking included
 	Failed      *string // the generation's failure, if any
+}
+
+// PairResponses are the two answers of a pair as the judge scores them, a+
+// then a−: ids rules.ChosenID and rules.RejectedID, item the pair (whose
+// rubrics they are judged under).
+func PairResponses(p *schemas.Pair) []Response {
+	return []Response{
+		{ID: rules.ChosenID(p.PairID), ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Chosen},
+		{ID: rules.RejectedID(p.PairID), ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Rejected},
+	}
 }
 
 // Run implements pipeline.Stage.
@@ -247,9 +258,7 @@ func (s *Stage) read(rec arrow.RecordBatch, questions map[string]string) ([]Resp
 		}
 		out := make([]Response, 0, 2*len(ps))
 		for _, p := range ps {
-			out = append(out,
-				Response{ID: p.PairID + "/chosen", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Chosen},
-				Response{ID: p.PairID + "/rejected", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Rejected})
+			out = append(out, PairResponses(&p)...)
 		}
 		return out, nil
 	}
@@ -361,7 +370,7 @@ func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][
 		}
 		for _, rub := range rubs {
 			row := schemas.Judgment{
-				JudgmentID: r.ID + "|" + rub.RubricID, ResponseID: r.ID, RubricID: rub.RubricID,
+				JudgmentID: rules.JudgmentID(r.ID, rub.RubricID), ResponseID: r.ID, RubricID: rub.RubricID,
 				Phase: j.spec.Phase, Step: j.spec.Step, JudgeModel: j.b.Model, JudgeMode: j.mode,
 				PromptVersion: j.version, CriterionScores: []float64{},
 			}

@@ -14,6 +14,9 @@ import (
 
 	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/stages/roles/trained"
 )
 
 // state is checkpoints/step-NNNNNN/state.json.
@@ -45,6 +48,17 @@ var ckptRE = regexp.MustCompile(`^step-(\d{6})$`)
 
 func ckptName(step int) string   { return fmt.Sprintf("step-%06d", step) }
 func ckptDir(name string) string { return "checkpoints/" + name }
+
+// A checkpoint holds, per trained role (policy; rubric_generator in the
+// two-model ablation), what its Trainer saved — <role>/ (an HF checkpoint,
+// or a LoRA adapter) and <role>_optimizer.safetensors — beside
+// replay.parquet and state.json.
+const optimizerSuffix = "_optimizer.safetensors"
+
+// roleDir and optimizerFile are a role's files in checkpoint name, relative
+// to the run directory.
+func roleDir(name, role string) string       { return ckptDir(name) + "/" + role }
+func optimizerFile(name, role string) string { return ckptDir(name) + "/" + role + optimizerSuffix }
 
 // latestCheckpoint finds the newest complete checkpoint (one with
 // state.json, written last) and returns the step to resume at and its name
@@ -182,9 +196,19 @@ func verifyChecksums(dir string, want map[string]string) error {
 	return nil
 }
 
+// checkpointHook is the loop's checkpointing hook: a checkpoint every
+// checkpoint_every steps and after the last step.
+func (l *loop) checkpointHook(ctx context.Context, step int, _ *schemas.StepMetrics) error {
+	if (step+1)%l.cfg.CheckpointEvery == 0 || step+1 == l.cfg.Steps {
+		return l.checkpoint(ctx, step+1)
+	}
+	return nil
+}
+
 // checkpoint writes checkpoints/step-NNNNNN for the state after step next−1:
-// models (HF format), optimizer states, the replay buffer, then state.json;
-// in a temp directory renamed into place.
+// what each trained role's Trainer saves (weights or adapter, optimizer
+// state), the replay buffer, then state.json; in a temp directory renamed
+// into place.
 func (l *loop) checkpoint(ctx context.Context, next int) error {
 	name := ckptName(next)
 	final := l.env.Run.Path(ckptDir(name))
@@ -196,15 +220,15 @@ func (l *loop) checkpoint(ctx context.Context, next int) error {
 		return fmt.Errorf("checkpoint %s: %w", name, err)
 	}
 	defer os.RemoveAll(tmp) // no-op after the rename
-	roles := map[string]*role{"policy": l.policy}
+	trainedRoles := map[string]*trained.Role{roles.Policy: l.policy}
 	if l.rubric != l.policy {
-		roles["rubric_generator"] = l.rubric
+		trainedRoles[roles.RubricGenerator] = l.rubric
 	}
-	for rname, r := range roles {
-		if _, err := r.tr.Save(ctx, filepath.Join(tmp, rname)); err != nil {
+	for rname, r := range trainedRoles {
+		if _, err := r.Trainer.Save(ctx, filepath.Join(tmp, rname)); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", name, err)
 		}
-		if err := r.tr.Optimizer().Save(filepath.Join(tmp, rname+"_optimizer.safetensors")); err != nil {
+		if err := r.Trainer.SaveOptimizer(filepath.Join(tmp, rname+optimizerSuffix)); err != nil {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", name, err)
 		}
 	}

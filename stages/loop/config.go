@@ -3,14 +3,15 @@ package loop
 import (
 	"fmt"
 
-	"github.com/evolm/evolm/pipeline"
-	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/lora"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/grpo"
 	"github.com/evolm/evolm/stages/pairs"
 	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/rubrics"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // Name is the loop's registered name (`evolm run`, config section stages.run).
@@ -139,13 +140,13 @@ type Config struct {
 	RubricPhaseTemp, RubricPhaseTopP float64
 	// NonStopPenalty, when set, gives a policy answer cut at max_tokens
 	// (finish_reason length) the reward NonStopValue instead of its score.
-	NonStopPenalty bool
-	NonStopValue   float64
-	InvalidRubric                                    string
-	RubricFormat                                     schemas.RubricFormat
-	CheckpointEvery                                  int
-	Seed                                             int64
-	Trainer                                          grpo.TrainerConfig
+	NonStopPenalty  bool
+	NonStopValue    float64
+	InvalidRubric   string
+	RubricFormat    schemas.RubricFormat
+	CheckpointEvery int
+	Seed            int64
+	Trainer         grpo.TrainerConfig
 	// MaxSkippedUpdates is how many updates in a row may be skipped (NaN
 	// or Inf loss or gradient norm) before the run stops.
 	MaxSkippedUpdates int
@@ -190,7 +191,7 @@ func fields() []pipeline.Field {
 		bounded(f(KeyMinAge, pipeline.TypeInt, 20, "temporal contrast: youngest buffered answer, in steps"), one, nil, false, false),
 		f(KeyMaxAge, pipeline.TypeInt, 100, "temporal contrast: oldest buffered answer, in steps (≥ temporal_min_age)"),
 		bounded(f(KeyWiden, pipeline.TypeInt, 10, "temporal contrast: widen an empty age window by this many steps per side"), one, nil, false, false),
-		{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: "raw_text", Enum: []string{"raw_text", "skip"},
+		{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: rules.InvalidRawText, Enum: rules.InvalidPolicies,
 			Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion) or skip (score missing)"},
 		bounded(f(KeyCheckpointEvery, pipeline.TypeInt, 25, "write a checkpoint every this many steps (and after the last)"), one, nil, false, false),
 		f(KeySeed, pipeline.TypeInt, 0, "base seed of every sampling and data-order draw"),

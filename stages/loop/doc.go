@@ -5,7 +5,36 @@
 //
 // It lives under stages/ (not pipeline/) because it composes the stages'
 // cores — lmstage.Sample (rollout), rubrics.FromRollout, judge.Judge,
-// pairs.Builder, grpo.Trainer — which pipeline must not import.
+// pairs.Builder, the grpo advantages and rewards — which pipeline must not
+// import.
+//
+// # Structure
+//
+// The loop knows no engine type. It composes:
+//
+//   - the roles, through the backend interfaces: the judge is opened by
+//     roles.Open (a roles.Backend: Generator, Scorer); each trained role by
+//     trained.Open (package stages/roles/trained) into a trained.Role: the
+//     roles.Backend it samples through and a backend.Trainer (TrainStep,
+//     Save, SaveOptimizer, PromptTokenIDs). The engine that implements them
+//     registers itself (stages/roles/torchrole, imported by cmd/evolm) and
+//     handles full fine-tuning with its frozen reference, LoRA, gradient
+//     checkpointing and resume from a checkpoint's files. In the
+//     shared-model design the rubric generator is the policy's trained.Role:
+//     one model, one trainer, one optimizer state.
+//   - the shared rules (package stages/rules): which rubric the judge
+//     applies (rules.JudgingRubric), whether it is usable, and every row id
+//     (rollouts, pairs, the two responses of a pair, rubrics, judgments,
+//     the per-step item keys) — the same functions judge, replay, eval and
+//     export use. The rubric reward is grpo.RubricPairReward.
+//   - the step loop (loop.go: Run), which computes a step (steps.go:
+//     policyStep, rubricStep) and then runs the step hooks (hooks.go), in
+//     gomlx's manner: StepHook functions registered with OnStep and a
+//     Priority, lower first. The loop's own hooks are the steps row and the
+//     step's log line (PriorityMetrics), the divergence guard that stops a
+//     run after max_skipped_updates skipped updates (PriorityGuard), the
+//     progress counter (PriorityProgress) and checkpointing
+//     (PriorityCheckpoint, checkpoint.go). A hook's error stops the run.
 //
 // # Schedule
 //
@@ -35,7 +64,7 @@
 // in training still yields a signal; with invalid_rubric=skip only its
 // parsed criteria are used, and one without any gets judgments that record
 // the missing score (and, in the rubric phase, reward 0). The policy phase
-// and eval/replay apply the same rule (eval.JudgingRubric).
+// and eval/replay apply the same rule (rules.JudgingRubric).
 //
 // # Outputs
 //
@@ -50,10 +79,12 @@
 // # Checkpoints and resume
 //
 // Every checkpoint_every steps and after the last step, the loop writes
-// checkpoints/step-NNNNNN/: policy/ (an HF checkpoint: config.json,
-// safetensors, tokenizer — loads in transformers and vLLM), the optimizer
-// state, the replay buffer (replay.parquet) and state.json (next step, seed,
-// config hash). It is written to a temp directory and renamed, so a crash
+// checkpoints/step-NNNNNN/: per trained role what its Trainer saves —
+// policy/ (an HF checkpoint: config.json, safetensors, tokenizer — loads in
+// transformers and vLLM; with LoRA the adapter in PEFT's format) and
+// policy_optimizer.safetensors (rubric_generator/ and its optimizer too in
+// the two-model ablation) — the replay buffer (replay.parquet) and
+// state.json (next step, seed, config hash, checksums). It is written to a temp directory and renamed, so a crash
 // never leaves a partial checkpoint under its name. On start the loop
 // resumes from the newest complete checkpoint: it loads the weights,
 // optimizer and buffer and recomputes every step after it; a checkpoint

@@ -9,10 +9,7 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/internal/failpoint"
-	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
-	"github.com/evolm/evolm/model/torch"
-	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/grpo"
@@ -21,7 +18,7 @@ import (
 	"github.com/evolm/evolm/stages/pairs"
 	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/roles"
-	"github.com/evolm/evolm/stages/roles/torchrole"
+	"github.com/evolm/evolm/stages/roles/trained"
 )
 
 type stage struct {
@@ -41,13 +38,6 @@ func newFromConfig(cfg *pipeline.Config) (*stage, error) {
 	return &stage{cfg: c, set: set}, nil
 }
 
-// role is one trained role's model, trainer and backend view.
-type role struct {
-	m  *torchbe.Model
-	tr *grpo.Trainer
-	b  *roles.Backend
-}
-
 // loop is one running co-evolution loop.
 type loop struct {
 	cfg     *Config
@@ -57,12 +47,13 @@ type loop struct {
 	order   []int // current epoch's prompt order
 	epoch   int
 
-	policy, rubric *role // the same *role when the model is shared
+	policy, rubric *trained.Role // the same *Role when the model is shared
 	judge          *roles.Backend
 	buf            *pairs.Buffer
 	ckpt           string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
 	prog           *pipeline.Progress
 	skipped        int // updates skipped in a row for a non-finite loss or gradient norm
+	hooks          hooks
 }
 
 // Run implements pipeline.Stage.
@@ -93,6 +84,7 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 	l.prog = env.NewProgress("steps", int64(s.cfg.Steps))
 	l.prog.Add(int64(start))
 	defer l.prog.Done()
+	l.registerHooks()
 	for step := start; step < s.cfg.Steps; step++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -108,29 +100,12 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 			return fmt.Errorf("step %d (%s): %w", step, s.cfg.Phase(step), err)
 		}
 		m.ElapsedS = time.Since(t0).Seconds()
-		if err := write(l, schemas.Steps, []schemas.StepMetrics{m}, step, m.Phase); err != nil {
+		if err := l.hooks.afterStep(ctx, step, &m); err != nil {
 			return err
-		}
-		env.Log.Info("step", "step", step, "phase", m.Phase, "reward", round(m.RewardMean), "loss", round(m.Loss),
-			"kl", round(m.KL), "clip", round(m.ClipFrac), "grad_norm", round(m.GradNorm), "zero_std", round(m.ZeroStdFrac),
-			"elapsed_s", round(m.ElapsedS))
-		if l.skipped >= s.cfg.MaxSkippedUpdates {
-			// The steps row above records it; no checkpoint is taken of a
-			// run that stopped learning.
-			return fmt.Errorf("step %d (%s): %d updates in a row skipped for a NaN or Inf loss or gradient norm (%s = %d): the run diverged; lower the learning rate, check the rewards, or resume from an earlier checkpoint",
-				step, m.Phase, l.skipped, KeyMaxSkippedUpdates, s.cfg.MaxSkippedUpdates)
-		}
-		l.prog.Add(1)
-		if (step+1)%s.cfg.CheckpointEvery == 0 || step+1 == s.cfg.Steps {
-			if err := l.checkpoint(ctx, step+1); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
 }
-
-func round(x float64) float64 { return math.Round(x*1e4) / 1e4 }
 
 // loadPrompts reads the whole prompt stream (prompts are small next to the
 // model; the stream must be indexable to make the data position a function
@@ -200,8 +175,8 @@ func (l *loop) snapshotConfig() error {
 	return pipeline.WriteFileAtomic(path, b)
 }
 
-// open loads the models (from checkpoint ck when set), trainers, the judge
-// and the replay buffer.
+// open opens the trained roles (from checkpoint ck when set), the judge and
+// the replay buffer.
 func (l *loop) open(ctx context.Context, ck string) error {
 	var err error
 	if l.policy, err = l.openRole(l.cfg.Policy, ck); err != nil {
@@ -229,72 +204,29 @@ func (l *loop) open(ctx context.Context, ck string) error {
 	return err
 }
 
-func (l *loop) openRole(rc roles.Config, ck string) (*role, error) {
-	name, initial := rc.Role, rc.Model
-	lora := l.cfg.Trainer.LoRA.Rank > 0
-	dir := initial
-	if ck != "" && !lora {
-		// Full fine-tuning checkpoints the whole model; LoRA checkpoints
-		// the adapter only, loaded onto the initial model below.
-		dir = l.env.Run.Path(ckptDir(ck) + "/" + name)
-	}
-	m, err := torchbe.Load(torchrole.Options(rc, dir, name))
-	if err != nil {
-		return nil, fmt.Errorf("%s model: %w", name, err)
-	}
-	var ref model.CausalLM
-	if l.cfg.Trainer.Loss.Beta != 0 && !lora { // with LoRA the reference is the model with its adapter off
-		dev, err := torch.ParseDevice(rc.Device)
-		if err != nil {
-			m.Close()
-			return nil, err
-		}
-		var dt torch.DType
-		if rc.DType != "" {
-			if dt, err = torch.ParseDType(rc.DType); err != nil {
-				m.Close()
-				return nil, err
-			}
-		}
-		if ref, err = model.Load(initial, model.LoadOptions{Device: dev, DType: dt}); err != nil {
-			m.Close()
-			return nil, fmt.Errorf("%s reference model: %w", name, err)
-		}
-	}
-	tr, err := grpo.NewTrainer(m.LM(), ref, l.cfg.TrainerFor(name), model.SaveOptions{TokenizerDir: initial})
-	if err != nil {
-		if ref != nil {
-			ref.Close()
-		}
-		m.Close()
-		return nil, fmt.Errorf("%s trainer: %w", name, err)
-	}
+// openRole opens a trained role through package trained (the engine is
+// registered there, not linked here), restoring it from checkpoint ck when
+// set.
+func (l *loop) openRole(rc roles.Config, ck string) (*trained.Role, error) {
+	opt := trained.Options{Learner: l.cfg.TrainerFor(rc.Role)}
 	if ck != "" {
-		if lora {
-			if err := tr.LoadAdapter(l.env.Run.Path(ckptDir(ck) + "/" + name)); err != nil {
-				tr.Close()
-				m.Close()
-				return nil, fmt.Errorf("checkpoint %s: %w", ck, err)
-			}
-		}
-		opt := l.env.Run.Path(ckptDir(ck) + "/" + name + "_optimizer.safetensors")
-		if err := tr.Optimizer().Load(opt); err != nil {
-			tr.Close()
-			m.Close()
-			return nil, fmt.Errorf("checkpoint %s: %w", ck, err)
-		}
+		opt.Resume = &trained.Resume{Dir: l.env.Run.Path(roleDir(ck, rc.Role)), Optimizer: l.env.Run.Path(optimizerFile(ck, rc.Role))}
 	}
-	return &role{m: m, tr: tr, b: roles.NewBackend(roles.BackendTorch, m.ID(), m, m, m, nil)}, nil
+	r, err := trained.Open(rc, opt, l.env.Log)
+	if err != nil && ck != "" {
+		return nil, fmt.Errorf("checkpoint %s: %w", ck, err)
+	}
+	return r, err
 }
 
 func (l *loop) close() {
-	for _, r := range []*role{l.policy, l.rubric} {
-		if r != nil && r.tr != nil {
-			r.tr.Close()
-			r.m.Close()
-			r.tr = nil
-		}
+	if l.policy != nil {
+		l.policy.Close()
 	}
+	if l.rubric != nil && l.rubric != l.policy {
+		l.rubric.Close()
+	}
+	l.policy, l.rubric = nil, nil
 	if l.judge != nil {
 		l.judge.Close()
 	}
@@ -352,15 +284,15 @@ func (l *loop) rubricItems(ids, questions []string) ([]lmstage.Item, error) {
 
 // trainSample turns a rollout into a GRPO sample; ok is false for a row
 // with no tokens to train on.
-func trainSample(r *role, msgs []backend.Message, ro *schemas.Rollout, adv float64) (backend.TrainSample, bool, error) {
+func trainSample(tr backend.Trainer, msgs []backend.Message, ro *schemas.Rollout, adv float64) (backend.TrainSample, bool, error) {
 	if ro.Error != nil || len(ro.TokenIDs) == 0 {
 		return backend.TrainSample{}, false, nil
 	}
-	text, err := r.m.RenderChat(msgs)
+	prompt, err := tr.PromptTokenIDs(msgs)
 	if err != nil {
 		return backend.TrainSample{}, false, err
 	}
-	ts := backend.TrainSample{PromptTokenIDs: r.m.Tokenizer().Encode(text), Advantage: adv}
+	ts := backend.TrainSample{PromptTokenIDs: prompt, Advantage: adv}
 	for _, id := range ro.TokenIDs {
 		ts.CompletionTokenIDs = append(ts.CompletionTokenIDs, int(id))
 	}
@@ -373,13 +305,13 @@ func trainSample(r *role, msgs []backend.Message, ro *schemas.Rollout, adv float
 
 // update runs one GRPO step on r (when any sample carries a signal) and
 // fills m's training fields.
-func (l *loop) update(ctx context.Context, r *role, samples []backend.TrainSample, m *schemas.StepMetrics) error {
+func (l *loop) update(ctx context.Context, r *trained.Role, samples []backend.TrainSample, m *schemas.StepMetrics) error {
 	m.LR = l.cfg.Trainer.LR
 	if len(samples) == 0 {
 		l.env.Log.Warn("no group with a reward signal this step; no update", "step", m.Step, "phase", m.Phase)
 		return nil
 	}
-	st, err := r.tr.TrainStep(ctx, samples)
+	st, err := r.Trainer.TrainStep(ctx, samples)
 	if err != nil {
 		return err
 	}
@@ -406,7 +338,7 @@ type groupStats struct {
 
 // group computes one group's advantages (missing rewards are NaN, handled by
 // policy), counts it, and returns the GRPO samples of its kept members.
-func (g *groupStats) group(r *role, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, policy grpo.MissingPolicy, unbiased bool) ([]backend.TrainSample, error) {
+func (g *groupStats) group(r *trained.Role, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, policy grpo.MissingPolicy, unbiased bool) ([]backend.TrainSample, error) {
 	for _, x := range rewards {
 		if !math.IsNaN(x) {
 			g.rewards = append(g.rewards, x)
@@ -420,7 +352,7 @@ func (g *groupStats) group(r *role, msgs []backend.Message, rolls []schemas.Roll
 	}
 	var out []backend.TrainSample
 	for _, k := range st.Kept {
-		ts, ok, err := trainSample(r, msgs, &rolls[k], adv[k])
+		ts, ok, err := trainSample(r.Trainer, msgs, &rolls[k], adv[k])
 		if err != nil {
 			return nil, err
 		}

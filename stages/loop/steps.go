@@ -11,13 +11,13 @@ import (
 	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/eval"
 	"github.com/evolm/evolm/stages/grpo"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/judge"
 	"github.com/evolm/evolm/stages/pairs"
 	"github.com/evolm/evolm/stages/rollout"
 	"github.com/evolm/evolm/stages/rubrics"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 var (
@@ -164,10 +164,7 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 	// round as well.
 	keys := make([]string, len(batch))
 	for i := range batch {
-		keys[i] = fmt.Sprintf("%s#%d", ids[i], i)
-		if round > 0 {
-			keys[i] = fmt.Sprintf("%s#r%d.%d", ids[i], round, i)
-		}
+		keys[i] = rules.ItemKey(ids[i], round, i)
 	}
 
 	// 1. The rubric generator writes one rubric per prompt.
@@ -175,7 +172,7 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 	if err != nil {
 		return out, err
 	}
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.Backend, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
 	if err != nil {
 		return out, fmt.Errorf("rubrics: %w", err)
 	}
@@ -190,7 +187,7 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 	for i := range batch {
 		pitems[i] = lmstage.Item{ID: keys[i], Messages: rollout.Conversation(&batch[i], system)}
 	}
-	rolls, err := lmstage.Sample(ctx, l.policy.b, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
+	rolls, err := lmstage.Sample(ctx, l.policy.Backend, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
 	if err != nil {
 		return out, fmt.Errorf("rollouts: %w", err)
 	}
@@ -267,9 +264,9 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	pcfg.Age, pcfg.Fallback, pcfg.PolicyIndex = l.cfg.TemporalAge, l.cfg.TemporalFallback, l.cfg.PolicyIndex
 	pcfg.Policy, pcfg.Infer, pcfg.Rubric = l.cfg.Policy.Sampling, l.cfg.Policy.Sampling, l.cfg.rubricPhaseSampling()
 	pcfg.Infer.Temperature = l.cfg.InferTemp
-	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.m.ID(), l.ckpt
+	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.Model, l.ckpt
 	pcfg.RubricFormat = l.cfg.RubricFormat
-	pb := &pairs.Builder{Policy: l.policy.m, RubricGen: l.rubric.m, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
+	pb := &pairs.Builder{Policy: l.policy.Backend, RubricGen: l.rubric.Backend, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
 	built, err := pb.Build(ctx, int64(step), items)
 	if err != nil {
 		return m, err
@@ -289,7 +286,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	n := l.cfg.RubricSamples
 	spec := l.spec(l.cfg.RubricGen, phase, step, n)
 	spec.Sampling = l.cfg.rubricPhaseSampling()
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.b, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.Backend, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
 	if err != nil {
 		return m, fmt.Errorf("rubrics: %w", err)
 	}
@@ -301,9 +298,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	// The judge scores a+ and a− under every rubric of their pair.
 	resps := make([]judge.Response, 0, 2*len(ps))
 	for _, p := range ps {
-		resps = append(resps,
-			judge.Response{ID: p.PairID + "/chosen", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Chosen},
-			judge.Response{ID: p.PairID + "/rejected", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Rejected})
+		resps = append(resps, judge.PairResponses(&p)...)
 	}
 	js, err := l.judgeStep(ctx, phase, step, resps, byItem)
 	if err != nil {
@@ -332,13 +327,13 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		rewards := make([]float64, n)
 		for k := range group {
 			rub := rubs[i*n+k]
-			if !usable(byItem[p.PairID][k]) {
+			if !rules.Usable(byItem[p.PairID][k]) {
 				rewards[k] = 0
 				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], 0)
 				continue
 			}
-			sp, okp := score[p.PairID+"/chosen|"+rub.RubricID]
-			sm, okm := score[p.PairID+"/rejected|"+rub.RubricID]
+			sp, okp := score[rules.JudgmentID(rules.ChosenID(p.PairID), rub.RubricID)]
+			sm, okm := score[rules.JudgmentID(rules.RejectedID(p.PairID), rub.RubricID)]
 			rewards[k] = math.NaN()
 			if !okp || !okm {
 				continue
@@ -403,29 +398,16 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 }
 
 // parseRubrics turns rubric generations into rubrics rows and the rubrics
-// the judge applies per item (eval.JudgingRubric: the invalid_rubric rule
+// the judge applies per item (rules.JudgingRubric: the invalid_rubric rule
 // shared with eval and replay).
 func (l *loop) parseRubrics(rolls []schemas.Rollout) ([]schemas.Rubric, map[string][]schemas.Rubric) {
 	rubs := make([]schemas.Rubric, len(rolls))
 	byItem := map[string][]schemas.Rubric{}
 	for i := range rolls {
 		rubs[i] = rubrics.FromRolloutAs(&rolls[i], l.cfg.RubricFormat)
-		byItem[rubs[i].ItemID] = append(byItem[rubs[i].ItemID], eval.JudgingRubric(rubs[i], l.cfg.InvalidRubric))
+		byItem[rubs[i].ItemID] = append(byItem[rubs[i].ItemID], rules.JudgingRubric(rubs[i], l.cfg.InvalidRubric))
 	}
 	return rubs, byItem
-}
-
-// usable reports whether the judge can apply r: at least one criterion, every
-// weight finite and non-negative, and a positive total.
-func usable(r schemas.Rubric) bool {
-	total := 0.0
-	for _, c := range r.Criteria {
-		if math.IsNaN(c.Weight) || math.IsInf(c.Weight, 0) || c.Weight < 0 {
-			return false
-		}
-		total += c.Weight
-	}
-	return total > 0
 }
 
 // questionText is what the rubric generator and the judge see as the

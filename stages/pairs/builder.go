@@ -13,6 +13,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // Config configures pair construction.
@@ -260,7 +261,7 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 		return append(ms, backend.Message{Role: "user", Content: question})
 	}
 	newGen := func(i int, tag, role string, msgs []backend.Message, sp backend.Sampling) *gen {
-		id := fmt.Sprintf("pair/%06d/%03d/%s", step, first+i, tag)
+		id := rules.PairRolloutID(step, first+i, tag)
 		sp.Seed = ptr(lmstage.DeriveSeed(b.Cfg.Seed, id))
 		return &gen{
 			req:  backend.GenerateRequest{ID: id, Messages: msgs, N: 1, Sampling: sp, LogProbs: true},
@@ -281,7 +282,7 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 	for i, it := range items {
 		p := &pairs[i]
 		*p = schemas.Pair{
-			PairID: fmt.Sprintf("pair-%06d-%03d", step, first+i), PromptID: it.PromptID, Step: step,
+			PairID: rules.PairID(step, first+i), PromptID: it.PromptID, Step: step,
 			Question: it.Question, Strategy: strategies[i], ChosenStep: step, RejectedStep: step,
 		}
 		switch strategies[i] {

@@ -19,7 +19,7 @@
 //   - Judge: roles.judge (model, mode, sampling, prompts, backend); one
 //     judgment per (answer, rubric), response ids
 //     "<pair_id>/chosen" and "<pair_id>/rejected". A rubric failing R_format
-//     is judged as the loop judges it (invalid_rubric, eval.JudgingRubric); the
+//     is judged as the loop judges it (invalid_rubric, rules.JudgingRubric); the
 //     rubrics written are the source's (or generator's) rows, unchanged.
 //   - Outputs in the target run, per source step: pairs (copied rows),
 //     rubrics (reused or new) and judgments, all under
@@ -43,6 +43,7 @@ import (
 	"github.com/evolm/evolm/stages/judge"
 	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/rubrics"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // Name is the stage's registered name.
@@ -76,7 +77,7 @@ the target run. The source run is never modified.`,
 			{Key: KeyN, Type: pipeline.TypeInt, Default: 8, Min: pipeline.Bound(1), Description: "new_rubrics: candidate rubrics per pair"},
 			{Key: KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed of rubric and judge sampling; each row's seed derives from it and the row's key"},
 			{Key: KeySteps, Type: pipeline.TypeString, Default: "", Description: "source steps to replay (e.g. 10-20,25); empty: all"},
-			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: eval.InvalidRawText, Enum: []string{eval.InvalidRawText, eval.InvalidSkip},
+			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: rules.InvalidRawText, Enum: rules.InvalidPolicies,
 				Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop does) or skip"},
 		},
 		Uses: roles.Uses(roles.RubricGenerator, roles.Judge),
@@ -281,13 +282,11 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 		}
 	}
 	for _, r := range rubs {
-		byItem[r.ItemID] = append(byItem[r.ItemID], eval.JudgingRubric(r, s.InvalidRubric))
+		byItem[r.ItemID] = append(byItem[r.ItemID], rules.JudgingRubric(r, s.InvalidRubric))
 	}
 	var resps []judge.Response
 	for _, p := range pairs {
-		resps = append(resps,
-			judge.Response{ID: p.PairID + "/chosen", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Chosen},
-			judge.Response{ID: p.PairID + "/rejected", ItemID: p.PairID, Question: p.Question, HasQuestion: true, Text: p.Rejected})
+		resps = append(resps, judge.PairResponses(&p)...)
 	}
 	js, _, err := jf.New(schemas.PhaseRubric, step).Judge(ctx, resps, byItem)
 	if err != nil {

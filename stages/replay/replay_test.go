@@ -17,7 +17,6 @@ import (
 
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/eval"
 	"github.com/evolm/evolm/stages/export"
 	"github.com/evolm/evolm/stages/export/synthrun"
 	"github.com/evolm/evolm/stages/replay"
@@ -128,26 +127,5 @@ func TestReplayBadSource(t *testing.T) {
 	}
 	if treeHash(t, src) != before {
 		t.Error("the source run changed")
-	}
-}
-
-func TestJudgingRubric(t *testing.T) {
-	why := "no JSON object found"
-	bad := schemas.Rubric{RubricID: "r", RawText: "<think>hmm</think>Be correct and brief.", ParseError: &why, Criteria: []schemas.Criterion{}}
-	got := eval.JudgingRubric(bad, eval.InvalidRawText)
-	if d := cmp.Diff([]schemas.Criterion{{Criterion: "Be correct and brief.", Weight: 1}}, got.Criteria); d != "" {
-		t.Errorf("raw_text (-want +got):\n%s", d)
-	}
-	if got := eval.JudgingRubric(bad, eval.InvalidSkip); len(got.Criteria) != 0 {
-		t.Errorf("skip: %v", got.Criteria)
-	}
-	partial := bad
-	partial.Criteria = []schemas.Criterion{{Criterion: "Accuracy", Weight: 0.4}}
-	if got := eval.JudgingRubric(partial, eval.InvalidRawText); !cmp.Equal(got.Criteria, partial.Criteria) {
-		t.Errorf("parsed criteria of an invalid rubric are kept: %v", got.Criteria)
-	}
-	ok := schemas.Rubric{FormatOK: true, RawText: "x", Criteria: []schemas.Criterion{{Criterion: "A", Weight: 0.5}, {Criterion: "B", Weight: 0.5}}}
-	if got := eval.JudgingRubric(ok, eval.InvalidRawText); !cmp.Equal(got, ok) {
-		t.Errorf("valid rubric changed: %+v", got)
 	}
 }

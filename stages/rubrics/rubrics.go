@@ -37,6 +37,7 @@ import (
 	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // Name is the stage's name.
@@ -243,7 +244,7 @@ func FromRollout(r *schemas.Rollout) schemas.Rubric { return FromRolloutAs(r, sc
 // R_format reading f.
 func FromRolloutAs(r *schemas.Rollout, f schemas.RubricFormat) schemas.Rubric {
 	out := schemas.Rubric{
-		RubricID: r.RolloutID, ItemID: r.PromptID, Phase: r.Phase, Step: r.Step, SampleIdx: r.SampleIdx,
+		RubricID: rules.RubricID(r.RolloutID), ItemID: r.PromptID, Phase: r.Phase, Step: r.Step, SampleIdx: r.SampleIdx,
 		RolloutID: r.RolloutID, RawText: r.Text, Criteria: []schemas.Criterion{},
 	}
 	if r.Error != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // Stage is the provenance stage name of every synthetic shard.
@@ -171,8 +172,8 @@ func Write(ctx context.Context, mem memory.Allocator, dir string, o Options) (Co
 					rubrics = append(rubrics, rub)
 					sc := clamp(0.6 + 0.2*progress + 0.1*rng.NormFloat64())
 					sr := clamp(0.5 - 0.2*progress + 0.1*rng.NormFloat64())
-					jc := makeJudgment(pid+"/chosen", rub, phase, s, sc, rng)
-					jr := makeJudgment(pid+"/rejected", rub, phase, s, sr, rng)
+					jc := makeJudgment(rules.ChosenID(pid), rub, phase, s, sc, rng)
+					jr := makeJudgment(rules.RejectedID(pid), rub, phase, s, sr, rng)
 					judgments = append(judgments, jc, jr)
 					if jc.Score != nil && jr.Score != nil {
 						rewards = append(rewards, 0.7*(*jc.Score-*jr.Score)+0.3*b2f(rub.FormatOK))
@@ -307,7 +308,7 @@ func makeRubric(rng *rand.Rand, item, phase string, step, j int, progress float6
 
 func makeJudgment(responseID string, rub schemas.Rubric, phase string, step int, score float64, rng *rand.Rand) schemas.Judgment {
 	j := schemas.Judgment{
-		JudgmentID: responseID + "|" + rub.RubricID, ResponseID: responseID, RubricID: rub.RubricID, Phase: phase, Step: int64(step),
+		JudgmentID: rules.JudgmentID(responseID, rub.RubricID), ResponseID: responseID, RubricID: rub.RubricID, Phase: phase, Step: int64(step),
 		JudgeModel: "synthetic-judge", JudgeMode: schemas.JudgeGenerative, PromptVersion: "v1",
 		RawText: fmt.Sprintf("{\"reasoning\": \"…\", \"score\": %.3f}", score),
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/stages/rules"
 )
 
 // Config keys of a sampling stage.
@@ -96,7 +97,7 @@ type Item struct {
 
 // RolloutID is the id of sample j of an item.
 func (sp SampleSpec) RolloutID(item string, j int) string {
-	return fmt.Sprintf("%s/%s/%06d/%s/%d", item, sp.Phase, sp.Step, sp.Role, j)
+	return rules.RolloutID(item, sp.Phase, sp.Step, sp.Role, j)
 }
 
 // ItemSeed is the seed of an item's request; sample j samples with
