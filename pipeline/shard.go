@@ -13,8 +13,6 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -23,6 +21,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/evolm/evolm/schemas"
 )
 
 // Provenance keys in every shard's Parquet footer key-value metadata. The
@@ -34,13 +34,6 @@ const (
 	MetaCodeVersion = "evolm.code_version" // CodeVersion() of the writer
 	MetaInputs      = "evolm.inputs"       // JSON list of input fingerprints
 
-	// MetaSchemaVersion, in a schema's metadata, is the version of the table
-	// the schema belongs to (schemas.Table sets it).
-	MetaSchemaVersion = "evolm.schema_version"
-	// MetaAddedIn, in a field's metadata, is the table version that added the
-	// field. A reader that asks for such a (nullable) field gets a column of
-	// nulls from a file of an older version, which cannot have it.
-	MetaAddedIn = "evolm.added_in"
 	// MetaPartitions is the JSON object {column: value} of the partition
 	// columns the writer took out of the file: a reader that puts them back
 	// from the path checks the path still says the same (a shard copied or
@@ -208,7 +201,7 @@ func (w *ShardWriter) Write(rec arrow.RecordBatch) error {
 	if w.done {
 		return fmt.Errorf("shard %s: write after commit or abort", w.path)
 	}
-	if err := CheckSchema(w.schema, rec.Schema()); err != nil {
+	if err := schemas.CheckSchema(w.schema, rec.Schema()); err != nil {
 		return fmt.Errorf("shard %s: batch schema: %w", w.path, err)
 	}
 	if len(w.dropped) > 0 {
@@ -319,7 +312,7 @@ type ReadOptions struct {
 	BatchSize int64            // rows per batch; 0: 64Ki
 	Parallel  bool             // decode columns in parallel
 	// Schema, if set, is the schema the caller expects. The reader checks that
-	// every field exists in the file with a compatible type (see CheckSchema)
+	// every field exists in the file with a compatible type (see schemas.CheckSchema)
 	// and reads only those columns, in Schema's order. Extra file columns are
 	// ignored.
 	Schema *arrow.Schema
@@ -426,10 +419,10 @@ func openParquet(f *os.File, mem memory.Allocator) (pf *file.Reader, err error) 
 // project restricts the reader to want's fields, checking their types. A
 // field the file lacks that names a Hive partition of the path becomes a
 // constant column of the partition's value; a nullable field added in a
-// later table version than the file's (MetaAddedIn) becomes a column of nulls.
+// later table version than the file's (schemas.MetaAddedIn) becomes a column of nulls.
 func (r *ShardReader) project(want *arrow.Schema) error {
 	parts := partitionMap(PathPartitions(r.path))
-	fileVersion := schemaVersion(r.schema)
+	fileVersion := schemas.SchemaVersion(r.schema)
 	var problems []string
 	var fields []arrow.Field
 	var cols []int
@@ -442,7 +435,7 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 				fields = append(fields, wf)
 				continue
 			}
-			if added := addedIn(wf); wf.Nullable && added > 0 && fileVersion < added {
+			if added := schemas.AddedIn(wf); wf.Nullable && added > 0 && fileVersion < added {
 				consts = append(consts, constCol{idx: i, field: wf, null: true})
 				fields = append(fields, wf)
 				continue
@@ -451,7 +444,7 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 			continue
 		}
 		gf := r.schema.Field(idx[0])
-		if !TypesCompatible(wf.Type, gf.Type) {
+		if !schemas.TypesCompatible(wf.Type, gf.Type) {
 			problems = append(problems, fmt.Sprintf("column %q has type %s, want %s", wf.Name, gf.Type, wf.Type))
 			continue
 		}
@@ -463,7 +456,7 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 		cols = append(cols, leaves...)
 	}
 	if len(problems) > 0 {
-		return &SchemaError{Where: "shard " + r.path, Problems: problems, Want: want, Got: r.schema}
+		return &schemas.SchemaError{Where: "shard " + r.path, Problems: problems, Want: want, Got: r.schema}
 	}
 	var written map[string]string
 	if len(consts) > 0 {
@@ -501,32 +494,6 @@ type constCol struct {
 	field arrow.Field
 	value string
 	null  bool // a field newer than the file: all nulls
-}
-
-// schemaVersion is sc's MetaSchemaVersion, 0 when absent or not a number.
-func schemaVersion(sc *arrow.Schema) int {
-	v, ok := sc.Metadata().GetValue(MetaSchemaVersion)
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-// addedIn is f's MetaAddedIn, 0 when absent.
-func addedIn(f arrow.Field) int {
-	if !f.HasMetadata() {
-		return 0
-	}
-	v, ok := f.Metadata.GetValue(MetaAddedIn)
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.Atoi(v)
-	return n
 }
 
 // leafColumns returns the Parquet leaf column indices under top-level field i.
@@ -743,93 +710,6 @@ func (n *namedReader) Release() {
 		n.cur = nil
 	}
 	n.RecordReader.Release()
-}
-
-// SchemaError reports a schema mismatch and shows both schemas.
-type SchemaError struct {
-	Where    string // e.g. "shard runs/x/prompts/part-00000.parquet"
-	Problems []string
-	Want     *arrow.Schema
-	Got      *arrow.Schema
-}
-
-func (e *SchemaError) Error() string {
-	var b strings.Builder
-	if e.Where != "" {
-		b.WriteString(e.Where + ": ")
-	}
-	b.WriteString("schema mismatch: " + strings.Join(e.Problems, "; "))
-	b.WriteString("\nwant schema:\n" + indent(e.Want.String()))
-	b.WriteString("\ngot schema:\n" + indent(e.Got.String()))
-	return b.String()
-}
-
-func indent(s string) string {
-	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
-}
-
-// CheckSchema checks that got has every field of want, in the same order,
-// with compatible types. It returns a *SchemaError naming each bad column.
-func CheckSchema(want, got *arrow.Schema) error {
-	var problems []string
-	if want.NumFields() != got.NumFields() {
-		problems = append(problems, fmt.Sprintf("%d columns, want %d", got.NumFields(), want.NumFields()))
-	}
-	for i, wf := range want.Fields() {
-		if i >= got.NumFields() {
-			problems = append(problems, fmt.Sprintf("missing column %q (want %s)", wf.Name, wf.Type))
-			continue
-		}
-		gf := got.Field(i)
-		if gf.Name != wf.Name {
-			problems = append(problems, fmt.Sprintf("column %d is %q, want %q", i, gf.Name, wf.Name))
-			continue
-		}
-		if !TypesCompatible(wf.Type, gf.Type) {
-			problems = append(problems, fmt.Sprintf("column %q has type %s, want %s", wf.Name, gf.Type, wf.Type))
-		}
-	}
-	if len(problems) > 0 {
-		return &SchemaError{Problems: problems, Want: want, Got: got}
-	}
-	return nil
-}
-
-// TypesCompatible reports whether data of type got can be used where want is
-// expected: equal types, ignoring list element names, nullability and
-// metadata (Parquet writers disagree on "item" vs "element").
-func TypesCompatible(want, got arrow.DataType) bool {
-	if want.ID() != got.ID() {
-		return false
-	}
-	switch w := want.(type) {
-	case *arrow.ListType:
-		return TypesCompatible(w.Elem(), got.(*arrow.ListType).Elem())
-	case *arrow.LargeListType:
-		return TypesCompatible(w.Elem(), got.(*arrow.LargeListType).Elem())
-	case *arrow.FixedSizeListType:
-		g := got.(*arrow.FixedSizeListType)
-		return w.Len() == g.Len() && TypesCompatible(w.Elem(), g.Elem())
-	case *arrow.StructType:
-		// Same field names and types in any order: pyarrow writes chat
-		// messages as struct<content, role>, we as struct<role, content>.
-		// Readers look struct children up by name.
-		g := got.(*arrow.StructType)
-		if w.NumFields() != g.NumFields() {
-			return false
-		}
-		for _, wf := range w.Fields() {
-			gf, ok := g.FieldByName(wf.Name)
-			if !ok || !TypesCompatible(wf.Type, gf.Type) {
-				return false
-			}
-		}
-		return true
-	case *arrow.MapType:
-		g := got.(*arrow.MapType)
-		return TypesCompatible(w.KeyType(), g.KeyType()) && TypesCompatible(w.ItemType(), g.ItemType())
-	}
-	return arrow.TypeEqual(want, got)
 }
 
 func orDefault(s, d string) string {
