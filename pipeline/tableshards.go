@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/evolm/evolm/schemas"
 )
 
 // TableShard is one committed shard of a run table with the Hive partitions
@@ -80,5 +83,24 @@ func (r *Run) TableShards(table string) ([]TableShard, error) {
 		}
 		return strings.Compare(a.Rel, b.Rel)
 	})
+	return out, nil
+}
+
+// ReadRows reads every row of table t in shards, in order: for one step's
+// worth of rows or a small table. Errors name the shard.
+func ReadRows[T any](ctx context.Context, env *Env, t *schemas.Table[T], shards []TableShard) ([]T, error) {
+	var out []T
+	for _, sh := range shards {
+		for rec, err := range ReadShard(ctx, sh.Path, env.ReadOptions(t.Schema())) {
+			if err != nil {
+				return nil, err
+			}
+			rows, err := t.Read(rec)
+			if err != nil {
+				return nil, fmt.Errorf("shard %s: %w", sh.Path, err)
+			}
+			out = append(out, rows...)
+		}
+	}
 	return out, nil
 }

@@ -173,7 +173,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		}
 		opt[t] = sh
 	}
-	steps, err := readAll(ctx, env, schemas.Steps, req[schemas.Steps.Name])
+	steps, err := pipeline.ReadRows(ctx, env, schemas.Steps, req[schemas.Steps.Name])
 	if err != nil {
 		return err
 	}
@@ -293,25 +293,6 @@ func inputs(groups ...[]pipeline.TableShard) []string {
 		}
 	}
 	return out
-}
-
-// readAll reads every row of table t in shards (one step's worth, or a small
-// table).
-func readAll[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards []pipeline.TableShard) ([]T, error) {
-	var out []T
-	for _, sh := range shards {
-		for rec, err := range pipeline.ReadShard(ctx, sh.Path, env.ReadOptions(t.Schema())) {
-			if err != nil {
-				return nil, err
-			}
-			rows, err := t.Read(rec)
-			if err != nil {
-				return nil, fmt.Errorf("shard %s: %w", sh.Path, err)
-			}
-			out = append(out, rows...)
-		}
-	}
-	return out, nil
 }
 
 // promptTextSchema projects the prompts table onto the join key and text.

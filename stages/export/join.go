@@ -212,15 +212,15 @@ func writeRows[T, M any](ctx context.Context, mem memory.Allocator, w *pipeline.
 // readStep reads one step's rows of t with the rubrics and judgments they
 // join with.
 func readStep[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards, rubShards, judgShards []pipeline.TableShard) ([]T, []schemas.Rubric, []schemas.Judgment, error) {
-	rows, err := readAll(ctx, env, t, shards)
+	rows, err := pipeline.ReadRows(ctx, env, t, shards)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rubs, err := readAll(ctx, env, schemas.Rubrics, rubShards)
+	rubs, err := pipeline.ReadRows(ctx, env, schemas.Rubrics, rubShards)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	judgs, err := readAll(ctx, env, schemas.Judgments, judgShards)
+	judgs, err := pipeline.ReadRows(ctx, env, schemas.Judgments, judgShards)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -207,31 +207,13 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}})
 }
 
-// readRows reads every row of t in shards.
-func readRows[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards []pipeline.TableShard) ([]T, error) {
-	var out []T
-	for _, sh := range shards {
-		for rec, err := range pipeline.ReadShard(ctx, sh.Path, env.ReadOptions(t.Schema())) {
-			if err != nil {
-				return nil, err
-			}
-			rows, err := t.Read(rec)
-			if err != nil {
-				return nil, fmt.Errorf("shard %s: %w", sh.Path, err)
-			}
-			out = append(out, rows...)
-		}
-	}
-	return out, nil
-}
-
 // replayStep judges one step's pairs and commits its pairs, rubrics and
 // judgments shards in the target run. A step whose judgments shard is
 // already committed is read back instead of judged again.
 func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, pairShards, rubShards []pipeline.TableShard, jf *eval.JudgeFactory, gen *eval.Generator) ([]schemas.Pair, []schemas.Judgment, error) {
 	parts := []pipeline.Partition{pipeline.Phase(schemas.PhaseRubric), pipeline.Step(int(step))}
 	judgPath := pipeline.ShardPath(schemas.Judgments.Name, 0, parts...)
-	pairs, err := readRows(ctx, env, schemas.Pairs, pairShards)
+	pairs, err := pipeline.ReadRows(ctx, env, schemas.Pairs, pairShards)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -240,13 +222,13 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 		return nil, nil, err
 	}
 	if _, ok := m.Shard(judgPath); ok {
-		js, err := readRows(ctx, env, schemas.Judgments, []pipeline.TableShard{{Path: env.Run.Path(judgPath)}})
+		js, err := pipeline.ReadRows(ctx, env, schemas.Judgments, []pipeline.TableShard{{Path: env.Run.Path(judgPath)}})
 		return pairs, js, err
 	}
 	byItem := map[string][]schemas.Rubric{}
 	var rubs []schemas.Rubric
 	if gen == nil {
-		all, err := readRows(ctx, env, schemas.Rubrics, rubShards)
+		all, err := pipeline.ReadRows(ctx, env, schemas.Rubrics, rubShards)
 		if err != nil {
 			return nil, nil, err
 		}
