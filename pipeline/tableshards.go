@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,21 +32,13 @@ var ErrMissingTable = errors.New("missing table")
 // (CheckShard: size, tail sha256, row count), is an error naming it. No shard
 // at all is an error wrapping ErrMissingTable.
 func (r *Run) TableShards(table string) ([]TableShard, error) {
-	ents, err := os.ReadDir(filepath.Join(r.Dir, "_manifests"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("run %s: %w", r.Dir, err)
+	ms, err := r.manifests()
+	if err != nil {
+		return nil, err
 	}
 	seen := map[string]bool{}
 	var out []TableShard
-	for _, e := range ents {
-		name := e.Name()
-		if e.IsDir() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
-			continue
-		}
-		m, err := r.Manifest(strings.TrimSuffix(name, ".json"))
-		if err != nil {
-			return nil, err
-		}
+	for _, m := range ms {
 		for _, rel := range m.Paths(table) {
 			if seen[rel] {
 				continue
