@@ -31,7 +31,7 @@ export EVOLM_PYTHON := $(PY)
 export EVOLM_ROOT := $(CURDIR)
 GO_TEST_FLAGS ?= -count=1 -p 2 -timeout 60m
 
-.PHONY: build deps venv torch npm test test-go test-e2e demo bench fuzz clean
+.PHONY: build deps venv torch npm test demo bench fuzz clean
 
 # scripts/constraints.txt pins every transitive dependency, so that nothing
 # pulls another torch (and so another libtorch) into the venv.

@@ -173,6 +173,21 @@ func unknownSections(prefix string, tree map[string]any, known map[string]keyInf
 	return out
 }
 
+// setPath sets the dotted key in the nested map tree, creating the maps on
+// its path.
+func setPath(tree map[string]any, key string, val any) {
+	parts := strings.Split(key, ".")
+	for _, p := range parts[:len(parts)-1] {
+		sub, ok := tree[p].(map[string]any)
+		if !ok {
+			sub = map[string]any{}
+			tree[p] = sub
+		}
+		tree = sub
+	}
+	tree[parts[len(parts)-1]] = val
+}
+
 // flatten turns nested maps into dotted keys; empty maps vanish.
 func flatten(prefix string, m map[string]any) map[string]any {
 	out := map[string]any{}
@@ -195,7 +210,9 @@ func EnvName(key string) string {
 }
 
 // LoadConfig merges the configuration: embedded defaults.yaml and stage spec
-// defaults, then opts.File, then EVOLM_* env vars, then flags. Unknown keys
+// defaults, then opts.File, then EVOLM_* env vars, then flags. Viper does the
+// merge: the defaults are its defaults, the file and then the env vars its
+// config layer, the flags the user set its flag layer. Unknown keys
 // in the file are errors naming the key and the file; a value that does not
 // fit its key's type or enum is an error naming the key and where the value
 // came from.
@@ -271,6 +288,7 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 	}
 	sort.Strings(envKeys)
 	byOldEnv := map[string]string{}
+	envTree := map[string]any{}
 	for k := range movedKeys() {
 		byOldEnv[EnvName(k)] = k
 	}
@@ -296,8 +314,18 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 		if known[k].typ == TypeStrings {
 			val = splitList(env[name])
 		}
-		v.Set(k, val)
+		if _, isMap := v.Get(k).(map[string]any); isMap {
+			// viper would keep the file's mapping over the env's value.
+			return nil, fmt.Errorf("config %s: key %s: want %s, got a mapping", opts.File, k, known[k].typ)
+		}
+		setPath(envTree, k, val)
 		source[k] = "env " + name
+	}
+	// Viper reads env vars from the process only (os.LookupEnv); opts.Env
+	// is the environment given, so its values, checked above, join viper's
+	// config layer over the file.
+	if err := v.MergeConfigMap(envTree); err != nil {
+		return nil, fmt.Errorf("env: %w", err)
 	}
 	var flagKeys []string
 	for k := range opts.Flags {
@@ -312,13 +340,10 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 		if _, ok := known[k]; !ok {
 			return nil, fmt.Errorf("flag --%s: no such config key %s", f.Name, k)
 		}
-		var val any = f.Value.String()
-		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			val = sv.GetSlice()
-		} else if known[k].typ == TypeStrings {
-			val = splitList(f.Value.String())
+		// viper's flag layer: a set flag wins over env, file and defaults.
+		if err := v.BindPFlag(k, f); err != nil {
+			return nil, fmt.Errorf("flag --%s: %w", f.Name, err)
 		}
-		v.Set(k, val)
 		source[k] = "flag --" + f.Name
 	}
 

@@ -154,6 +154,8 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown empty section", "stagez:\n", nil, nil, []string{"c.yaml: unknown key stagez"}},
 		{"unknown section as map", "stagez: {}\nrun:\n  name: x\n", nil, nil, []string{"c.yaml: unknown key stagez"}},
 		{"unknown stage section", "stages:\n  dedupp: {}\n", nil, nil, []string{"c.yaml: unknown key stages.dedupp"}},
+		{"mapping for a key the env sets", "stages:\n  testcopy:\n    mode: {}\n", []string{"EVOLM_STAGES_TESTCOPY_MODE=fast"}, nil,
+			[]string{"c.yaml: key stages.testcopy.mode: want string, got a mapping"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

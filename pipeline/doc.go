@@ -14,7 +14,7 @@
 // stream batches back (GetRecordReader with ArrowReadProperties{BatchSize,
 // Parallel}); with ReadOptions.Schema set they check every expected column
 // exists with a compatible type and read only those. Every error names the
-// file; schema mismatches are *SchemaError and show both schemas.
+// file; schema mismatches are *schemas.SchemaError and show both schemas.
 //
 // Run directory. A run is a directory of Hive-style partitions,
 //

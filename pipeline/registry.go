@@ -53,10 +53,11 @@ func Bound(v float64) *float64 { return &v }
 // owns nothing between New and Run that needs closing.
 type Stage interface {
 	// Run reads the stage's inputs and writes its output shards through env
-	// (env.MapShards or env.CommitShard), returning nil only when every output
-	// shard is committed. On error or cancellation it returns an error and
-	// leaves committed shards in place: a rerun resumes after them. Run must
-	// stop promptly when ctx is cancelled.
+	// (env.MapShards, or env.Run.Commit for a shard written by hand),
+	// returning nil only when every output shard is committed. On error or
+	// cancellation it returns an error and leaves committed shards in place:
+	// a rerun resumes after them. Run must stop promptly when ctx is
+	// cancelled.
 	Run(ctx context.Context, env *Env) error
 }
 

@@ -282,10 +282,10 @@ func TestShardBadInput(t *testing.T) {
 					t.Errorf("error %q\ndoes not contain %q", err, w)
 				}
 			}
-			var se *pipeline.SchemaError
+			var se *schemas.SchemaError
 			if strings.Contains(tc.name, "column") || tc.name == "wrong type" {
 				if !errors.As(err, &se) {
-					t.Errorf("error is %T, want *pipeline.SchemaError", err)
+					t.Errorf("error is %T, want *schemas.SchemaError", err)
 				}
 			}
 		})

@@ -105,11 +105,27 @@ func (r *Run) VerifyShard(info ShardInfo) error {
 // path (a path two stages committed keeps the last manifest's entry in
 // name order).
 func (r *Run) Committed() (map[string]ShardInfo, error) {
+	ms, err := r.manifests()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]ShardInfo{}
+	for _, m := range ms {
+		for _, s := range m.Shards {
+			out[s.Path] = s
+		}
+	}
+	return out, nil
+}
+
+// manifests loads every stage manifest in _manifests/, in name order; none
+// when the directory does not exist.
+func (r *Run) manifests() ([]*Manifest, error) {
 	ents, err := os.ReadDir(filepath.Join(r.Dir, "_manifests"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("run %s: %w", r.Dir, err)
 	}
-	out := map[string]ShardInfo{}
+	var out []*Manifest
 	for _, e := range ents {
 		name := e.Name()
 		if e.IsDir() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
@@ -119,9 +135,7 @@ func (r *Run) Committed() (map[string]ShardInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, s := range m.Shards {
-			out[s.Path] = s
-		}
+		out = append(out, m)
 	}
 	return out, nil
 }

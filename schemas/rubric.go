@@ -1,10 +1,9 @@
 package schemas
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"strings"
+
+	"github.com/evolm/evolm/internal/jsonobj"
 )
 
 // Rubric format (R_format, README.md, "The method"). A rubric generator's output is JSON of the form
@@ -33,8 +32,8 @@ const (
 	weightSumEpsilo = 1e-9 // float slack so that a sum of exactly 1.15 passes
 )
 
-// ErrNoJSON is returned when no JSON object can be extracted.
-var ErrNoJSON = errors.New("no JSON object found")
+// ErrNoJSON is returned (wrapped) when no JSON object can be extracted.
+var ErrNoJSON = jsonobj.ErrNoJSON
 
 // ValidateRubric applies the R_format rules to a generator's raw output:
 //
@@ -76,55 +75,4 @@ func StripThink(s string) string {
 			s = s[:i] + s[j+len("</think>"):]
 		}
 	}
-}
-
-// ExtractJSONObject finds the first complete JSON object in s: the whole
-// text, else a balanced {…} span starting at some '{' (strings and escapes
-// respected) that parses as an object.
-func ExtractJSONObject(s string) (map[string]json.RawMessage, error) {
-	var obj map[string]json.RawMessage
-	t := strings.TrimSpace(s)
-	if json.Unmarshal([]byte(t), &obj) == nil && obj != nil {
-		return obj, nil
-	}
-	for start := strings.IndexByte(s, '{'); start >= 0; {
-		if end := matchBrace(s, start); end > start {
-			obj = nil
-			dec := json.NewDecoder(bytes.NewReader([]byte(s[start : end+1])))
-			if dec.Decode(&obj) == nil && obj != nil {
-				return obj, nil
-			}
-		}
-		next := strings.IndexByte(s[start+1:], '{')
-		if next < 0 {
-			break
-		}
-		start += 1 + next
-	}
-	return nil, ErrNoJSON
-}
-
-// matchBrace returns the index of the '}' closing the '{' at start, or -1.
-func matchBrace(s string, start int) int {
-	depth, inStr, esc := 0, false, false
-	for i := start; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case esc:
-			esc = false
-		case inStr && c == '\\':
-			esc = true
-		case c == '"':
-			inStr = !inStr
-		case inStr:
-		case c == '{':
-			depth++
-		case c == '}':
-			depth--
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return -1
 }

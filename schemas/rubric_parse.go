@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kaptinlin/jsonrepair"
+	"github.com/evolm/evolm/internal/jsonobj"
 )
 
 // RubricFormat selects how R_format reads a generator's output.
@@ -92,13 +92,13 @@ func ParseRubric(raw string, f RubricFormat) ([]ParsedCriterion, error) {
 	var obj map[string]json.RawMessage
 	switch f {
 	case FormatStrict:
-		o, err := ExtractJSONObject(body)
+		o, err := jsonobj.First(body)
 		if err != nil {
 			return nil, err
 		}
 		obj = o
 	case FormatLenient:
-		o, err := repairedObject(body)
+		o, err := jsonobj.Repaired(body)
 		if err != nil {
 			return nil, err
 		}
@@ -163,54 +163,6 @@ func ParseRubric(raw string, f RubricFormat) ([]ParsedCriterion, error) {
 		return out, fmt.Errorf("weights sum to %g, want 1 ± %g", sum, WeightSumTol)
 	}
 	return out, nil
-}
-
-// repairedObject is the official extract_json_from_response: the span from
-// the first '{' to the last '}', repaired, must be a JSON object.
-func repairedObject(s string) (map[string]json.RawMessage, error) {
-	start, end := strings.IndexByte(s, '{'), strings.LastIndexByte(s, '}')
-	if start < 0 || end < start {
-		return nil, ErrNoJSON
-	}
-	fixed, err := jsonrepair.Repair(s[start : end+1])
-	if err != nil {
-		return nil, fmt.Errorf("%w: unrepairable: %v", ErrNoJSON, err)
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(fixed), &obj); err != nil {
-		// The repairer passes numbers like .5 through; Python's json_repair
-		// reads them.
-		obj = nil
-		if json.Unmarshal([]byte(leadingZeros(fixed)), &obj) != nil {
-			return nil, fmt.Errorf("%w: the repaired text is not one object", ErrNoJSON)
-		}
-	}
-	if obj == nil {
-		return nil, fmt.Errorf("%w: the repaired text is not one object", ErrNoJSON)
-	}
-	return obj, nil
-}
-
-// leadingZeros writes a 0 before every number outside strings that starts
-// with a bare '.' (".5" → "0.5", "-.5" → "-0.5").
-func leadingZeros(s string) string {
-	var b strings.Builder
-	inStr, esc := false, false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case esc:
-			esc = false
-		case inStr && c == '\\':
-			esc = true
-		case c == '"':
-			inStr = !inStr
-		case !inStr && c == '.' && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9' && (i == 0 || !(s[i-1] >= '0' && s[i-1] <= '9')):
-			b.WriteByte('0')
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
 }
 
 // looseText is a criterion value as text: a string as is, null as "", any

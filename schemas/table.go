@@ -8,14 +8,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-
-	"github.com/evolm/evolm/pipeline"
-)
-
-// Schema metadata keys carried by every table schema (and so by every shard).
-const (
-	MetaTable   = "evolm.table"
-	MetaVersion = pipeline.MetaSchemaVersion
 )
 
 // Table is one table's schema plus its typed codec: rows of T to record
@@ -111,14 +103,14 @@ func (t *Table[T]) index(sc *arrow.Schema) ([]int, error) {
 			idx[i] = -1 // the batch predates the column
 		case len(fi) == 0:
 			problems = append(problems, fmt.Sprintf("missing column %q (want %s)", c.field.Name, c.field.Type))
-		case !pipeline.TypesCompatible(c.field.Type, sc.Field(fi[0]).Type):
+		case !TypesCompatible(c.field.Type, sc.Field(fi[0]).Type):
 			problems = append(problems, fmt.Sprintf("column %q has type %s, want %s", c.field.Name, sc.Field(fi[0]).Type, c.field.Type))
 		default:
 			idx[i] = fi[0]
 		}
 	}
 	if len(problems) > 0 {
-		return nil, &pipeline.SchemaError{Where: "table " + t.Name, Problems: problems, Want: t.schema, Got: sc}
+		return nil, &SchemaError{Where: "table " + t.Name, Problems: problems, Want: t.schema, Got: sc}
 	}
 	return idx, nil
 }
@@ -155,27 +147,17 @@ func (t *Table[T]) ReadInto(rec arrow.RecordBatch, rows []T) error {
 
 // batchVersion is the table version a batch's schema declares; a schema with
 // no version (written by hand or by another tool) counts as version 1.
-func batchVersion(sc *arrow.Schema) int {
-	v, ok := sc.Metadata().GetValue(MetaVersion)
-	if !ok {
-		return 1
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
-}
+func batchVersion(sc *arrow.Schema) int { return max(SchemaVersion(sc), 1) }
 
 // added marks c as added in table version v: its field carries
-// pipeline.MetaAddedIn, so that shard readers fill it with nulls from files of
+// MetaAddedIn, so that shard readers fill it with nulls from files of
 // older versions, and Table.Read leaves the field of rows from older batches
 // as it is (the zero value in a fresh row). The field becomes nullable, so c
 // should read a null as absent: an optional column, or use addedNumCol.
 func added[T any](v int, c column[T]) column[T] {
 	c.field.Nullable = true
 	c.since = v
-	c.field.Metadata = arrow.NewMetadata([]string{pipeline.MetaAddedIn}, []string{strconv.Itoa(v)})
+	c.field.Metadata = arrow.NewMetadata([]string{MetaAddedIn}, []string{strconv.Itoa(v)})
 	return c
 }
 

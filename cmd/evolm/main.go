@@ -1,6 +1,10 @@
-// Command evolm runs the EVOLM pipeline: one subcommand per registered stage,
-// plus inspect, stages and config. It holds no logic: every command calls
-// into package pipeline (or the stage packages, through the registry).
+// Command evolm runs the EVOLM pipeline. Every registered stage
+// (pipeline.Specs) gets a subcommand generated from its spec; a few specs
+// have theirs adjusted (customCommands: `run` adds --resume, the two analyze
+// stages are grouped under `evolm analyze`). The other commands are written
+// here: stages, config and inspect call package pipeline; model (init, merge)
+// calls the model packages; serve calls model/serve. Commands parse flags and
+// call into those packages; they hold no pipeline logic.
 package main
 
 import (

@@ -5,10 +5,10 @@
 // # Contract
 //
 // Inputs: the committed shards of every table (whichever stage committed
-// them; TableShards). rollouts, rubrics, judgments and steps are required: a
-// run without one of them is an error naming the run and the table
-// (ErrMissingTable). prompts and pairs are optional: without prompts the
-// prompt column is null; without pairs no pair rows are written.
+// them; pipeline.Run.TableShards). rollouts, rubrics, judgments and steps are
+// required: a run without one of them is an error naming the run and the
+// table (pipeline.ErrMissingTable). prompts and pairs are optional: without
+// prompts the prompt column is null; without pairs no pair rows are written.
 //
 // Outputs, one shard per step (so the join holds one step in memory, never
 // the run), each sorted and written through the pipeline's shard writer
@@ -157,23 +157,23 @@ func (s StepSet) Has(step int64) bool {
 
 // Run writes the export tables.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
-	req := map[string][]Shard{}
+	req := map[string][]pipeline.TableShard{}
 	for _, t := range []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Steps.Name} {
-		sh, err := TableShards(env.Run, t)
+		sh, err := env.Run.TableShards(t)
 		if err != nil {
 			return err
 		}
 		req[t] = sh
 	}
-	opt := map[string][]Shard{}
+	opt := map[string][]pipeline.TableShard{}
 	for _, t := range []string{schemas.Pairs.Name, schemas.Prompts.Name} {
-		sh, err := TableShards(env.Run, t)
-		if err != nil && !errors.Is(err, ErrMissingTable) {
+		sh, err := env.Run.TableShards(t)
+		if err != nil && !errors.Is(err, pipeline.ErrMissingTable) {
 			return err
 		}
 		opt[t] = sh
 	}
-	steps, err := readAll(ctx, env, schemas.Steps, req[schemas.Steps.Name])
+	steps, err := pipeline.ReadRows(ctx, env, schemas.Steps, req[schemas.Steps.Name])
 	if err != nil {
 		return err
 	}
@@ -192,8 +192,8 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	j := &joiner{env: env, steps: stepByKey, prompts: opt[schemas.Prompts.Name]}
 
 	var tasks []pipeline.Task
-	byStep := func(shards []Shard, phase string) map[int64][]Shard {
-		m := map[int64][]Shard{}
+	byStep := func(shards []pipeline.TableShard, phase string) map[int64][]pipeline.TableShard {
+		m := map[int64][]pipeline.TableShard{}
 		for _, sh := range shards {
 			if sh.Step < 0 {
 				continue
@@ -204,7 +204,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		}
 		return m
 	}
-	for _, sh := range append(append(append([]Shard{}, req[schemas.Rollouts.Name]...), req[schemas.Rubrics.Name]...), req[schemas.Judgments.Name]...) {
+	for _, sh := range append(append(append([]pipeline.TableShard{}, req[schemas.Rollouts.Name]...), req[schemas.Rubrics.Name]...), req[schemas.Judgments.Name]...) {
 		if sh.Step < 0 {
 			return fmt.Errorf("run %s: shard %s has no step=… partition; export joins step by step", env.Run.Dir, sh.Rel)
 		}
@@ -285,7 +285,7 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	}
 }
 
-func inputs(groups ...[]Shard) []string {
+func inputs(groups ...[]pipeline.TableShard) []string {
 	var out []string
 	for _, g := range groups {
 		for _, sh := range g {
@@ -293,25 +293,6 @@ func inputs(groups ...[]Shard) []string {
 		}
 	}
 	return out
-}
-
-// readAll reads every row of table t in shards (one step's worth, or a small
-// table).
-func readAll[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards []Shard) ([]T, error) {
-	var out []T
-	for _, sh := range shards {
-		for rec, err := range pipeline.ReadShard(ctx, sh.Path, env.ReadOptions(t.Schema())) {
-			if err != nil {
-				return nil, err
-			}
-			rows, err := t.Read(rec)
-			if err != nil {
-				return nil, fmt.Errorf("shard %s: %w", sh.Path, err)
-			}
-			out = append(out, rows...)
-		}
-	}
-	return out, nil
 }
 
 // promptTextSchema projects the prompts table onto the join key and text.

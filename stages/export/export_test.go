@@ -60,7 +60,7 @@ func countRows[T any](t *testing.T, dir string, tab *schemas.Table[T], keep func
 	if err != nil {
 		t.Fatal(err)
 	}
-	shards, err := export.TableShards(run, tab.Name)
+	shards, err := run.TableShards(tab.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestParseSteps(t *testing.T) {
 func TestExportMissingTable(t *testing.T) {
 	dir, _ := synthetic(t, synthrun.Options{Seed: 3, Skip: []string{schemas.Judgments.Name}})
 	err := runExport(t, dir, nil)
-	if err == nil || !errors.Is(err, export.ErrMissingTable) || !strings.Contains(err.Error(), `table "judgments"`) || !strings.Contains(err.Error(), dir) {
+	if err == nil || !errors.Is(err, pipeline.ErrMissingTable) || !strings.Contains(err.Error(), `table "judgments"`) || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("want a missing-table error naming judgments and the run, got %v", err)
 	}
 }

@@ -19,7 +19,7 @@ import (
 type joiner struct {
 	env     *pipeline.Env
 	steps   map[stepKey]*schemas.StepMetrics
-	prompts []Shard
+	prompts []pipeline.TableShard
 }
 
 var criteriaType = arrow.ListOf(arrow.StructOf(
@@ -134,7 +134,7 @@ func (j *joiner) stepMetrics(phase string, step int64) (*float64, *float64) {
 
 // promptIDs returns the prompt ids of the rollouts in shards (a projected
 // read of one column).
-func (j *joiner) promptIDs(ctx context.Context, shards []Shard, ids map[string]bool) error {
+func (j *joiner) promptIDs(ctx context.Context, shards []pipeline.TableShard, ids map[string]bool) error {
 	for _, sh := range shards {
 		for rec, err := range pipeline.ReadShard(ctx, sh.Path, j.env.ReadOptions(promptIDSchema)) {
 			if err != nil {
@@ -212,23 +212,23 @@ func writeRows[T, M any](ctx context.Context, mem memory.Allocator, w *pipeline.
 
 // readStep reads one step's rows of t with the rubrics and judgments they
 // join with.
-func readStep[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards, rubShards, judgShards []Shard) ([]T, []schemas.Rubric, []schemas.Judgment, error) {
-	rows, err := readAll(ctx, env, t, shards)
+func readStep[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards, rubShards, judgShards []pipeline.TableShard) ([]T, []schemas.Rubric, []schemas.Judgment, error) {
+	rows, err := pipeline.ReadRows(ctx, env, t, shards)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rubs, err := readAll(ctx, env, schemas.Rubrics, rubShards)
+	rubs, err := pipeline.ReadRows(ctx, env, schemas.Rubrics, rubShards)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	judgs, err := readAll(ctx, env, schemas.Judgments, judgShards)
+	judgs, err := pipeline.ReadRows(ctx, env, schemas.Judgments, judgShards)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return rows, rubs, judgs, nil
 }
 
-func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step int64, rollShards, rubShards, judgShards []Shard, texts map[string]string) error {
+func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step int64, rollShards, rubShards, judgShards []pipeline.TableShard, texts map[string]string) error {
 	rolls, rubs, judgs, err := readStep(ctx, j.env, schemas.Rollouts, rollShards, rubShards, judgShards)
 	if err != nil {
 		return err
@@ -308,7 +308,7 @@ func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step in
 	return writeRows(ctx, j.env.Mem, w, ResponsesSchema, rolls, judgmentsOf, row)
 }
 
-func (j *joiner) pairs(ctx context.Context, w *pipeline.ShardWriter, step int64, pairShards, rubShards, judgShards []Shard) error {
+func (j *joiner) pairs(ctx context.Context, w *pipeline.ShardWriter, step int64, pairShards, rubShards, judgShards []pipeline.TableShard) error {
 	prs, rubs, judgs, err := readStep(ctx, j.env, schemas.Pairs, pairShards, rubShards, judgShards)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/evolm/evolm/internal/jsonobj"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -61,29 +62,6 @@ func ReasonOf(err error) Reason {
 	return ""
 }
 
-// JSONObjects returns every top-level JSON object embedded in s, in order
-// (objects inside an object are not returned separately). Text around and
-// between them, such as prose or Markdown fences, is skipped.
-func JSONObjects(s string) []map[string]json.RawMessage {
-	var out []map[string]json.RawMessage
-	for i := 0; i < len(s); {
-		j := strings.IndexByte(s[i:], '{')
-		if j < 0 {
-			break
-		}
-		i += j
-		dec := json.NewDecoder(strings.NewReader(s[i:]))
-		var obj map[string]json.RawMessage
-		if err := dec.Decode(&obj); err != nil {
-			i++
-			continue
-		}
-		out = append(out, obj)
-		i += int(dec.InputOffset())
-	}
-	return out
-}
-
 // Verdict is a parsed generative judgment.
 type Verdict struct {
 	Score     float64 // in [0, 1]
@@ -103,7 +81,7 @@ var bareNonFinite = regexp.MustCompile(`(?i)"score"\s*:\s*"?\s*[+-]?(nan|inf(ini
 // error is a *ScoreError whose Reason says why.
 func ParseJudge(reply string) (Verdict, error) {
 	body := schemas.StripThink(reply)
-	objs := JSONObjects(body)
+	objs := jsonobj.All(body)
 	var obj map[string]json.RawMessage
 	for _, o := range objs {
 		if _, ok := o["score"]; ok {

@@ -139,17 +139,17 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err != nil {
 		return err
 	}
-	pairShards, err := export.TableShards(src, schemas.Pairs.Name)
+	pairShards, err := src.TableShards(schemas.Pairs.Name)
 	if err != nil {
 		return fmt.Errorf("source: %w", err)
 	}
-	var rubShards []export.Shard
+	var rubShards []pipeline.TableShard
 	if !s.NewRubrics {
-		if rubShards, err = export.TableShards(src, schemas.Rubrics.Name); err != nil {
+		if rubShards, err = src.TableShards(schemas.Rubrics.Name); err != nil {
 			return fmt.Errorf("source (rubrics are reused: set new_rubrics to write new ones): %w", err)
 		}
 	}
-	pairsByStep, rubsByStep := map[int64][]export.Shard{}, map[int64][]export.Shard{}
+	pairsByStep, rubsByStep := map[int64][]pipeline.TableShard{}, map[int64][]pipeline.TableShard{}
 	var steps []int64
 	for _, sh := range pairShards {
 		if sh.Step < 0 {
@@ -207,31 +207,13 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}})
 }
 
-// readRows reads every row of t in shards.
-func readRows[T any](ctx context.Context, env *pipeline.Env, t *schemas.Table[T], shards []export.Shard) ([]T, error) {
-	var out []T
-	for _, sh := range shards {
-		for rec, err := range pipeline.ReadShard(ctx, sh.Path, env.ReadOptions(t.Schema())) {
-			if err != nil {
-				return nil, err
-			}
-			rows, err := t.Read(rec)
-			if err != nil {
-				return nil, fmt.Errorf("shard %s: %w", sh.Path, err)
-			}
-			out = append(out, rows...)
-		}
-	}
-	return out, nil
-}
-
 // replayStep judges one step's pairs and commits its pairs, rubrics and
 // judgments shards in the target run. A step whose judgments shard is
 // already committed is read back instead of judged again.
-func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, pairShards, rubShards []export.Shard, jf *eval.JudgeFactory, gen *eval.Generator) ([]schemas.Pair, []schemas.Judgment, error) {
+func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, pairShards, rubShards []pipeline.TableShard, jf *eval.JudgeFactory, gen *eval.Generator) ([]schemas.Pair, []schemas.Judgment, error) {
 	parts := []pipeline.Partition{pipeline.Phase(schemas.PhaseRubric), pipeline.Step(int(step))}
 	judgPath := pipeline.ShardPath(schemas.Judgments.Name, 0, parts...)
-	pairs, err := readRows(ctx, env, schemas.Pairs, pairShards)
+	pairs, err := pipeline.ReadRows(ctx, env, schemas.Pairs, pairShards)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -240,13 +222,13 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 		return nil, nil, err
 	}
 	if _, ok := m.Shard(judgPath); ok {
-		js, err := readRows(ctx, env, schemas.Judgments, []export.Shard{{Path: env.Run.Path(judgPath)}})
+		js, err := pipeline.ReadRows(ctx, env, schemas.Judgments, []pipeline.TableShard{{Path: env.Run.Path(judgPath)}})
 		return pairs, js, err
 	}
 	byItem := map[string][]schemas.Rubric{}
 	var rubs []schemas.Rubric
 	if gen == nil {
-		all, err := readRows(ctx, env, schemas.Rubrics, rubShards)
+		all, err := pipeline.ReadRows(ctx, env, schemas.Rubrics, rubShards)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -293,7 +275,7 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 		return nil, nil, fmt.Errorf("judge: %w", err)
 	}
 	var inputs []string
-	for _, sh := range append(append([]export.Shard{}, pairShards...), rubShards...) {
+	for _, sh := range append(append([]pipeline.TableShard{}, pairShards...), rubShards...) {
 		inputs = append(inputs, sh.Path)
 	}
 	// Judgments last: their commit marks the step done.

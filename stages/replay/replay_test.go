@@ -17,7 +17,6 @@ import (
 
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/export"
 	"github.com/evolm/evolm/stages/export/synthrun"
 	"github.com/evolm/evolm/stages/replay"
 )
@@ -122,7 +121,7 @@ func TestReplayBadSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = runReplay(t, filepath.Join(dir, "new2"), "EVOLM_STAGES_REPLAY_SOURCE="+noPairs)
-	if !errors.Is(err, export.ErrMissingTable) || !strings.Contains(err.Error(), `"pairs"`) {
+	if !errors.Is(err, pipeline.ErrMissingTable) || !strings.Contains(err.Error(), `"pairs"`) {
 		t.Errorf("source without pairs: %v", err)
 	}
 	if treeHash(t, src) != before {

@@ -1,0 +1,210 @@
+package dedup
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+)
+
+type exactRec struct {
+	hi, lo uint64
+	row    uint32
+}
+
+type bandRec struct {
+	key uint64
+	row uint32
+}
+
+func readAll(f *os.File) ([]byte, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, st.Size())
+	if _, err := f.ReadAt(buf, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
+	var recs []exactRec
+	for i, f := range sp.exact {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		raw, err := readAll(f)
+		if err != nil {
+			return fmt.Errorf("dedup spill exact-%04d: %w", i, err)
+		}
+		recs = recs[:0]
+		for o := 0; o+exactRecSize <= len(raw); o += exactRecSize {
+			recs = append(recs, exactRec{binary.LittleEndian.Uint64(raw[o:]), binary.LittleEndian.Uint64(raw[o+8:]), binary.LittleEndian.Uint32(raw[o+16:])})
+		}
+		slices.SortFunc(recs, func(a, b exactRec) int {
+			return cmp.Or(cmp.Compare(a.hi, b.hi), cmp.Compare(a.lo, b.lo), cmp.Compare(a.row, b.row))
+		})
+		for j := 1; j < len(recs); j++ {
+			if recs[j].hi == recs[j-1].hi && recs[j].lo == recs[j-1].lo {
+				first := recs[j-1].row
+				if f, ok := res.exactOf[first]; ok {
+					first = f
+				}
+				res.exactOf[recs[j].row] = first
+				union(res.parent, first, recs[j].row)
+			}
+		}
+	}
+	recs = nil
+
+	var brs []bandRec
+	var group []uint32
+	var bufA, bufB []uint32
+	cache := map[uint32][]uint32{}
+	load := func(row uint32) ([]uint32, error) {
+		if s, ok := cache[row]; ok {
+			return s, nil
+		}
+		s, err := sp.shingles(row, nil)
+		if err != nil {
+			return nil, err
+		}
+		cache[row] = s
+		return s, nil
+	}
+	for i, f := range sp.band {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		raw, err := readAll(f)
+		if err != nil {
+			return fmt.Errorf("dedup spill band-%04d: %w", i, err)
+		}
+		brs = brs[:0]
+		for o := 0; o+bandRecSize <= len(raw); o += bandRecSize {
+			row := binary.LittleEndian.Uint32(raw[o+8:])
+			if _, dup := res.exactOf[row]; dup {
+				continue // its first exact copy stands for it
+			}
+			brs = append(brs, bandRec{binary.LittleEndian.Uint64(raw[o:]), row})
+		}
+		raw = nil
+		slices.SortFunc(brs, func(a, b bandRec) int {
+			return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.row, b.row))
+		})
+		for j := 0; j < len(brs); {
+			k := j
+			for k < len(brs) && brs[k].key == brs[j].key {
+				k++
+			}
+			if k-j > 1 {
+				group = group[:0]
+				for _, br := range brs[j:k] {
+					group = append(group, br.row)
+				}
+				if err := resolveBucket(p, res, group, load); err != nil {
+					return err
+				}
+			}
+			j = k
+		}
+		clear(cache)
+	}
+
+	// Similarity of every removed row to its keeper.
+	for row := range res.parent {
+		k := find(res.parent, row)
+		if k == row {
+			continue
+		}
+		if first, ok := res.exactOf[row]; ok && first == k {
+			res.sim[row] = 1
+			res.ExactDups++
+			continue
+		}
+		if _, ok := res.exactOf[row]; ok {
+			res.ExactDups++
+		} else {
+			res.NearDups++
+		}
+		a, err := sp.shingles(row, bufA[:0])
+		if err != nil {
+			return err
+		}
+		bufA = a
+		b, err := sp.shingles(k, bufB[:0])
+		if err != nil {
+			return err
+		}
+		bufB = b
+		res.sim[row] = Jaccard(a, b)
+	}
+	for row := range res.parent {
+		if k := find(res.parent, row); k == row {
+			res.keepers[row] = struct{}{}
+		} else {
+			res.keeper[row] = k
+		}
+	}
+	res.Clusters = int64(len(res.keepers))
+	res.parent = nil
+	for row := range res.keeper {
+		res.removed = append(res.removed, row)
+	}
+	slices.Sort(res.removed)
+	// Content hashes of the rows in clusters, for the report.
+	for i, f := range sp.exact {
+		raw, err := readAll(f)
+		if err != nil {
+			return fmt.Errorf("dedup spill exact-%04d: %w", i, err)
+		}
+		for o := 0; o+exactRecSize <= len(raw); o += exactRecSize {
+			row := binary.LittleEndian.Uint32(raw[o+16:])
+			if res.InCluster(row) {
+				var h ContentHash
+				binary.BigEndian.PutUint64(h[:8], binary.LittleEndian.Uint64(raw[o:]))
+				binary.BigEndian.PutUint64(h[8:], binary.LittleEndian.Uint64(raw[o+8:]))
+				res.ids[row] = h
+			}
+		}
+	}
+	res.RowsOut = res.RowsIn - res.ExactDups - res.NearDups
+	return nil
+}
+
+// resolveBucket unions the rows of one LSH bucket (sorted, distinct texts).
+func resolveBucket(p Params, res *Result, group []uint32, load func(uint32) ([]uint32, error)) error {
+	for j := 1; j < len(group); j++ {
+		b := group[j]
+		for i := 0; i < j && i < p.MaxVerify; i++ {
+			a := group[i]
+			res.CandidatePairs++
+			if find(res.parent, a) == find(res.parent, b) {
+				break
+			}
+			if !p.Verify {
+				union(res.parent, a, b)
+				break
+			}
+			sa, err := load(a)
+			if err != nil {
+				return err
+			}
+			sb, err := load(b)
+			if err != nil {
+				return err
+			}
+			if Jaccard(sa, sb) >= p.Threshold {
+				union(res.parent, a, b)
+				break
+			}
+			res.RejectedPairs++
+		}
+	}
+	return nil
+}
