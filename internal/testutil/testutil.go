@@ -5,10 +5,13 @@ package testutil
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -49,4 +52,45 @@ func RunPython(t testing.TB, script string, args ...string) []byte {
 		t.Fatalf("python %s %v: %v\nstderr:\n%s", script, args, err, stderr.String())
 	}
 	return stdout.Bytes()
+}
+
+// Golden is a temporary directory of references that a script from scripts/
+// writes once per test binary; the script prints the JSON list of the names
+// it wrote there. A package keeps one in a variable and removes it in TestMain.
+type Golden struct {
+	Prefix string   // os.MkdirTemp pattern of the directory
+	Script string   // the script, run as RunPython does
+	Args   []string // its arguments before the directory, its last one
+
+	once  sync.Once
+	dir   string
+	names []string
+	err   error
+}
+
+// Get runs the script the first time it is called and returns the directory
+// and the names; when the script failed, every test that asks fails.
+func (g *Golden) Get(t testing.TB) (dir string, names []string) {
+	t.Helper()
+	g.once.Do(func() {
+		dir, err := os.MkdirTemp("", g.Prefix)
+		if err != nil {
+			g.err = err
+			return
+		}
+		g.dir = dir
+		g.err = errors.New("the script failed") // kept if RunPython stops the test
+		g.err = json.Unmarshal(RunPython(t, g.Script, append(g.Args[:len(g.Args):len(g.Args)], dir)...), &g.names)
+	})
+	if g.err != nil {
+		t.Fatalf("%s goldens: %v", g.Script, g.err)
+	}
+	return g.dir, g.names
+}
+
+// Remove deletes the directory, if Get made one.
+func (g *Golden) Remove() {
+	if g.dir != "" {
+		os.RemoveAll(g.dir)
+	}
 }
