@@ -18,6 +18,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/openai"
 	"github.com/evolm/evolm/model/serve"
+	"github.com/evolm/evolm/model/serve/servetest"
 )
 
 // startWith serves a handler made from cfg (the fake generator and test
@@ -32,23 +33,10 @@ func startWith(t *testing.T, cfg serve.Config, opt serve.ServerOptions) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	if opt.Grace == 0 {
 		opt.Grace = 5 * time.Second
 	}
-	go func() { done <- serve.ServeWith(ctx, ln, h, opt) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	return servetest.Start(t, h, opt)
 }
 
 // post sends body to path with optional headers and returns the status and

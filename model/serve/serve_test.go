@@ -23,6 +23,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/openai"
 	"github.com/evolm/evolm/model/serve"
+	"github.com/evolm/evolm/model/serve/servetest"
 )
 
 const modelID = "evolm-test-model"
@@ -53,20 +54,7 @@ func startServer(t *testing.T, gen backend.Generator) string {
 // startHandler serves h with serve.Serve on 127.0.0.1.
 func startHandler(t *testing.T, h http.Handler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve.Serve(ctx, ln, h, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String() + "/v1"
+	return "http://" + servetest.Start(t, h, serve.ServerOptions{Grace: 5 * time.Second}) + "/v1"
 }
 
 func newClient(t *testing.T, url string) *openai.Client { return newClientModel(t, url, modelID) }
