@@ -5,8 +5,11 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,4 +96,24 @@ func (g *Golden) Remove() {
 	if g.dir != "" {
 		os.RemoveAll(g.dir)
 	}
+}
+
+// PostJSON posts body as application/json to url with the headers given as
+// name, value pairs, and returns the response's status, headers and body.
+func PostJSON(ctx context.Context, url string, body io.Reader, hdr ...string) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, data, err
 }
