@@ -1,49 +1,22 @@
 package model_test
 
 import (
-	"encoding/binary"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/evolm/evolm/internal/testutil/sttest"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 )
 
-// poison overwrites the first element of the F32 tensor name in dir's
-// model.safetensors with v.
-func poison(t *testing.T, dir, name string, v float32) {
-	t.Helper()
-	path := filepath.Join(dir, safetensors.SingleFile)
-	f, err := safetensors.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var infos []safetensors.Info
-	data := map[string][]byte{}
-	for _, n := range f.Names() {
-		i, _ := f.Info(n)
-		b, _ := f.Data(n)
-		data[n] = append([]byte(nil), b...)
-		infos = append(infos, i)
-	}
-	f.Close()
-	if _, ok := data[name]; !ok {
-		t.Fatalf("no tensor %s", name)
-	}
-	binary.LittleEndian.PutUint32(data[name], math.Float32bits(v))
-	if err := safetensors.Write(path, infos, nil, func(i safetensors.Info) ([]byte, error) { return data[i.Name], nil }); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestLoadRefusesNonFiniteWeights(t *testing.T) {
 	for _, v := range []float32{float32(math.NaN()), float32(math.Inf(-1))} {
 		base := torch.Live()
 		dir := tinyCheckpoint(t)
-		poison(t, dir, "model.layers.1.mlp.up_proj.weight", v)
+		sttest.SetF32(t, filepath.Join(dir, safetensors.SingleFile), "model.layers.1.mlp.up_proj.weight", v, 1)
 		m, err := model.Load(dir, model.LoadOptions{})
 		if err == nil {
 			m.Close()

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/internal/testutil/sttest"
 
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
@@ -133,30 +134,9 @@ func tinyCheckpoint(t *testing.T) string {
 // tensors that keep their name and filling new ones with zeros.
 func rewrite(t *testing.T, dir string, edit func([]safetensors.Info) []safetensors.Info) {
 	t.Helper()
-	path := filepath.Join(dir, safetensors.SingleFile)
-	f, err := safetensors.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var infos []safetensors.Info
-	data := map[string][]byte{}
-	for _, n := range f.Names() {
-		i, _ := f.Info(n)
-		b, _ := f.Data(n)
-		data[n] = append([]byte(nil), b...)
-		infos = append(infos, i)
-	}
-	f.Close()
-	infos = edit(infos)
-	err = safetensors.Write(path, infos, nil, func(i safetensors.Info) ([]byte, error) {
-		if b, ok := data[i.Name]; ok && int64(len(b)) == i.Bytes() {
-			return b, nil
-		}
-		return make([]byte, i.Bytes()), nil
+	sttest.Edit(t, filepath.Join(dir, safetensors.SingleFile), func(infos []safetensors.Info, _ map[string][]byte) []safetensors.Info {
+		return edit(infos)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestLoadBadInput(t *testing.T) {

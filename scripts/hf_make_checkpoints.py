@@ -26,6 +26,8 @@ from safetensors.torch import save_file
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
+import _common
+
 torch.set_num_threads(1)
 VOCAB = 256
 
@@ -58,31 +60,7 @@ SPECS = [
 
 
 def inputs():
-    """Two cases: a plain batch, and a left-padded batch with its mask."""
-    g = torch.Generator().manual_seed(1234)
-    ids0 = torch.randint(0, VOCAB, (2, 9), generator=g)
-    mask0 = torch.ones_like(ids0)
-    ids1 = torch.randint(0, VOCAB, (3, 7), generator=g)
-    mask1 = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1]])
-    ids1 = ids1.masked_fill(mask1 == 0, 0)
-    out = []
-    for ids, mask in ((ids0, mask0), (ids1, mask1)):
-        pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-        out.append((ids, mask, pos))
-    return out
-
-
-def perturb(model, g):
-    """HF's init leaves norms at 1 and biases at 0, which would hide bugs in
-    them; give every parameter a random value of a sensible scale."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
-            elif name.endswith(".bias"):
-                p.copy_(0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.15 * torch.randn(p.shape, generator=g))
+    return _common.inputs(1234, VOCAB)
 
 
 def main():
@@ -92,7 +70,7 @@ def main():
         torch.manual_seed(i)
         cfg = cfg_cls(vocab_size=VOCAB, max_position_embeddings=512, attn_implementation="eager", **kw)
         model = model_cls(cfg).eval()
-        perturb(model, torch.Generator().manual_seed(100 + i))
+        _common.perturb(model, torch.Generator().manual_seed(100 + i), 0.15)
         d = os.path.join(out, name)
         dtype = save_kw.get("dtype")
         model.save_pretrained(d, max_shard_size=save_kw.get("max_shard_size", "5GB"), safe_serialization=True,

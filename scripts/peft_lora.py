@@ -53,6 +53,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 from safetensors.torch import load_file, save_file
 
+import _common
+
 torch.set_num_threads(1)
 VOCAB = 256
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -72,28 +74,7 @@ def specs():
 
 
 def inputs():
-    g = torch.Generator().manual_seed(4321)
-    ids0 = torch.randint(0, VOCAB, (2, 9), generator=g)
-    mask0 = torch.ones_like(ids0)
-    ids1 = torch.randint(0, VOCAB, (3, 7), generator=g)
-    mask1 = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1]])
-    ids1 = ids1.masked_fill(mask1 == 0, 0)
-    out = []
-    for ids, mask in ((ids0, mask0), (ids1, mask1)):
-        pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-        out.append((ids, mask, pos))
-    return out
-
-
-def perturb(model, g, scale):
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
-            elif name.endswith(".bias"):
-                p.copy_(0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(scale * torch.randn(p.shape, generator=g))
+    return _common.inputs(4321, VOCAB)
 
 
 def next_token_loss(logits, ids, mask):
@@ -117,7 +98,7 @@ def cmd_golden(a):
         torch.manual_seed(10 + i)
         cfg = cfg_cls(vocab_size=VOCAB, max_position_embeddings=512, attn_implementation="eager", **kw)
         base = model_cls(cfg).eval()
-        perturb(base, torch.Generator().manual_seed(200 + i), 0.15)
+        _common.perturb(base, torch.Generator().manual_seed(200 + i), 0.15)
         d = os.path.join(a.out, name)
         base.save_pretrained(os.path.join(d, "base"), safe_serialization=True)
         lc = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.05, target_modules=TARGETS, task_type="CAUSAL_LM")

@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/serve"
+	"github.com/evolm/evolm/model/serve/servetest"
 )
 
 // latencyGenerator is the test double behind the local server: each call
@@ -48,20 +48,7 @@ func startLocal(tb testing.TB, delay time.Duration) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve.Serve(ctx, ln, h, 10*time.Second) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("shutdown: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String() + "/v1"
+	return "http://" + servetest.Start(tb, h, serve.ServerOptions{Grace: 10 * time.Second}) + "/v1"
 }
 
 func TestRunPrintsTable(t *testing.T) {

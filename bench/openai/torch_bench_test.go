@@ -6,12 +6,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/serve"
+	"github.com/evolm/evolm/model/serve/servetest"
 	"github.com/evolm/evolm/model/torchbe"
 )
 
@@ -37,14 +37,7 @@ func BenchmarkThroughputTorch(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- serve.Serve(ctx, ln, h, 10*time.Second) }()
-		url := "http://" + ln.Addr().String() + "/v1"
+		url := "http://" + servetest.Start(b, h, serve.ServerOptions{Grace: 10 * time.Second}) + "/v1"
 		for _, k := range []int{1, 4, 16, 64} {
 			b.Run(fmt.Sprintf("batch=%d/inflight=%d", batch, k), func(b *testing.B) {
 				cfg := config{endpoints: []string{url}, model: "tiny", requests: b.N, maxTokens: 16,
@@ -58,10 +51,6 @@ func BenchmarkThroughputTorch(b *testing.B) {
 				b.ReportMetric(r.tokPerSec, "tok/s")
 				b.ReportMetric(ms(r.p50), "p50_ms")
 			})
-		}
-		cancel()
-		if err := <-done; err != nil {
-			b.Error(err)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/evolm/evolm/datasets"
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/internal/testutil/sttest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
@@ -265,35 +265,7 @@ func TestReliabilityNaNWeights(t *testing.T) {
 	}
 	const name = "model.layers.0.mlp.down_proj.weight"
 	path := filepath.Join(dir, safetensors.SingleFile)
-	f, err := safetensors.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var infos []safetensors.Info
-	data := map[string][]byte{}
-	for _, n := range f.Names() {
-		i, _ := f.Info(n)
-		b, _ := f.Data(n)
-		data[n] = append([]byte(nil), b...)
-		infos = append(infos, i)
-	}
-	f.Close()
-	if i, ok := func() (safetensors.Info, bool) {
-		for _, i := range infos {
-			if i.Name == name {
-				return i, true
-			}
-		}
-		return safetensors.Info{}, false
-	}(); !ok || i.DType != safetensors.F32 {
-		t.Fatalf("tiny checkpoint has no F32 %s", name)
-	}
-	for k := 0; k < 16; k += 4 {
-		binary.LittleEndian.PutUint32(data[name][k:], math.Float32bits(float32(math.NaN())))
-	}
-	if err := safetensors.Write(path, infos, map[string]string{"format": "pt"}, func(i safetensors.Info) ([]byte, error) { return data[i.Name], nil }); err != nil {
-		t.Fatal(err)
-	}
+	sttest.SetF32(t, path, name, float32(math.NaN()), 4)
 	// serve loads the model before it listens: it must stop there.
 	cmd := exec.Command(evolmBin(t), "serve", "--model", dir, "--addr", "127.0.0.1:0")
 	var out bytes.Buffer
@@ -311,7 +283,7 @@ func TestReliabilityNaNWeights(t *testing.T) {
 			t.Fatalf("serve loaded a checkpoint with NaN weights:\n%s", out.String())
 		}
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	wantFail(t, out.String(), err, name+": 4 of", "NaN or Inf")
 }
 

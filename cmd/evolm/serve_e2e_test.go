@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 )
 
@@ -222,21 +223,11 @@ func (s *server) post(t *testing.T, ctx context.Context, path string, body any, 
 		data, _ := json.Marshal(body)
 		r = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.addr+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
+	status, header, data, err := testutil.PostJSON(ctx, "http://"+s.addr+path, r, hdr...)
 	if err != nil {
 		return answer{}, err
 	}
-	defer resp.Body.Close()
-	a := answer{status: resp.StatusCode, header: resp.Header}
-	data, _ := io.ReadAll(resp.Body)
+	a := answer{status: status, header: header}
 	_ = json.Unmarshal(data, &a.body)
 	return a, nil
 }

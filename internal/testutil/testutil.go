@@ -5,10 +5,16 @@ package testutil
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -49,4 +55,65 @@ func RunPython(t testing.TB, script string, args ...string) []byte {
 		t.Fatalf("python %s %v: %v\nstderr:\n%s", script, args, err, stderr.String())
 	}
 	return stdout.Bytes()
+}
+
+// Golden is a temporary directory of references that a script from scripts/
+// writes once per test binary; the script prints the JSON list of the names
+// it wrote there. A package keeps one in a variable and removes it in TestMain.
+type Golden struct {
+	Prefix string   // os.MkdirTemp pattern of the directory
+	Script string   // the script, run as RunPython does
+	Args   []string // its arguments before the directory, its last one
+
+	once  sync.Once
+	dir   string
+	names []string
+	err   error
+}
+
+// Get runs the script the first time it is called and returns the directory
+// and the names; when the script failed, every test that asks fails.
+func (g *Golden) Get(t testing.TB) (dir string, names []string) {
+	t.Helper()
+	g.once.Do(func() {
+		dir, err := os.MkdirTemp("", g.Prefix)
+		if err != nil {
+			g.err = err
+			return
+		}
+		g.dir = dir
+		g.err = errors.New("the script failed") // kept if RunPython stops the test
+		g.err = json.Unmarshal(RunPython(t, g.Script, append(g.Args[:len(g.Args):len(g.Args)], dir)...), &g.names)
+	})
+	if g.err != nil {
+		t.Fatalf("%s goldens: %v", g.Script, g.err)
+	}
+	return g.dir, g.names
+}
+
+// Remove deletes the directory, if Get made one.
+func (g *Golden) Remove() {
+	if g.dir != "" {
+		os.RemoveAll(g.dir)
+	}
+}
+
+// PostJSON posts body as application/json to url with the headers given as
+// name, value pairs, and returns the response's status, headers and body.
+func PostJSON(ctx context.Context, url string, body io.Reader, hdr ...string) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, data, err
 }

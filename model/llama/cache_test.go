@@ -13,7 +13,7 @@ import (
 // one token at a time through the KV cache gives the logits of one full
 // forward, with and without left padding.
 func TestCacheMatchesFullForward(t *testing.T) {
-	dir, _ := goldens(t)
+	dir, _ := golden.Get(t)
 	for _, name := range []string{"qwen3_gqa_tied", "llama_gqa_untied", "qwen2_gqa_untied"} {
 		m, err := model.Load(filepath.Join(dir, name), model.LoadOptions{})
 		if err != nil {
@@ -87,7 +87,7 @@ func cachedForward(t *testing.T, m model.CausalLM, rc refCase, P int64) []float3
 // TestCacheSelect: expanding a prefilled cache row-wise (n samples sharing one
 // prefill) continues exactly like prefilling each copy.
 func TestCacheSelect(t *testing.T) {
-	dir, _ := goldens(t)
+	dir, _ := golden.Get(t)
 	m, err := model.Load(filepath.Join(dir, "qwen3_gqa_tied"), model.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 
 // TestParameterNames: Parameters lists HF's named_parameters, in order.
 func TestParameterNames(t *testing.T) {
-	dir, names := goldens(t)
+	dir, names := golden.Get(t)
 	for _, name := range names {
 		b, err := os.ReadFile(filepath.Join(dir, name, "params.json"))
 		if err != nil {
@@ -43,7 +43,7 @@ func TestParameterNames(t *testing.T) {
 // TestFrozenCopy: the copy computes the same logits, does not require grad
 // and shares no storage with the original.
 func TestFrozenCopy(t *testing.T) {
-	dir, _ := goldens(t)
+	dir, _ := golden.Get(t)
 	base := torch.Live()
 	m, err := model.Load(filepath.Join(dir, "qwen3_mha_untied_bias"), model.LoadOptions{})
 	if err != nil {
@@ -95,7 +95,7 @@ func TestFrozenCopy(t *testing.T) {
 // TestNoLeaks: 100 forwards (with and without a cache, with grad on and off)
 // leave the live-tensor count where it was.
 func TestNoLeaks(t *testing.T) {
-	dir, _ := goldens(t)
+	dir, _ := golden.Get(t)
 	m, err := model.Load(filepath.Join(dir, "qwen3_gqa_tied"), model.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func TestNoLeaks(t *testing.T) {
 // parameters, fp32 norms/softmax/RoPE) on the CPU and checks the logits stay
 // within bf16 rounding of HF's fp32 logits.
 func TestBFloat16Forward(t *testing.T) {
-	dir, _ := goldens(t)
+	dir, _ := golden.Get(t)
 	for _, name := range []string{"qwen3_gqa_tied", "qwen2_gqa_untied"} {
 		m, err := model.Load(filepath.Join(dir, name), model.LoadOptions{DType: torch.BFloat16})
 		if err != nil {

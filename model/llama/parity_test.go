@@ -1,12 +1,10 @@
 package llama_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/evolm/evolm/internal/testutil"
@@ -19,38 +17,13 @@ import (
 // Tolerance of the fp32 logit parity with transformers (README.md, "Correctness, against references nobody here wrote").
 const tol = 1e-4
 
-var golden struct {
-	once  sync.Once
-	dir   string
-	names []string
-	err   error
-}
-
-// goldens creates the HF reference checkpoints once per test binary.
-func goldens(t *testing.T) (string, []string) {
-	t.Helper()
-	golden.once.Do(func() {
-		dir, err := os.MkdirTemp("", "evolm-hf-golden-")
-		if err != nil {
-			golden.err = err
-			return
-		}
-		golden.dir = dir
-		out := testutil.RunPython(t, "hf_make_checkpoints.py", dir)
-		golden.err = json.Unmarshal(out, &golden.names)
-	})
-	if golden.err != nil {
-		t.Fatalf("golden checkpoints: %v", golden.err)
-	}
-	return golden.dir, golden.names
-}
+// golden holds the HF reference checkpoints, made once per test binary.
+var golden = testutil.Golden{Prefix: "evolm-hf-golden-", Script: "hf_make_checkpoints.py"}
 
 func TestMain(m *testing.M) {
 	torch.SetNumThreads(1)
 	code := m.Run()
-	if golden.dir != "" {
-		os.RemoveAll(golden.dir)
-	}
+	golden.Remove()
 	os.Exit(code)
 }
 
@@ -146,7 +119,7 @@ func forward(t *testing.T, m model.CausalLM, rc refCase) []float32 {
 }
 
 func TestHFParity(t *testing.T) {
-	dir, names := goldens(t)
+	dir, names := golden.Get(t)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			base := torch.Live()
@@ -171,7 +144,7 @@ func TestHFParity(t *testing.T) {
 
 // TestHFParitySDPA: the fused-attention path (the CUDA default) matches HF too.
 func TestHFParitySDPA(t *testing.T) {
-	dir, names := goldens(t)
+	dir, names := golden.Get(t)
 	for _, name := range names {
 		m, err := model.Load(filepath.Join(dir, name), model.LoadOptions{Attention: model.AttnSDPA})
 		if err != nil {
@@ -239,7 +212,7 @@ func gradsOf(t *testing.T, m model.CausalLM, rc refCase) map[string][]float32 {
 // TestSDPAGradientsMatchEager: backward through the fused attention gives
 // eager's gradients, padding included (no NaN from fully masked rows).
 func TestSDPAGradientsMatchEager(t *testing.T) {
-	dir, _ := goldens(t)
+	dir, _ := golden.Get(t)
 	name := "qwen3_gqa_tied"
 	rc := readRefs(t, filepath.Join(dir, name, "ref.safetensors"))[1]
 	var grads [2]map[string][]float32

@@ -67,7 +67,7 @@ type hfReport struct {
 // sharded, in bf16, and fresh from model.Init) load in transformers with no
 // missing or unexpected keys and the same logits as our engine gives for them.
 func TestSavedCheckpointsLoadInHF(t *testing.T) {
-	dir, _ := goldens(t)
+	dir, _ := golden.Get(t)
 	out := t.TempDir()
 	type saved struct {
 		dir          string

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,38 +22,14 @@ import (
 // gradients.
 const tol = 1e-5
 
-var golden struct {
-	once  sync.Once
-	dir   string
-	names []string
-	err   error
-}
-
-// goldens runs scripts/peft_lora.py golden once per test binary: a tiny
-// Qwen3 and a tiny Llama, each with a PEFT adapter and its references.
-func goldens(t *testing.T) (string, []string) {
-	t.Helper()
-	golden.once.Do(func() {
-		dir, err := os.MkdirTemp("", "evolm-peft-golden-")
-		if err != nil {
-			golden.err = err
-			return
-		}
-		golden.dir = dir
-		golden.err = json.Unmarshal(testutil.RunPython(t, "peft_lora.py", "golden", dir), &golden.names)
-	})
-	if golden.err != nil {
-		t.Fatalf("PEFT goldens: %v", golden.err)
-	}
-	return golden.dir, golden.names
-}
+// golden holds what scripts/peft_lora.py golden writes once per test binary: a
+// tiny Qwen3 and a tiny Llama, each with a PEFT adapter and its references.
+var golden = testutil.Golden{Prefix: "evolm-peft-golden-", Script: "peft_lora.py", Args: []string{"golden"}}
 
 func TestMain(m *testing.M) {
 	torch.SetNumThreads(1)
 	code := m.Run()
-	if golden.dir != "" {
-		os.RemoveAll(golden.dir)
-	}
+	golden.Remove()
 	os.Exit(code)
 }
 
@@ -176,7 +151,7 @@ func loadBase(t *testing.T, dir string, dt torch.DType) model.CausalLM {
 // model's logits, its logits with the adapters off, and the gradients of
 // every lora_A and lora_B equal PEFT's.
 func TestPEFTParity(t *testing.T) {
-	dir, names := goldens(t)
+	dir, names := golden.Get(t)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			live := torch.Live()
@@ -285,7 +260,7 @@ func loraGrads(t *testing.T, m model.CausalLM, ad *lora.Adapter, cases []refCase
 // TestMergeMatchesPEFT: MergeAndUnload gives PEFT's merge_and_unload logits
 // and leaves a plain model.
 func TestMergeMatchesPEFT(t *testing.T) {
-	dir, names := goldens(t)
+	dir, names := golden.Get(t)
 	for _, name := range names {
 		live := torch.Live()
 		r := readRefs(t, filepath.Join(dir, name, "ref.safetensors"))
@@ -320,7 +295,7 @@ func TestMergeMatchesPEFT(t *testing.T) {
 // PEFT's PeftModel.from_pretrained with the logits evolm computes, and loads
 // back into evolm bit for bit.
 func TestSavedAdapterLoadsInPEFT(t *testing.T) {
-	dir, names := goldens(t)
+	dir, names := golden.Get(t)
 	live := torch.Live()
 	cfg := lora.Config{Rank: 3, Alpha: 5, Dropout: 0.1, Targets: []string{"down", "q", "v"}}
 	type job struct {

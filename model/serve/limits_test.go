@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/openai"
 	"github.com/evolm/evolm/model/serve"
+	"github.com/evolm/evolm/model/serve/servetest"
 )
 
 // startWith serves a handler made from cfg (the fake generator and test
@@ -32,50 +34,27 @@ func startWith(t *testing.T, cfg serve.Config, opt serve.ServerOptions) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	if opt.Grace == 0 {
 		opt.Grace = 5 * time.Second
 	}
-	go func() { done <- serve.ServeWith(ctx, ln, h, opt) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	return servetest.Start(t, h, opt)
 }
 
 // post sends body to path with optional headers and returns the status and
 // the decoded error body (if any).
 func post(t *testing.T, addr, path, body string, hdr ...string) (int, openai.ErrorBody, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+	status, header, data, err := testutil.PostJSON(context.Background(), "http://"+addr+path, strings.NewReader(body), hdr...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
 	var eb openai.ErrorBody
-	if resp.StatusCode != http.StatusOK {
+	if status != http.StatusOK {
 		if err := json.Unmarshal(data, &eb); err != nil || eb.Error.Message == "" {
-			t.Errorf("status %d body %q is not an OpenAI error body", resp.StatusCode, data)
+			t.Errorf("status %d body %q is not an OpenAI error body", status, data)
 		}
 	}
-	return resp.StatusCode, eb, resp.Header
+	return status, eb, header
 }
 
 const okBody = `{"prompt":"a","max_tokens":2}`

@@ -23,6 +23,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/openai"
 	"github.com/evolm/evolm/model/serve"
+	"github.com/evolm/evolm/model/serve/servetest"
 )
 
 const modelID = "evolm-test-model"
@@ -53,20 +54,7 @@ func startServer(t *testing.T, gen backend.Generator) string {
 // startHandler serves h with serve.Serve on 127.0.0.1.
 func startHandler(t *testing.T, h http.Handler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve.Serve(ctx, ln, h, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String() + "/v1"
+	return "http://" + servetest.Start(t, h, serve.ServerOptions{Grace: 5 * time.Second}) + "/v1"
 }
 
 func newClient(t *testing.T, url string) *openai.Client { return newClientModel(t, url, modelID) }
@@ -155,8 +143,11 @@ func TestClientRoundTrip(t *testing.T) {
 	}
 }
 
-func TestClientScoreThroughServer(t *testing.T) {
-	client := newClient(t, startServer(t, &fakeGenerator{}))
+// checkScore scores a judge row of two criteria through client and checks it
+// gets the fake's yes/no log-probs and -Inf for a third candidate; it returns
+// the row.
+func checkScore(t *testing.T, client *openai.Client) backend.ScoreRequest {
+	t.Helper()
 	req := backend.ScoreRequest{ID: "j1", Prefix: "Q: hi\nA: hello\n", Suffixes: []string{"Criterion: polite?\nAnswer:", "Criterion: short?\nAnswer:"},
 		Candidates: []string{" yes", " no", " maybe"}}
 	got, err := client.Score(context.Background(), []backend.ScoreRequest{req})
@@ -171,6 +162,12 @@ func TestClientScoreThroughServer(t *testing.T) {
 	if diff := cmp.Diff([]backend.ScoreResponse{{ID: "j1", Model: modelID, LogProbs: want}}, got); diff != "" {
 		t.Errorf("score (-want +got):\n%s", diff)
 	}
+	return req
+}
+
+func TestClientScoreThroughServer(t *testing.T) {
+	client := newClient(t, startServer(t, &fakeGenerator{}))
+	checkScore(t, client)
 }
 
 // scoringGenerator is the test double of an engine that is also a
@@ -209,26 +206,13 @@ func TestClientScoreThroughExtension(t *testing.T) {
 	gen := &scoringGenerator{}
 	url := startServer(t, gen)
 	client := newClient(t, url)
-	req := backend.ScoreRequest{ID: "j1", Prefix: "Q: hi\nA: hello\n", Suffixes: []string{"Criterion: polite?\nAnswer:", "Criterion: short?\nAnswer:"},
-		Candidates: []string{" yes", " no", " maybe"}}
-	got, err := client.Score(context.Background(), []backend.ScoreRequest{req})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want [][]float64
-	for _, s := range req.Suffixes {
-		y, n := fakeYesNo(req.Prefix + s)
-		want = append(want, []float64{y, n, math.Inf(-1)})
-	}
-	if diff := cmp.Diff([]backend.ScoreResponse{{ID: "j1", Model: modelID, LogProbs: want}}, got); diff != "" {
-		t.Errorf("score (-want +got):\n%s", diff)
-	}
+	req := checkScore(t, client)
 	if gen.scored != 1 || gen.calls != 0 {
 		t.Errorf("scorer called %d times and generator %d; want one Score call for the row", gen.scored, gen.calls)
 	}
 	rej := req
 	rej.Candidates = []string{"reject me"}
-	got, err = client.Score(context.Background(), []backend.ScoreRequest{rej})
+	got, err := client.Score(context.Background(), []backend.ScoreRequest{rej})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ package loop
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/evolm/evolm/internal/testutil/sttest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/schemas"
 )
@@ -67,28 +67,15 @@ func TestE2ENonFiniteLossAndCheckpoints(t *testing.T) {
 
 	// Weights overwritten with NaN after the checkpoint was written.
 	p := filepath.Join(good, "policy", safetensors.SingleFile)
-	f, err := safetensors.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var infos []safetensors.Info
-	data := map[string][]byte{}
-	for _, n := range f.Names() {
-		i, _ := f.Info(n)
-		d, _ := f.Data(n)
-		data[n] = append([]byte(nil), d...)
-		infos = append(infos, i)
-	}
-	f.Close()
-	for _, i := range infos {
-		if i.DType == safetensors.F32 {
-			binary.LittleEndian.PutUint32(data[i.Name], math.Float32bits(float32(math.NaN())))
-			break
+	sttest.Edit(t, p, func(infos []safetensors.Info, data map[string][]byte) []safetensors.Info {
+		for _, i := range infos {
+			if i.DType == safetensors.F32 {
+				sttest.PutF32(data[i.Name], float32(math.NaN()), 1)
+				break
+			}
 		}
-	}
-	if err := safetensors.Write(p, infos, map[string]string{"format": "pt"}, func(i safetensors.Info) ([]byte, error) { return data[i.Name], nil }); err != nil {
-		t.Fatal(err)
-	}
+		return infos
+	})
 	res := exec.Command(e.bin, "run", "--resume", runDir)
 	res.Env = append(os.Environ(), "EVOLM_STAGES_RUN_STEPS=8")
 	o, err := res.CombinedOutput()
