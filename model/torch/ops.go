@@ -2,6 +2,7 @@ package torch
 
 import (
 	"github.com/sugarme/gotch"
+	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -97,8 +98,8 @@ func (s *Scope) Rand(shape []int64, dtype DType, dev Device) *Tensor {
 	if x == nil {
 		return nil
 	}
-	if err := x.Uniform_(0, 1); err != nil {
-		s.Fail(cleanErr("Rand", err))
+	s.inPlace("Rand", func(out *lib.Ctensor) { lib.AtgUniform_(out, ctensor(x), 0, 1) }, x)
+	if s.Err() != nil {
 		return nil
 	}
 	return x
@@ -629,62 +630,12 @@ func (s *Scope) Copy_(dst, src *Tensor) {
 	}
 }
 
-// inPlace runs an in-place op on x, recording its error on s.
-func (s *Scope) inPlace(op string, f func() error, xs ...*Tensor) {
-	if !s.ok(op, xs...) {
-		return
-	}
-	if err := f(); err != nil {
-		s.Fail(cleanErr(op, err))
-	}
-}
-
-// inPlaceScalar runs an in-place op with a float scalar argument.
-func (s *Scope) inPlaceScalar(op string, x *Tensor, v float64, f func(*ts.Scalar) error) {
-	s.inPlace(op, func() error {
-		sc := ts.FloatScalar(v)
-		defer sc.Drop()
-		return f(sc)
-	}, x)
-}
-
-// Add_ is x += y in place (broadcasting y).
-func (s *Scope) Add_(x, y *Tensor) { s.inPlace("Add_", func() error { return x.Add_(y) }, x, y) }
-
-// Mul_ is x *= y in place (broadcasting y).
-func (s *Scope) Mul_(x, y *Tensor) { s.inPlace("Mul_", func() error { return x.Mul_(y) }, x, y) }
-
-// MulScalar_ is x *= v in place.
-func (s *Scope) MulScalar_(x *Tensor, v float64) {
-	s.inPlaceScalar("MulScalar_", x, v, func(sc *ts.Scalar) error { return x.MulScalar_(sc) })
-}
-
-// DivScalar_ is x /= v in place.
-func (s *Scope) DivScalar_(x *Tensor, v float64) {
-	s.inPlaceScalar("DivScalar_", x, v, func(sc *ts.Scalar) error { return x.DivScalar_(sc) })
-}
-
-// AddScalar_ is x += v in place.
-func (s *Scope) AddScalar_(x *Tensor, v float64) {
-	s.inPlaceScalar("AddScalar_", x, v, func(sc *ts.Scalar) error { return x.AddScalar_(sc) })
-}
-
-// Lerp_ is x.lerp_(end, w) in place: x + w·(end − x).
-func (s *Scope) Lerp_(x, end *Tensor, w float64) {
-	if !s.ok("Lerp_", end) {
-		return
-	}
-	s.inPlaceScalar("Lerp_", x, w, func(sc *ts.Scalar) error { return x.Lerp_(end, sc) })
-}
-
 // Zero_ zeroes x in place.
 func (s *Scope) Zero_(x *Tensor) {
 	if !s.ok("Zero_", x) {
 		return
 	}
-	if err := x.Zero_(); err != nil {
-		s.Fail(cleanErr("Zero_", err))
-	}
+	s.inPlace("Zero_", func(out *lib.Ctensor) { lib.AtgZero_(out, ctensor(x)) }, x)
 }
 
 // LogicalOr is a | b for bool tensors.
