@@ -210,6 +210,9 @@ type Plan struct {
 	// MaxMicroBatch is the largest micro_batch whose total fits Capacity
 	// (0 if none does, -1 when not checked).
 	MaxMicroBatch int
+	// MaxGenRows is the largest generation batch (the engine's max_batch)
+	// whose total fits Capacity, the micro-batch as given (0 if none does).
+	MaxGenRows int
 }
 
 // Fits reports whether the estimate fits the capacity (true when unchecked).
@@ -430,31 +433,39 @@ func Estimate(in Input) Plan {
 	return p
 }
 
-// Check sets the plan's capacity and finds the largest micro-batch that
-// fits it.
+// Check sets the plan's capacity and finds the largest micro-batch and the
+// largest generation batch that fit it.
 func (p Plan) Check(capacity int64) Plan {
 	p.Capacity = capacity
-	p.MaxMicroBatch = 0
-	for mb := 1; mb <= 4096; mb *= 2 {
+	p.MaxMicroBatch = largest(func(n int) bool {
 		in := p.Input
-		in.MicroBatch = mb
-		if Estimate(in).Total > capacity {
-			break
-		}
-		p.MaxMicroBatch = mb
-	}
-	if p.MaxMicroBatch > 0 {
-		// Refine between the last power of two that fits and the next.
-		for mb := p.MaxMicroBatch + 1; mb < 2*p.MaxMicroBatch; mb++ {
-			in := p.Input
-			in.MicroBatch = mb
-			if Estimate(in).Total > capacity {
-				break
-			}
-			p.MaxMicroBatch = mb
-		}
-	}
+		in.MicroBatch = n
+		return Estimate(in).Total <= capacity
+	})
+	p.MaxGenRows = largest(func(n int) bool {
+		in := p.Input
+		in.GenRows = n
+		return Estimate(in).Total <= capacity
+	})
 	return p
+}
+
+// largest is the largest n ≤ 65536 for which fits(n) holds (0 if none),
+// fits monotone.
+func largest(fits func(int) bool) int {
+	lo, hi := 0, 65536 // fits(lo), or lo = 0
+	if fits(hi) {
+		return hi
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // GiB formats bytes in GiB.
@@ -493,6 +504,7 @@ func (p Plan) Fprint(w io.Writer) {
 		if !p.Fits() {
 			verdict = "does NOT fit"
 		}
-		fmt.Fprintf(w, "device memory %s: %s; largest micro_batch that fits: %d\n", GiB(p.Capacity), verdict, p.MaxMicroBatch)
+		fmt.Fprintf(w, "device memory %s: %s; largest micro_batch that fits: %d; largest max_batch (generation rows) that fits: %d\n",
+			GiB(p.Capacity), verdict, p.MaxMicroBatch, p.MaxGenRows)
 	}
 }

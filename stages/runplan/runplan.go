@@ -300,6 +300,6 @@ func Refuse(cfg *pipeline.Config) error {
 	}
 	var b strings.Builder
 	p.Fprint(&b)
-	return fmt.Errorf("this configuration does not fit the device (evolm plan estimates %s, %s available); lower micro_batch, turn on grad_checkpointing or LoRA, or serve the judge:\n%s",
+	return fmt.Errorf("this configuration does not fit the device (evolm plan estimates %s, %s available); lower stages.run.micro_batch or roles.policy.max_batch, turn on grad_checkpointing or LoRA, or serve the judge:\n%s",
 		plan.GiB(p.Total), plan.GiB(p.Capacity), b.String())
 }
