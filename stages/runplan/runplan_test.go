@@ -1,4 +1,4 @@
-package runplan
+package runplan_test
 
 import (
 	"strings"
@@ -12,6 +12,7 @@ import (
 	_ "github.com/evolm/evolm/stages/loop"  // registers stages.run and the roles
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
+	"github.com/evolm/evolm/stages/runplan"
 )
 
 // TestPaperInput: the paper preset's models resolve to the qwen3-8b and
@@ -23,7 +24,7 @@ func TestPaperInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, src, err := Input(cfg, Options{})
+	in, src, err := runplan.Input(cfg, runplan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestPaperInput(t *testing.T) {
 	if in.MicroBatch != 4 || in.Beta != 0.001 || in.LoRA.Rank != 0 || in.GradCheckpointing || in.GenRows != 64 {
 		t.Errorf("learner %+v", in)
 	}
-	in, _, err = Input(cfg, Options{PromptTokens: 10, Set: map[string]any{KeyLoRARank: 64, KeyGradCheckpointing: true, KeyLoRATargets: []string{"q", "v"}}})
+	in, _, err = runplan.Input(cfg, runplan.Options{PromptTokens: 10, Set: map[string]any{runplan.KeyLoRARank: 64, runplan.KeyGradCheckpointing: true, runplan.KeyLoRATargets: []string{"q", "v"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestPaperInput(t *testing.T) {
 		t.Errorf("with overrides: %+v", in)
 	}
 	// A model that is neither a checkpoint nor a preset name is an error naming the key.
-	if _, _, err := ShapeOf("models/NoSuchModel"); err == nil || !strings.Contains(err.Error(), "not a preset") {
+	if _, _, err := runplan.ShapeOf("models/NoSuchModel"); err == nil || !strings.Contains(err.Error(), "not a preset") {
 		t.Errorf("unknown model: %v", err)
 	}
 }
@@ -62,14 +63,14 @@ func TestRefuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := ForRun(cfg, Options{Capacity: 80 << 30})
+	p, _, err := runplan.ForRun(cfg, runplan.Options{Capacity: 80 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Fits() {
 		t.Fatalf("full fine-tuning of Qwen3-8B fits 80 GiB: %s", plan.GiB(p.Total))
 	}
-	p, _, err = ForRun(cfg, Options{Capacity: 1 << 50})
+	p, _, err = runplan.ForRun(cfg, runplan.Options{Capacity: 1 << 50})
 	if err != nil || !p.Fits() {
 		t.Fatalf("1 PiB: fits %v, %v", p.Fits(), err)
 	}
