@@ -47,7 +47,9 @@
 // (8·B·T·q), k before and after its norm and the rotated half (4·B·T·kv),
 // all of b bytes, and the attention probabilities: eager attention keeps
 // the float32 softmax (B·heads·T²·4); SDPA on CUDA keeps only its additive
-// mask (B·T²·b). With activation checkpointing a layer keeps only its input
+// mask (B·T²·b). LoRA adapters compute in float32: over a bf16 base each
+// keeps a float32 copy of its input, and with lora_dropout the mask and the
+// dropped input too. With activation checkpointing a layer keeps only its input
 // (B·T·C·b) and one layer's activations are alive again while it is
 // recomputed in backward. A layer's backward needs two score-sized
 // temporaries (the softmax's and the scores' gradients) or three B·T·I ones.
@@ -138,23 +140,52 @@ func (s Shape) Params() int64 {
 type LoRA struct {
 	Rank    int
 	Targets []string // Linear names; empty: all seven
+	Dropout float64  // lora_dropout: > 0 saves the dropped input and its mask
 }
 
-// Params counts the adapter parameters of s: rank·(in+out) per targeted
-// Linear of every layer.
-func (l LoRA) Params(s Shape) int64 {
+// targeted lists the Linears of s that l adapts.
+func (l LoRA) targeted(s Shape) []Linear {
 	if l.Rank <= 0 {
-		return 0
+		return nil
 	}
 	want := map[string]bool{}
 	for _, t := range l.Targets {
 		want[strings.TrimSuffix(t, "_proj")] = true
 	}
-	var n int64
+	var out []Linear
 	for _, lin := range s.Linears() {
 		if len(want) == 0 || want[lin.Name] {
-			n += int64(l.Rank) * int64(lin.In+lin.Out)
+			out = append(out, lin)
 		}
+	}
+	return out
+}
+
+// saved is what the adapters of one layer add to its saved tensors: each
+// adapter computes in float32, so over a narrower base it keeps a float32
+// copy of its input, and with dropout also the mask and the dropped input
+// (model/lora's Adapt); lora_A(x) and the rank-wide values are negligible.
+func (l LoRA) saved(s Shape, B, T, b int) int64 {
+	copies := int64(0)
+	if b != 4 {
+		copies++
+	}
+	if l.Dropout > 0 {
+		copies += 2
+	}
+	var n int64
+	for _, lin := range l.targeted(s) {
+		n += int64(lin.In)
+	}
+	return copies * int64(B) * int64(T) * n * 4
+}
+
+// Params counts the adapter parameters of s: rank·(in+out) per targeted
+// Linear of every layer.
+func (l LoRA) Params(s Shape) int64 {
+	var n int64
+	for _, lin := range l.targeted(s) {
+		n += int64(l.Rank) * int64(lin.In+lin.Out)
 	}
 	return n * int64(s.Layers)
 }
@@ -246,9 +277,10 @@ const (
 
 // layerSaved is what one decoder layer keeps for backward, B sequences of
 // T tokens, b-byte elements; sdpa for CUDA's scaled-dot-product attention.
-func layerSaved(s Shape, B, T, b int, sdpa bool) int64 {
+func layerSaved(s Shape, B, T, b int, sdpa bool, lora LoRA) int64 {
 	bt := int64(B) * int64(T)
-	n := bt * int64(actHidden*s.Hidden+actInter*s.Intermediate+actQ*s.Heads*s.HeadDim+actKV*s.KVHeads*s.HeadDim) * int64(b)
+	n := bt*int64(actHidden*s.Hidden+actInter*s.Intermediate+actQ*s.Heads*s.HeadDim+actKV*s.KVHeads*s.HeadDim)*int64(b) +
+		lora.saved(s, B, T, b)
 	if sdpa {
 		return n + int64(B)*int64(T)*int64(T)*int64(b)
 	}
@@ -270,16 +302,16 @@ func layerBackward(s Shape, B, T, b int, sdpa bool) int64 {
 // every layer's input and one layer's saved tensors (recomputed in
 // backward); plus the embedding output and the final norm's.
 func Activations(s Shape, B, T, b int, checkpointing bool) int64 {
-	return activations(s, B, T, b, checkpointing, false)
+	return activations(s, B, T, b, checkpointing, false, LoRA{})
 }
 
-func activations(s Shape, B, T, b int, checkpointing, sdpa bool) int64 {
+func activations(s Shape, B, T, b int, checkpointing, sdpa bool, lora LoRA) int64 {
 	bt := int64(B) * int64(T)
 	emb := bt * int64(s.Hidden) * int64(b) * 3 // embedding output, final norm's normalized value and output
 	if checkpointing {
-		return int64(s.Layers)*bt*int64(s.Hidden)*int64(b) + layerSaved(s, B, T, b, sdpa) + emb
+		return int64(s.Layers)*bt*int64(s.Hidden)*int64(b) + layerSaved(s, B, T, b, sdpa, lora) + emb
 	}
-	return int64(s.Layers)*layerSaved(s, B, T, b, sdpa) + emb
+	return int64(s.Layers)*layerSaved(s, B, T, b, sdpa, lora) + emb
 }
 
 // LogitChunkElems mirrors generate.LogitChunkElems (kept equal by a test).
@@ -386,8 +418,8 @@ func Estimate(in Input) Plan {
 	}
 	sdpa := in.CUDA
 	B, T, pb := in.MicroBatch, in.SeqLen, in.ParamBytes
-	act := activations(in.Policy, B, T, pb, in.GradCheckpointing, sdpa)
-	other := activations(in.Policy, B, T, pb, !in.GradCheckpointing, sdpa)
+	act := activations(in.Policy, B, T, pb, in.GradCheckpointing, sdpa, in.LoRA)
+	other := activations(in.Policy, B, T, pb, !in.GradCheckpointing, sdpa, in.LoRA)
 	logits := LogitsChunk(in.Policy, B, T)
 	lnote := fmt.Sprintf("chunked selective log-softmax, %d positions at a time", max(1, min(int64(T), LogitChunkElems/max(1, int64(B)*int64(in.Policy.Vocab)))))
 	full := int64(B) * int64(T) * int64(in.Policy.Vocab) * 4

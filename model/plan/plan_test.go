@@ -39,6 +39,14 @@ func TestLoRAParams(t *testing.T) {
 	if got := (LoRA{Rank: 3, Targets: []string{"q_proj", "v"}}).Params(s); got != 2*3*(16+12) {
 		t.Errorf("q, v: %d, want %d", got, 2*3*(16+12))
 	}
+	// Saved per layer: the inputs of the adapted Linears (8·6 + 16) in
+	// float32, once over a bf16 base, twice more with dropout.
+	if got := (LoRA{Rank: 3}).saved(s, 2, 5, 4); got != 0 {
+		t.Errorf("fp32, no dropout: saved %d, want 0", got)
+	}
+	if got, want := (LoRA{Rank: 3, Dropout: 0.1}).saved(s, 2, 5, 2), int64(3*2*5*64*4); got != want {
+		t.Errorf("bf16 with dropout: saved %d, want %d", got, want)
+	}
 }
 
 // TestLogitChunkMatchesEngine: the plan's logits chunk uses the engine's.

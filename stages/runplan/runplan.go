@@ -226,7 +226,7 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 	in := plan.Input{Beta: r.float(KeyBeta), MicroBatch: r.int(KeyMicroBatch), GradCheckpointing: r.bool(KeyGradCheckpointing),
 		CUDA: isCUDA(pol.Device), GenRows: pol.MaxBatch}
 	if rank := r.int(KeyLoRARank); rank > 0 {
-		in.LoRA = plan.LoRA{Rank: rank, Targets: r.strings(KeyLoRATargets)}
+		in.LoRA = plan.LoRA{Rank: rank, Targets: r.strings(KeyLoRATargets), Dropout: r.float(KeyLoRADropout)}
 	}
 	src.Device = pol.Device
 	if in.Policy, src.Policy, err = ShapeOf(pol.Model); err != nil {
