@@ -7,9 +7,10 @@
 //	go run ./bench/memory -preset qwen3-0.6b -seq 1024 -micro-batch 2 -mode full
 //	go run ./bench/memory ... -mode chunked     # + chunked selective log-softmax
 //	go run ./bench/memory ... -mode checkpoint  # + activation checkpointing
+//	go run ./bench/memory ... -mode lora        # LoRA (rank 16, all seven targets) + chunked + checkpointing
 //
-// run.sh in this directory runs every mode and the evolm serve prompt-length
-// comparison, and prints the README table. The model is built in process
+// scripts/bench_memory.sh runs every mode, one process each, and prints the
+// README table. The model is built in process
 // (model.Randomize), float32 on the CPU; -layers keeps the preset's widths
 // with fewer decoder layers when the machine cannot hold the full depth.
 package main
@@ -30,6 +31,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
 	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/model/plan"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/evolm/evolm/stages/grpo"
@@ -50,6 +52,11 @@ type Result struct {
 	BaseRSS     int64   `json:"rss_before_model_bytes"`
 	PlanBytes   int64   `json:"plan_bytes"`
 	Loss        float64 `json:"loss"`
+	// RSS after each phase (bytes): model built and randomized, trainer
+	// made (reference copy, adapter), step done.
+	RSSModel   int64 `json:"rss_model_bytes"`
+	RSSTrainer int64 `json:"rss_trainer_bytes"`
+	LoRARank   int   `json:"lora_rank,omitempty"`
 }
 
 func main() {
@@ -58,12 +65,13 @@ func main() {
 	seq := flag.Int("seq", 1024, "tokens per sequence (prompt + completion)")
 	prompt := flag.Int("prompt", 128, "prompt tokens of each sequence")
 	micro := flag.Int("micro-batch", 2, "sequences per forward/backward (the step is one micro-batch)")
-	mode := flag.String("mode", "chunked", "full (logits unchunked), chunked, or checkpoint (chunked + activation checkpointing)")
+	mode := flag.String("mode", "chunked", "full (logits unchunked), chunked, checkpoint (chunked + activation checkpointing) or lora (LoRA + chunked + checkpointing)")
+	rank := flag.Int("lora-rank", 16, "LoRA rank of -mode lora (alpha 16, all seven targets)")
 	beta := flag.Float64("beta", 0.001, "KL coefficient; ≠ 0 keeps a frozen reference copy and runs it in the step")
 	threads := flag.Int("threads", 2, "libtorch intra-op threads")
 	planOnly := flag.Bool("plan", false, "print the plan's estimate and exit without measuring")
 	flag.Parse()
-	r, err := run(*preset, *layers, *seq, *prompt, *micro, *mode, *beta, *threads, *planOnly)
+	r, err := run(*preset, *layers, *seq, *prompt, *micro, *mode, *beta, *threads, *rank, *planOnly)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "memory-bench:", err)
 		os.Exit(1)
@@ -72,7 +80,7 @@ func main() {
 	fmt.Println(string(b))
 }
 
-func run(preset string, layers, seq, promptLen, micro int, mode string, beta float64, threads int, planOnly bool) (Result, error) {
+func run(preset string, layers, seq, promptLen, micro int, mode string, beta float64, threads, rank int, planOnly bool) (Result, error) {
 	torch.SetNumThreads(threads)
 	cfg, err := model.PresetConfig("qwen3", preset, model.QwenVocabSize)
 	if err != nil {
@@ -85,20 +93,26 @@ func run(preset string, layers, seq, promptLen, micro int, mode string, beta flo
 		}
 	}
 	ckpt := false
+	var lc lora.Config
 	switch mode {
 	case "full":
 		generate.FullLogits = true
 	case "chunked":
 	case "checkpoint":
 		ckpt = true
+	case "lora":
+		ckpt = true
+		lc = lora.Config{Rank: rank, Alpha: 16}
 	default:
-		return Result{}, fmt.Errorf("mode %q: want full, chunked or checkpoint", mode)
+		return Result{}, fmt.Errorf("mode %q: want full, chunked, checkpoint or lora", mode)
 	}
 	res := Result{Mode: mode, Preset: preset, Layers: cfg.NumHiddenLayers, Params: cfg.NumParams(), Seq: seq, MicroBatch: micro, Beta: beta, Threads: threads}
 	est := plan.Estimate(plan.Input{
 		Policy: plan.ShapeOf(cfg), ParamBytes: 4, Beta: beta,
 		MicroBatch: micro, SeqLen: seq, GradCheckpointing: ckpt, FullLogits: mode == "full",
+		LoRA: plan.LoRA{Rank: lc.Rank},
 	})
+	res.LoRARank = lc.Rank
 	res.PlanBytes = est.Total
 	if planOnly {
 		est.Fprint(os.Stderr)
@@ -116,7 +130,11 @@ func run(preset string, layers, seq, promptLen, micro int, mode string, beta flo
 	if err := model.Randomize(m, 1); err != nil {
 		return Result{}, err
 	}
+	if res.RSSModel, err = status("VmRSS"); err != nil {
+		return Result{}, err
+	}
 	tc := grpo.DefaultTrainerConfig()
+	tc.LoRA = lc
 	tc.Loss.Beta = beta
 	tc.MicroBatch = micro
 	tc.GradCheckpointing = ckpt
@@ -125,6 +143,9 @@ func run(preset string, layers, seq, promptLen, micro int, mode string, beta flo
 		return Result{}, err
 	}
 	defer tr.Close()
+	if res.RSSTrainer, err = status("VmRSS"); err != nil {
+		return Result{}, err
+	}
 
 	rng := rand.New(rand.NewSource(1))
 	batch := make([]backend.TrainSample, micro)

@@ -57,7 +57,7 @@ and roles.judge (env EVOLM_ROLES_POLICY_MODEL …, flags --policy-model,
 			panic(err) // a bad built-in flag table: a programming error
 		}
 	}
-	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd(), newModelCmd(), newServeCmd())
+	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd(), newModelCmd(), newServeCmd(), newPlanCmd(a))
 	for _, spec := range pipeline.Specs() {
 		if custom, ok := customCommands[spec.Name]; ok {
 			if c := custom(a, spec); c != nil { // nil: another command holds it

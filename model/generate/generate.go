@@ -27,8 +27,10 @@
 //     (before temperature and filters), as vLLM and TRL report by default.
 //   - Memory. Everything a call allocates is freed before it returns; caches
 //     are sized to the chunk's longest prompt plus its largest MaxNewTokens.
-//     Prompts are prefilled Options.PrefillChunk positions at a time, so
-//     attention scores never take (prompt × prompt) memory.
+//     Prompts are prefilled Options.PrefillChunk positions at a time (fewer
+//     for long prompts, so that a chunk's scores stay within
+//     PrefillScoreElems), so attention scores never take (prompt × prompt)
+//     memory.
 //   - Sharing. With Options.Scheduler, concurrent calls take turns per
 //     prefill chunk and per decode step and stay within a memory budget
 //     (see Scheduler); a row's tokens do not depend on the interleaving.
@@ -107,6 +109,15 @@ func (g *Generator) prefillChunk() int {
 		return 512
 	}
 	return g.opt.PrefillChunk
+}
+
+// prefillChunkFor is the prefill chunk of P prompts of Tp tokens:
+// Options.PrefillChunk, lowered as Prefill chunks (PrefillChunk) so that one
+// chunk's attention scores against the whole prompt stay within
+// PrefillScoreElems, but never below minPrefillChunk positions. A long
+// prompt then costs its KV cache, not (chunk × prompt) scores.
+func (g *Generator) prefillChunkFor(P, Tp int64) int64 {
+	return min(int64(g.prefillChunk()), PrefillChunk(P, Tp, int64(g.m.Config().NumAttentionHeads)))
 }
 
 // Generator samples from a model. Concurrent calls are safe only with a
@@ -264,7 +275,7 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 	// Prefill every prompt once, PrefillChunk positions per pass (one turn
 	// each); logits only at the last position.
 	var logits *torch.Tensor
-	for off, C := 0, g.prefillChunk(); off < Tp; off += C {
+	for off, C := 0, int(g.prefillChunkFor(P, int64(Tp))); off < Tp; off += C {
 		if off > 0 {
 			if err := take(); err != nil {
 				return nil, err

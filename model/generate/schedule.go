@@ -141,8 +141,8 @@ func (g *Generator) EstimateBytes(reqs []Request) int64 {
 	L, nkv, nh, hs := int64(cfg.NumHiddenLayers), int64(cfg.NumKeyValueHeads), int64(cfg.NumAttentionHeads), int64(cfg.HeadDim)
 	C, I, V := int64(cfg.HiddenSize), int64(cfg.IntermediateSize), int64(cfg.VocabSize)
 	kv := (P + S) * L * 2 * nkv * hs * (Tp + maxNew) * es
-	T := min(Tp, int64(g.prefillChunk()))
-	scores := P * nh * T * Tp * 4 * 3              // matmul, mask and softmax, float32
+	T := min(Tp, g.prefillChunkFor(P, Tp))
+	scores := P * nh * T * Tp * 4 * 2              // scores (scaled and masked in place) and softmax, float32
 	acts := P * T * (4*C + 3*I + 2*nh*hs) * es * 2 // projections, MLP, residuals
 	logits := 2 * max(P, S) * V * 4 * 2
 	return kv + scores + acts + logits

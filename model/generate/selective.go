@@ -76,12 +76,21 @@ func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entro
 	var lps, ents []*torch.Tensor
 	err = torch.NoGrad(func() error {
 		for t0 := int64(0); t0 < T; t0 += chunk {
+			// Each chunk's (B, n, V) logits and their softmax live in a
+			// scope of their own, freed before the next chunk: only the
+			// (B, n) results outlive it.
 			n := min(chunk, T-t0)
-			l, e, err := selectiveChunk(c, m, c.Narrow(hd, 1, t0, n), c.Narrow(targets, 1, t0, n), entropy)
+			cc := c.Child()
+			l, e, err := selectiveChunk(cc, m, cc.Narrow(hd, 1, t0, n), cc.Narrow(targets, 1, t0, n), entropy)
 			if err != nil {
+				cc.Close()
 				return err
 			}
-			lps, ents = append(lps, l), append(ents, e)
+			lps = append(lps, cc.MoveTo(c, l))
+			if entropy {
+				ents = append(ents, cc.MoveTo(c, e))
+			}
+			cc.Close()
 		}
 		return c.Err()
 	})

@@ -74,10 +74,15 @@ func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *to
 		bias := s.MaskedFill(s.Zeros([]int64{1}, s.DType(q), devOf(s, q)), blocked, minValue(s.DType(q))) // (B or 1, 1, T, Tk)
 		y = s.ScaledDotProductAttention(q, k, v, bias, a.cfg.AttnScale)                                   // (B, nh, T, hs)
 	} else {
-		att := s.MulScalar(s.Matmul(q, s.Transpose(k, 2, 3)), a.cfg.AttnScale) // (B, nh, T, Tk)
-		att = s.MaskedFill(s.Float32(att), blocked, -math.MaxFloat32)          // (B, nh, T, Tk)
-		att = s.ToDType(s.Softmax(att, -1, torch.Float32), s.DType(v))         // (B, nh, T, Tk)
-		y = s.Matmul(att, v)                                                   // (B, nh, T, hs)
+		// Scaled and masked in place (autograd needs neither the matmul's
+		// output nor the product's), so one (B, nh, T, Tk) float32 tensor
+		// and the softmax are alive, not four.
+		att := s.Matmul(q, s.Transpose(k, 2, 3)) // (B, nh, T, Tk)
+		s.MulScalar_(att, a.cfg.AttnScale)
+		att = s.Float32(att)
+		s.MaskedFill_(att, blocked, -math.MaxFloat32)
+		att = s.ToDType(s.Softmax(att, -1, torch.Float32), s.DType(v)) // (B, nh, T, Tk)
+		y = s.Matmul(att, v)                                           // (B, nh, T, hs)
 	}
 	y = s.Reshape(s.Transpose(y, 1, 2), B, T, nh*hs) // (B, T, nh*hs)
 	return a.OProj.Forward(s, y)                     // (B, T, C)

@@ -213,15 +213,29 @@ func (o *AdamW) update(sl *slot, lr, bc2sqrt, stepSize float64) error {
 	if p == nil {
 		p = sl.Tensor
 	}
+	// In place, as torch's AdamW: the only temporaries are g², the
+	// denominator and the update, one at a time but for the last two, so
+	// the step needs at most two copies of the largest tensor beyond its
+	// state (the embedding's are the largest: keeping every intermediate
+	// cost 13 copies).
 	if sl.wd != 0 {
-		s.Copy_(p, s.MulScalar(p, 1-lr*sl.wd))
+		s.MulScalar_(p, 1-lr*sl.wd)
 	}
-	m := s.Add(sl.expAvg, s.MulScalar(s.Sub(g, sl.expAvg), 1-o.cfg.Beta1))
-	s.Copy_(sl.expAvg, m)
-	v := s.Add(s.MulScalar(sl.expSq, o.cfg.Beta2), s.MulScalar(s.Mul(g, g), 1-o.cfg.Beta2))
-	s.Copy_(sl.expSq, v)
-	denom := s.AddScalar(s.DivScalar(s.Sqrt(v), bc2sqrt), o.cfg.Eps)
-	s.Copy_(p, s.Add(p, s.MulScalar(s.Div(m, denom), -stepSize)))
+	s.Lerp_(sl.expAvg, g, 1-o.cfg.Beta1) // m ← m + (1−β1)(g − m)
+	s.MulScalar_(sl.expSq, o.cfg.Beta2)
+	c := s.Child()
+	gg := c.Mul(g, g)
+	c.MulScalar_(gg, 1-o.cfg.Beta2)
+	c.Add_(sl.expSq, gg) // v ← β2·v + (1−β2)·g²
+	c.Close()
+	c = s.Child()
+	denom := c.Sqrt(sl.expSq)
+	c.DivScalar_(denom, bc2sqrt)
+	c.AddScalar_(denom, o.cfg.Eps) // √v / √(1−β2ᵗ) + ε
+	upd := c.Div(sl.expAvg, denom)
+	c.MulScalar_(upd, -stepSize)
+	c.Add_(p, upd) // p ← p − stepSize · m / denom
+	c.Close()
 	if sl.master != nil {
 		s.Copy_(sl.Tensor, sl.master) // rounds to the parameter's dtype
 	}

@@ -1,31 +1,74 @@
-// Package plan estimates the device memory of an evolm run before any of it
-// is spent (README.md, "Paper scale"): `evolm plan` prints the estimate and `evolm run`
-// refuses a configuration whose estimate exceeds the device.
+// Package plan estimates the memory of an evolm run on one device before
+// any of it is spent (README.md, "Memory and evolm plan"): `evolm plan` prints
+// the estimate and `evolm run` refuses a configuration whose estimate exceeds
+// the device (stages/runplan builds the Input from a config).
 //
-// The estimate is per device (one learner process). Bytes are counted from
-// the model shapes and the config, not measured:
+// # What is counted
 //
-//	weights        P·b  (b = 2 bf16/fp16, 4 fp32); with LoRA also A·4 (fp32 adapters)
-//	gradients      trainable·b (full FT) or A·4 (LoRA); ÷ world with ZeRO ≥ 2
-//	optimizer      AdamW exp_avg + exp_avg_sq, 2·trainable·4;  ÷ world with ZeRO ≥ 1
-//	master         fp32 copy of non-fp32 trainable parameters, trainable·4; ÷ world with ZeRO ≥ 1
-//	reference      a frozen copy P·b when β ≠ 0 in full FT; none with LoRA (adapters off)
-//	judge          in-process judge weights Pj·bj; none when served remotely
-//	KV cache       rows·tokens·layers·2·kv_heads·head_dim·b of the generation batch
-//	activations    per micro-batch, see Activations
-//	logits chunk   the chunked selective log-softmax's live logits, see LogitsChunk
-//	optimizer step AdamW's temporaries: a few copies of the largest trainable tensor
-//	runtime        libtorch and the process itself (CPU), or the CUDA context
+// The estimate is per device (one learner process) and counted from the
+// model shapes and the config, never measured. P counts every parameter (an
+// untied lm_head included), A the LoRA parameters (rank·(in+out) per
+// targeted Linear and layer), b is the parameters' element size (2 for
+// bf16/fp16, 4 for fp32), B the micro-batch, T the training sequence, C, I,
+// q = heads·head_dim and kv = kv_heads·head_dim the widths, V the
+// vocabulary, L the layers.
 //
-// where P counts every parameter (an untied lm_head included) and A the LoRA
-// parameters, rank·(in+out) per targeted Linear. Generation and training do
-// not overlap in a step, so the peak is
+// Held for the whole run (Plan.Static):
 //
-//	static + max(KV cache, activations + logits chunk, optimizer step) + runtime
+//	weights        P·b, with LoRA also A·4 (adapters are fp32)
+//	gradients      P·b in full fine-tuning (allocated by the first backward
+//	               and zeroed in place after), A·4 with LoRA; ÷ world with ZeRO ≥ 2
+//	optimizer      AdamW exp_avg and exp_avg_sq in fp32: 2·trainable·4; ÷ world with ZeRO ≥ 1
+//	master         fp32 copy of non-fp32 trainable parameters: trainable·4; ÷ world with ZeRO ≥ 1
+//	reference      a frozen copy P·b for the KL term when β ≠ 0 in full
+//	               fine-tuning; none with LoRA (the base with adapters off)
+//	judge          an in-process judge's weights on this device
 //
-// with static the sum of the first six lines. ZeRO stage 3 also divides the
-// weights by world. The activation model is documented on Activations, with
-// its calibration.
+// One at a time (Plan.Phases: generation, a training micro-batch and the
+// optimizer step never overlap, so only the largest counts):
+//
+//	KV cache       rows·tokens·L·2·kv·b for the generation batch (max_batch
+//	               rows of prompt + new tokens; the cache is allocated whole
+//	               for the longest row), or the judge's, whichever is larger
+//	micro-batch    activations + max(logits chunk, one layer's backward)
+//	optimizer      AdamW's temporaries: two fp32 copies of the largest
+//	               trainable tensor (the update runs in place; √v and m/√v
+//	               are the temporaries), plus the fp32 gradient with bf16
+//
+// and the runtime: the libtorch CPU libraries, the Go runtime and the
+// tokenizer (CPU, measured), or a CUDA context with cuBLAS workspaces (an
+// estimate).
+//
+// Activations (Activations) are the tensors autograd saves for backward,
+// counted op by op from model/llama's forward: per layer the two RMSNorms'
+// inputs, normalized values and outputs (6·B·T·C), the SwiGLU's gate,
+// silu(gate), up and their product (4·B·T·I), q before and after its norm
+// and RoPE, the rotated half, the repeated k and v and the attention output
+// (8·B·T·q), k before and after its norm and the rotated half (4·B·T·kv),
+// all of b bytes, and the attention probabilities: eager attention keeps
+// the float32 softmax (B·heads·T²·4); SDPA on CUDA keeps only its additive
+// mask (B·T²·b). LoRA adapters compute in float32: over a bf16 base each
+// keeps a float32 copy of its input, and with lora_dropout the mask and the
+// dropped input too. With activation checkpointing a layer keeps only its input
+// (B·T·C·b) and one layer's activations are alive again while it is
+// recomputed in backward. A layer's backward needs two score-sized
+// temporaries (the softmax's and the scores' gradients) or three B·T·I ones.
+//
+// The logits chunk is the chunked selective log-softmax (model/generate):
+// its backward recomputes chunk = min(T, 2²⁶/(B·V)) positions at a time
+// and keeps the float32 logits, exp(logits − logsumexp), the gathered
+// one-hot gradient and their sum alive (4·B·chunk·V·4), plus a temporary
+// lm_head gradient (V·C·4) when lm_head trains. With chunking off
+// (Input.FullLogits, the benchmark's baseline) the chunk is the whole
+// sequence and the logits stay alive through the layers' backward.
+//
+// # Calibration
+//
+// The counts above are structural; the CPU figures were checked against
+// measured peak RSS (scripts/bench_memory.sh: one GRPO step, fp32, qwen3-0.6b
+// widths with 4 and 8 layers, 2 × 1,024 tokens) and agree within the
+// README's table. GPU figures (bf16, SDPA, CUDA context) are estimates that
+// no measurement here has checked.
 package plan
 
 import (
@@ -97,23 +140,52 @@ func (s Shape) Params() int64 {
 type LoRA struct {
 	Rank    int
 	Targets []string // Linear names; empty: all seven
+	Dropout float64  // lora_dropout: > 0 saves the dropped input and its mask
 }
 
-// Params counts the adapter parameters of s: rank·(in+out) per targeted
-// Linear of every layer.
-func (l LoRA) Params(s Shape) int64 {
+// targeted lists the Linears of s that l adapts.
+func (l LoRA) targeted(s Shape) []Linear {
 	if l.Rank <= 0 {
-		return 0
+		return nil
 	}
 	want := map[string]bool{}
 	for _, t := range l.Targets {
 		want[strings.TrimSuffix(t, "_proj")] = true
 	}
-	var n int64
+	var out []Linear
 	for _, lin := range s.Linears() {
 		if len(want) == 0 || want[lin.Name] {
-			n += int64(l.Rank) * int64(lin.In+lin.Out)
+			out = append(out, lin)
 		}
+	}
+	return out
+}
+
+// saved is what the adapters of one layer add to its saved tensors: each
+// adapter computes in float32, so over a narrower base it keeps a float32
+// copy of its input, and with dropout also the mask and the dropped input
+// (model/lora's Adapt); lora_A(x) and the rank-wide values are negligible.
+func (l LoRA) saved(s Shape, B, T, b int) int64 {
+	copies := int64(0)
+	if b != 4 {
+		copies++
+	}
+	if l.Dropout > 0 {
+		copies += 2
+	}
+	var n int64
+	for _, lin := range l.targeted(s) {
+		n += int64(lin.In)
+	}
+	return copies * int64(B) * int64(T) * n * 4
+}
+
+// Params counts the adapter parameters of s: rank·(in+out) per targeted
+// Linear of every layer.
+func (l LoRA) Params(s Shape) int64 {
+	var n int64
+	for _, lin := range l.targeted(s) {
+		n += int64(l.Rank) * int64(lin.In+lin.Out)
 	}
 	return n * int64(s.Layers)
 }
@@ -161,6 +233,7 @@ type Plan struct {
 	Input    Input
 	Static   []Line // held for the whole run
 	Phases   []Line // alive one at a time: generation, training micro-batch, optimizer step
+	Parts    []Line // what the training micro-batch is made of
 	Other    []Line // for information (activations with the other checkpointing choice)
 	Runtime  Line
 	Total    int64 // peak: Σ Static + max(Phases) + Runtime
@@ -168,53 +241,77 @@ type Plan struct {
 	// MaxMicroBatch is the largest micro_batch whose total fits Capacity
 	// (0 if none does, -1 when not checked).
 	MaxMicroBatch int
+	// MaxGenRows is the largest generation batch (the engine's max_batch)
+	// whose total fits Capacity, the micro-batch as given (0 if none does).
+	MaxGenRows int
 }
 
 // Fits reports whether the estimate fits the capacity (true when unchecked).
 func (p Plan) Fits() bool { return p.Capacity <= 0 || p.Total <= p.Capacity }
 
-// Activation constants, counted from the engine's saved tensors (eager
-// attention), NOT yet calibrated: the one measurement so far (bench/memory,
-// qwen3-0.6b widths cut to 2 layers, fp32 CPU, 2 × 1,024 tokens, chunked)
-// peaked at 12.2–12.8 GB RSS against an estimate of 6.7 GB, so the estimate
-// is currently low by about 2× on CPU. Each is a count of (B·T)-sized tensors
-// of the named width that one decoder layer keeps for backward.
+// Saved-tensor counts of one decoder layer (see the package doc), each a
+// count of (B·T)-sized tensors of the named width.
 const (
-	actHidden  = 6 // (B, T, C): residual stream, two norms' inputs and outputs
-	actInter   = 4 // (B, T, I): gate, silu(gate), up, their product
-	actQ       = 8 // (B, T, heads·hd): q, its norm, RoPE pieces, attention output, repeated k and v
-	actKV      = 6 // (B, T, kv·hd): k, v, k's norm and RoPE pieces
-	actScores  = 2 // (B, heads, T, T) float32: softmax probabilities, and one transient in backward
-	logitsLive = 4 // (B, chunk, V) float32 copies alive in a logits chunk: logits, softmax, their gradients
-	adamTemps  = 3 // float32 copies of the largest trainable tensor in one AdamW update
+	actHidden = 6 // (B, T, C): two RMSNorms' inputs, normalized values, outputs
+	actInter  = 4 // (B, T, I): gate, silu(gate), up, their product
+	actQ      = 8 // (B, T, q): q, its norm, RoPE'd q and rotated half, repeated k and v, attention output
+	actKV     = 4 // (B, T, kv): k, its norm, RoPE'd k's rotated half, v
+	bwdScores = 2 // score-sized temporaries of a layer's backward (eager)
+	bwdInter  = 3 // (B, T, I) temporaries of the MLP's backward
+	// logitsLive is the float32 (B, chunk, V) tensors alive in a chunk's
+	// backward: logits, exp(logits − lse), the gathered gradient, their sum.
+	logitsLive = 4
+	// adamTemps is the fp32 copies of the largest trainable tensor alive
+	// in one AdamW update (√v, then m/√v).
+	adamTemps = 2
 )
 
 // RuntimeCPU and RuntimeCUDA are the process overheads: libtorch's CPU
-// libraries, the Go runtime and the tokenizer (measured on an idle CPU
-// process), or a CUDA context with cuBLAS workspaces (estimated).
+// libraries, the Go runtime, the tokenizer and the per-tensor bookkeeping
+// (measured: VmRSS of the benchmark after the model is built, minus its
+// weights), or a CUDA context with cuBLAS workspaces (estimated).
 const (
-	RuntimeCPU  int64 = 600 << 20
+	RuntimeCPU  int64 = 360 << 20
 	RuntimeCUDA int64 = 1 << 30
 )
 
+// layerSaved is what one decoder layer keeps for backward, B sequences of
+// T tokens, b-byte elements; sdpa for CUDA's scaled-dot-product attention.
+func layerSaved(s Shape, B, T, b int, sdpa bool, lora LoRA) int64 {
+	bt := int64(B) * int64(T)
+	n := bt*int64(actHidden*s.Hidden+actInter*s.Intermediate+actQ*s.Heads*s.HeadDim+actKV*s.KVHeads*s.HeadDim)*int64(b) +
+		lora.saved(s, B, T, b)
+	if sdpa {
+		return n + int64(B)*int64(T)*int64(T)*int64(b)
+	}
+	return n + int64(B)*int64(s.Heads)*int64(T)*int64(T)*4
+}
+
+// layerBackward is the temporaries of one layer's backward.
+func layerBackward(s Shape, B, T, b int, sdpa bool) int64 {
+	mlp := bwdInter * int64(B) * int64(T) * int64(s.Intermediate) * int64(b)
+	if sdpa {
+		return mlp
+	}
+	return max(mlp, bwdScores*int64(B)*int64(s.Heads)*int64(T)*int64(T)*4)
+}
+
 // Activations estimates the activation bytes of one micro-batch of B
 // sequences of T tokens kept between forward and backward, excluding the
-// logits (LogitsChunk). Without checkpointing every layer keeps
-//
-//	B·T·(6·C + 4·I + 8·heads·hd + 6·kv·hd)·b + 2·B·heads·T²·4
-//
-// (b the parameter element size; attention scores are float32). With
-// checkpointing the layers keep only their inputs, B·T·C·b each, and one
-// layer at a time is recomputed in backward with its full activations.
+// logits (LogitsChunk): every layer's saved tensors, or with checkpointing
+// every layer's input and one layer's saved tensors (recomputed in
+// backward); plus the embedding output and the final norm's.
 func Activations(s Shape, B, T, b int, checkpointing bool) int64 {
+	return activations(s, B, T, b, checkpointing, false, LoRA{})
+}
+
+func activations(s Shape, B, T, b int, checkpointing, sdpa bool, lora LoRA) int64 {
 	bt := int64(B) * int64(T)
-	perLayer := bt*int64(actHidden*s.Hidden+actInter*s.Intermediate+actQ*s.Heads*s.HeadDim+actKV*s.KVHeads*s.HeadDim)*int64(b) +
-		actScores*int64(B)*int64(s.Heads)*int64(T)*int64(T)*4
-	emb := bt * int64(s.Hidden) * int64(b) * 2 // embedding output and final norm
+	emb := bt * int64(s.Hidden) * int64(b) * 3 // embedding output, final norm's normalized value and output
 	if checkpointing {
-		return int64(s.Layers)*bt*int64(s.Hidden)*int64(b) + perLayer + emb
+		return int64(s.Layers)*bt*int64(s.Hidden)*int64(b) + layerSaved(s, B, T, b, sdpa, lora) + emb
 	}
-	return int64(s.Layers)*perLayer + emb
+	return int64(s.Layers)*layerSaved(s, B, T, b, sdpa, lora) + emb
 }
 
 // LogitChunkElems mirrors generate.LogitChunkElems (kept equal by a test).
@@ -310,7 +407,7 @@ func Estimate(in Input) Plan {
 	if in.Judge != nil {
 		p.Static = append(p.Static, Line{"judge", in.Judge.Params() * jb, fmt.Sprintf("%.2fB parameters × %d B, in process", float64(in.Judge.Params())/1e9, jb)})
 	} else {
-		p.Static = append(p.Static, Line{"judge", 0, "served remotely"})
+		p.Static = append(p.Static, Line{"judge", 0, "not on this device (served, or on another device)"})
 	}
 
 	kv := KVCache(in.Policy, in.GenRows, in.GenTokens, in.ParamBytes)
@@ -319,24 +416,44 @@ func Estimate(in Input) Plan {
 		kv = max(kv, KVCache(*in.Judge, in.JudgeRows, in.JudgeTok, in.JudgeBytes))
 		kvNote += fmt.Sprintf("; judge %d rows × %d tokens (the larger)", in.JudgeRows, in.JudgeTok)
 	}
-	act := Activations(in.Policy, in.MicroBatch, in.SeqLen, in.ParamBytes, in.GradCheckpointing)
-	other := Activations(in.Policy, in.MicroBatch, in.SeqLen, in.ParamBytes, !in.GradCheckpointing)
-	logits := LogitsChunk(in.Policy, in.MicroBatch, in.SeqLen)
-	lnote := "chunked selective log-softmax, with backward"
+	sdpa := in.CUDA
+	B, T, pb := in.MicroBatch, in.SeqLen, in.ParamBytes
+	act := activations(in.Policy, B, T, pb, in.GradCheckpointing, sdpa, in.LoRA)
+	other := activations(in.Policy, B, T, pb, !in.GradCheckpointing, sdpa, in.LoRA)
+	logits := LogitsChunk(in.Policy, B, T)
+	lnote := fmt.Sprintf("chunked selective log-softmax, %d positions at a time", max(1, min(int64(T), LogitChunkElems/max(1, int64(B)*int64(in.Policy.Vocab)))))
+	full := int64(B) * int64(T) * int64(in.Policy.Vocab) * 4
 	if in.FullLogits {
-		logits = logitsLive * int64(in.MicroBatch) * int64(in.SeqLen) * int64(in.Policy.Vocab) * 4
-		lnote = "unchunked (B, T, V) logits, with backward"
+		logits, lnote = logitsLive*full, "unchunked (B, T, V) logits"
+	}
+	if in.LoRA.Rank <= 0 {
+		logits += int64(in.Policy.Vocab) * int64(in.Policy.Hidden) * 4
+		lnote += ", and a temporary lm_head gradient"
+	}
+	bwd := layerBackward(in.Policy, B, T, pb, sdpa)
+	if in.FullLogits {
+		bwd += full // the logits stay alive through the layers' backward
 	}
 	ck := map[bool]string{true: "with checkpointing", false: "without checkpointing"}
+	micro := act + max(logits, bwd)
 	step := adamTemps * largestTensor(in.Policy, in.LoRA) * 4
+	snote := "AdamW temporaries: 2 fp32 copies of the largest trainable tensor"
+	if pb != 4 && in.LoRA.Rank <= 0 {
+		step += largestTensor(in.Policy, in.LoRA) * 4
+		snote += " and its fp32 gradient"
+	}
 	p.Phases = []Line{
 		{"KV cache (generation)", kv, kvNote},
-		{"activations per micro-batch", act, fmt.Sprintf("%d × %d tokens, %s", in.MicroBatch, in.SeqLen, ck[in.GradCheckpointing])},
+		{"training micro-batch", micro, "activations + the larger of the logits chunk and a layer's backward"},
+		{"optimizer step", step, snote},
+	}
+	p.Parts = []Line{
+		{"activations per micro-batch", act, fmt.Sprintf("%d × %d tokens, %s", B, T, ck[in.GradCheckpointing])},
 		{"logits chunk", logits, lnote},
-		{"optimizer step", step, "AdamW temporaries of the largest tensor"},
+		{"layer backward", bwd, "temporaries of one decoder layer's backward"},
 	}
 	p.Other = []Line{{"activations " + ck[!in.GradCheckpointing], other, "for comparison"}}
-	p.Runtime = Line{"runtime", RuntimeCPU, "libtorch CPU libraries and the process"}
+	p.Runtime = Line{"runtime", RuntimeCPU, "libtorch CPU libraries, Go runtime, tokenizer"}
 	if in.CUDA {
 		p.Runtime = Line{"runtime", RuntimeCUDA, "CUDA context and workspaces"}
 	}
@@ -344,35 +461,43 @@ func Estimate(in Input) Plan {
 	for _, l := range p.Static {
 		static += l.Bytes
 	}
-	p.Total = static + max(kv, act+logits, step) + p.Runtime.Bytes
+	p.Total = static + max(kv, micro, step) + p.Runtime.Bytes
 	return p
 }
 
-// Check sets the plan's capacity and finds the largest micro-batch that
-// fits it.
+// Check sets the plan's capacity and finds the largest micro-batch and the
+// largest generation batch that fit it.
 func (p Plan) Check(capacity int64) Plan {
 	p.Capacity = capacity
-	p.MaxMicroBatch = 0
-	for mb := 1; mb <= 4096; mb *= 2 {
+	p.MaxMicroBatch = largest(func(n int) bool {
 		in := p.Input
-		in.MicroBatch = mb
-		if Estimate(in).Total > capacity {
-			break
-		}
-		p.MaxMicroBatch = mb
-	}
-	if p.MaxMicroBatch > 0 {
-		// Refine between the last power of two that fits and the next.
-		for mb := p.MaxMicroBatch + 1; mb < 2*p.MaxMicroBatch; mb++ {
-			in := p.Input
-			in.MicroBatch = mb
-			if Estimate(in).Total > capacity {
-				break
-			}
-			p.MaxMicroBatch = mb
-		}
-	}
+		in.MicroBatch = n
+		return Estimate(in).Total <= capacity
+	})
+	p.MaxGenRows = largest(func(n int) bool {
+		in := p.Input
+		in.GenRows = n
+		return Estimate(in).Total <= capacity
+	})
 	return p
+}
+
+// largest is the largest n ≤ 65536 for which fits(n) holds (0 if none),
+// fits monotone.
+func largest(fits func(int) bool) int {
+	lo, hi := 0, 65536 // fits(lo), or lo = 0
+	if fits(hi) {
+		return hi
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // GiB formats bytes in GiB.
@@ -395,6 +520,11 @@ func (p Plan) Fprint(w io.Writer) {
 	fmt.Fprintln(w, "one at a time (the largest counts):")
 	for _, l := range p.Phases {
 		row(l)
+		if l.Name == "training micro-batch" {
+			for _, part := range p.Parts {
+				fmt.Fprintf(w, "    %-32s %12s  %s\n", part.Name, GiB(part.Bytes), part.Note)
+			}
+		}
 	}
 	for _, l := range p.Other {
 		row(l)
@@ -406,6 +536,7 @@ func (p Plan) Fprint(w io.Writer) {
 		if !p.Fits() {
 			verdict = "does NOT fit"
 		}
-		fmt.Fprintf(w, "device memory %s: %s; largest micro_batch that fits: %d\n", GiB(p.Capacity), verdict, p.MaxMicroBatch)
+		fmt.Fprintf(w, "device memory %s: %s; largest micro_batch that fits: %d; largest max_batch (generation rows) that fits: %d\n",
+			GiB(p.Capacity), verdict, p.MaxMicroBatch, p.MaxGenRows)
 	}
 }

@@ -39,6 +39,14 @@ func TestLoRAParams(t *testing.T) {
 	if got := (LoRA{Rank: 3, Targets: []string{"q_proj", "v"}}).Params(s); got != 2*3*(16+12) {
 		t.Errorf("q, v: %d, want %d", got, 2*3*(16+12))
 	}
+	// Saved per layer: the inputs of the adapted Linears (8·6 + 16) in
+	// float32, once over a bf16 base, twice more with dropout.
+	if got := (LoRA{Rank: 3}).saved(s, 2, 5, 4); got != 0 {
+		t.Errorf("fp32, no dropout: saved %d, want 0", got)
+	}
+	if got, want := (LoRA{Rank: 3, Dropout: 0.1}).saved(s, 2, 5, 2), int64(3*2*5*64*4); got != want {
+		t.Errorf("bf16 with dropout: saved %d, want %d", got, want)
+	}
 }
 
 // TestLogitChunkMatchesEngine: the plan's logits chunk uses the engine's.
@@ -72,8 +80,8 @@ func TestEstimate(t *testing.T) {
 	in.LoRA = LoRA{}
 	in.GradCheckpointing = true
 	ck := Estimate(in)
-	if ck.Phases[1].Bytes >= full.Phases[1].Bytes/4 {
-		t.Errorf("checkpointed activations %s, plain %s", GiB(ck.Phases[1].Bytes), GiB(full.Phases[1].Bytes))
+	if ck.Parts[0].Bytes >= full.Parts[0].Bytes/4 {
+		t.Errorf("checkpointed activations %s, plain %s", GiB(ck.Parts[0].Bytes), GiB(full.Parts[0].Bytes))
 	}
 	line := func(p Plan, name string) int64 {
 		for _, l := range p.Static {
@@ -113,5 +121,65 @@ func TestParseBytes(t *testing.T) {
 	}
 	if _, err := ParseBytes("lots"); err == nil {
 		t.Error("ParseBytes(lots): no error")
+	}
+}
+
+// TestActivationCounts: the activation model on a hand-sized shape, term by
+// term (package doc): 6·C + 4·I + 8·q + 4·kv elements per token and layer,
+// the float32 softmax B·heads·T², the embedding and final norm 3·C per
+// token; with checkpointing each layer keeps its input and one layer is
+// recomputed.
+func TestActivationCounts(t *testing.T) {
+	s := Shape{Layers: 3, Hidden: 8, Intermediate: 16, Heads: 2, KVHeads: 1, HeadDim: 4, Vocab: 10}
+	B, T, b := int64(2), int64(5), int64(4)
+	layer := B*T*(6*8+4*16+8*8+4*4)*b + B*2*T*T*4
+	emb := B * T * 8 * b * 3
+	if got, want := Activations(s, 2, 5, 4, false), 3*layer+emb; got != want {
+		t.Errorf("activations %d, want %d", got, want)
+	}
+	if got, want := Activations(s, 2, 5, 4, true), 3*B*T*8*b+layer+emb; got != want {
+		t.Errorf("checkpointed activations %d, want %d", got, want)
+	}
+}
+
+// TestTotal: the peak is the held lines, the largest phase and the
+// runtime; the micro-batch phase is its activations plus the larger of the
+// logits chunk and a layer's backward; full fine-tuning's logits chunk
+// carries a temporary lm_head gradient, LoRA's does not.
+func TestTotal(t *testing.T) {
+	cfg, err := model.PresetConfig("qwen3", "qwen3-0.6b", model.QwenVocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []Input{
+		{Policy: ShapeOf(cfg), ParamBytes: 4, Beta: 0.001, MicroBatch: 2, SeqLen: 1024},
+		{Policy: ShapeOf(cfg), ParamBytes: 4, Beta: 0.001, MicroBatch: 2, SeqLen: 1024, FullLogits: true},
+		{Policy: ShapeOf(cfg), ParamBytes: 2, LoRA: LoRA{Rank: 16}, MicroBatch: 2, SeqLen: 1024, GradCheckpointing: true, GenRows: 64, GenTokens: 4096, CUDA: true},
+	} {
+		p := Estimate(in)
+		var static, phase int64
+		for _, l := range p.Static {
+			static += l.Bytes
+		}
+		for _, l := range p.Phases {
+			phase = max(phase, l.Bytes)
+		}
+		if p.Total != static+phase+p.Runtime.Bytes {
+			t.Errorf("%+v: total %d, want %d", in, p.Total, static+phase+p.Runtime.Bytes)
+		}
+		if got, want := p.Phases[1].Bytes, p.Parts[0].Bytes+max(p.Parts[1].Bytes, p.Parts[2].Bytes); got != want {
+			t.Errorf("micro-batch %d, want %d", got, want)
+		}
+		head := int64(cfg.VocabSize) * int64(cfg.HiddenSize) * 4
+		chunk := LogitsChunk(ShapeOf(cfg), in.MicroBatch, in.SeqLen)
+		if in.FullLogits {
+			chunk = logitsLive * int64(in.MicroBatch) * int64(in.SeqLen) * int64(cfg.VocabSize) * 4
+		}
+		if in.LoRA.Rank == 0 {
+			chunk += head
+		}
+		if p.Parts[1].Bytes != chunk {
+			t.Errorf("%+v: logits chunk %d, want %d", in, p.Parts[1].Bytes, chunk)
+		}
 	}
 }

@@ -235,7 +235,13 @@ func checkpointBackward(x, out *Tensor, inputs []*Tensor, f func(s *Scope, i int
 	for i := len(inputs) - 1; i >= 0; i-- {
 		c := s.Child()
 		xi := c.Boundary(inputs[i])
-		y := f(c, i, xi)
+		// The block runs in a scope of its own, closed before the
+		// backward: autograd keeps what it saved, and the block's other
+		// intermediates are freed, as in the forward without
+		// checkpointing.
+		fc := c.Child()
+		y := fc.MoveTo(c, f(fc, i, xi))
+		fc.Close()
 		err := c.Err()
 		if err == nil {
 			err = c.BackwardWith(y, g)

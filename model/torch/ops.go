@@ -2,6 +2,7 @@ package torch
 
 import (
 	"github.com/sugarme/gotch"
+	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -97,8 +98,8 @@ func (s *Scope) Rand(shape []int64, dtype DType, dev Device) *Tensor {
 	if x == nil {
 		return nil
 	}
-	if err := x.Uniform_(0, 1); err != nil {
-		s.Fail(cleanErr("Rand", err))
+	s.inPlace("Rand", func(out *lib.Ctensor) { lib.AtgUniform_(out, ctensor(x), 0, 1) }, x)
+	if s.Err() != nil {
 		return nil
 	}
 	return x
@@ -634,9 +635,7 @@ func (s *Scope) Zero_(x *Tensor) {
 	if !s.ok("Zero_", x) {
 		return
 	}
-	if err := x.Zero_(); err != nil {
-		s.Fail(cleanErr("Zero_", err))
-	}
+	s.inPlace("Zero_", func(out *lib.Ctensor) { lib.AtgZero_(out, ctensor(x)) }, x)
 }
 
 // LogicalOr is a | b for bool tensors.

@@ -10,8 +10,13 @@ void at_manual_seed(int64_t);
 void at_set_num_threads(int);
 int at_get_num_threads();
 int at_grad_set_enabled(int);
+
+#include <malloc.h>
+static int evolm_mmap_threshold(int n) { return mallopt(M_MMAP_THRESHOLD, n); }
 */
 import "C"
+
+import "fmt"
 
 func cManualSeed(seed int64) { C.at_manual_seed(C.int64_t(seed)) }
 func cSetNumThreads(n int)   { C.at_set_num_threads(C.int(n)) }
@@ -23,4 +28,17 @@ func cGradSetEnabled(on bool) bool {
 		b = 1
 	}
 	return C.at_grad_set_enabled(b) == 1
+}
+
+// SetMmapThreshold sets glibc's M_MMAP_THRESHOLD: host allocations of at
+// least n bytes (CPU tensors among them) are mapped on their own and go
+// back to the OS when freed. glibc's default threshold adapts upward to the
+// largest freed block (up to 32 MiB), after which tensors of a few MiB come
+// from the heap, which keeps its high-water mark: a server's RSS then grows
+// with the longest prompt it has prefilled although every tensor was freed.
+func SetMmapThreshold(n int) error {
+	if n <= 0 || C.evolm_mmap_threshold(C.int(n)) != 1 {
+		return fmt.Errorf("mallopt(M_MMAP_THRESHOLD, %d) failed", n)
+	}
+	return nil
 }

@@ -1,0 +1,77 @@
+package runplan_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/plan"
+	"github.com/evolm/evolm/pipeline"
+	_ "github.com/evolm/evolm/stages/dedup" // the preset configures it
+	_ "github.com/evolm/evolm/stages/loop"  // registers stages.run and the roles
+	_ "github.com/evolm/evolm/stages/rollout"
+	_ "github.com/evolm/evolm/stages/rubrics"
+	"github.com/evolm/evolm/stages/runplan"
+)
+
+// TestPaperInput: the paper preset's models resolve to the qwen3-8b and
+// qwen3-1.7b presets by name, in bf16 on CUDA with the judge in process;
+// the sequences follow the roles' max_tokens; the learner keys take their
+// defaults, or the values set over the config.
+func TestPaperInput(t *testing.T) {
+	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{File: testutil.Root(t) + "/stages/presets/paper.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, src, err := runplan.Input(cfg, runplan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8, _ := model.PresetConfig("qwen3", "qwen3-8b", model.QwenVocabSize)
+	q17, _ := model.PresetConfig("qwen3", "qwen3-1.7b", model.QwenVocabSize)
+	if in.Policy != plan.ShapeOf(q8) || in.Judge == nil || *in.Judge != plan.ShapeOf(q17) || in.RubricGenerator != nil {
+		t.Errorf("shapes: policy %+v, judge %v, rubric generator %v", in.Policy, in.Judge, in.RubricGenerator)
+	}
+	if src.Policy != "preset qwen3-8b" || !strings.Contains(src.RubricGenerator, "shared") {
+		t.Errorf("sources %+v", src)
+	}
+	// prompt 1024 + policy 2048; the rubric phase's prompt holds two answers: 1024 + 2·2048 + 2048.
+	if !in.CUDA || in.ParamBytes != 2 || in.JudgeBytes != 2 || in.SeqLen != 7168 || in.GenTokens != 7168 || in.JudgeTok != 1024+2048+2048+2048 {
+		t.Errorf("input %+v", in)
+	}
+	if in.MicroBatch != 4 || in.Beta != 0.001 || in.LoRA.Rank != 0 || in.GradCheckpointing || in.GenRows != 64 {
+		t.Errorf("learner %+v", in)
+	}
+	in, _, err = runplan.Input(cfg, runplan.Options{PromptTokens: 10, Set: map[string]any{runplan.KeyLoRARank: 64, runplan.KeyGradCheckpointing: true, runplan.KeyLoRATargets: []string{"q", "v"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.LoRA.Rank != 64 || len(in.LoRA.Targets) != 2 || !in.GradCheckpointing || in.SeqLen != 10+2*2048+2048 {
+		t.Errorf("with overrides: %+v", in)
+	}
+	// A model that is neither a checkpoint nor a preset name is an error naming the key.
+	if _, _, err := runplan.ShapeOf("models/NoSuchModel"); err == nil || !strings.Contains(err.Error(), "not a preset") {
+		t.Errorf("unknown model: %v", err)
+	}
+}
+
+// TestRefuse: a plan larger than the capacity is refused with the plan in
+// the error.
+func TestRefuse(t *testing.T) {
+	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{File: testutil.Root(t) + "/stages/presets/paper.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := runplan.ForRun(cfg, runplan.Options{Capacity: 80 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Fits() {
+		t.Fatalf("full fine-tuning of Qwen3-8B fits 80 GiB: %s", plan.GiB(p.Total))
+	}
+	p, _, err = runplan.ForRun(cfg, runplan.Options{Capacity: 1 << 50})
+	if err != nil || !p.Fits() {
+		t.Fatalf("1 PiB: fits %v, %v", p.Fits(), err)
+	}
+}
