@@ -59,6 +59,7 @@ const (
 	KeyRubricPhaseTemp  = "rubric_phase_temperature"
 	KeyRubricPhaseTopP  = "rubric_phase_top_p"
 	KeyRubricFormat     = "rubric_format"
+	KeyMemoryCheck      = "memory_check"
 	KeyNonStopPenalty   = "non_stop_penalty"
 	KeyNonStopValue     = "non_stop_penalty_value"
 
@@ -140,8 +141,10 @@ type Config struct {
 	RubricPhaseTemp, RubricPhaseTopP float64
 	// NonStopPenalty, when set, gives a policy answer cut at max_tokens
 	// (finish_reason length) the reward NonStopValue instead of its score.
-	NonStopPenalty  bool
-	NonStopValue    float64
+	NonStopPenalty bool
+	NonStopValue   float64
+	// MemoryCheck runs the memory plan at start (stages/runplan.Refuse).
+	MemoryCheck     bool
 	InvalidRubric   string
 	RubricFormat    schemas.RubricFormat
 	CheckpointEvery int
@@ -223,6 +226,7 @@ func fields() []pipeline.Field {
 		bounded(f(KeyRubricPhaseTemp, pipeline.TypeFloat, 1.0, "rubric phase: candidate rubrics' temperature (official: the training generation config, 1.0); the policy phase uses roles.rubric_generator.temperature"), zero, nil, false, false),
 		bounded(f(KeyRubricPhaseTopP, pipeline.TypeFloat, 1.0, "rubric phase: candidate rubrics' top_p (official 0.95); 1 disables it"), zero, one, true, false),
 		rubrics.FormatField(KeyRubricFormat),
+		f(KeyMemoryCheck, pipeline.TypeBool, true, "refuse at start a configuration whose memory plan (evolm plan) exceeds the policy device's free memory"),
 		f(KeyNonStopPenalty, pipeline.TypeBool, false, "policy phase: an answer cut at max_tokens gets non_stop_penalty_value as its reward (official NON_STOP_PENALTY)"),
 		f(KeyNonStopValue, pipeline.TypeFloat, 0.0, "the reward of an answer cut at max_tokens under non_stop_penalty"),
 		bounded(f(KeyLoRARank, pipeline.TypeInt, 0, "LoRA rank r of the trained roles' adapters; 0: full fine-tuning"), zero, pipeline.Bound(4096), false, false),
@@ -279,6 +283,7 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		ActiveSampling:    cfg.Bool(KeyActiveSampling), ActiveRounds: cfg.Int(KeyActiveRounds),
 		RubricPhaseTemp: cfg.Float(KeyRubricPhaseTemp), RubricPhaseTopP: cfg.Float(KeyRubricPhaseTopP),
 		NonStopPenalty: cfg.Bool(KeyNonStopPenalty), NonStopValue: cfg.Float(KeyNonStopValue),
+		MemoryCheck: cfg.Bool(KeyMemoryCheck),
 	}
 	var err error
 	for _, r := range []struct {

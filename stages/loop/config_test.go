@@ -138,3 +138,31 @@ func TestPolicyIndexCountsPolicySteps(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRefusesAPlanOverTheDevice: full fine-tuning of Qwen3-8B (its
+// preset shape, from the directory name) in float32 on this CPU cannot fit
+// the machine's memory, so the loop refuses it before loading anything,
+// with the plan and the way out; memory_check false lets it through.
+func TestRunRefusesAPlanOverTheDevice(t *testing.T) {
+	vals := map[string]any{"roles.policy.model": "models/Qwen3-8B", "roles.judge.model": "models/Qwen3-1.7B"}
+	cfg, err := pipeline.StageConfig(Name, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newFromConfig(cfg)
+	if err == nil {
+		t.Fatal("an 8B full fine-tuning plan on this CPU was accepted")
+	}
+	for _, want := range []string{"does not fit", "stages.run.memory_check", "micro_batch"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal lacks %q:\n%v", want, err)
+		}
+	}
+	vals[KeyMemoryCheck] = false
+	if cfg, err = pipeline.StageConfig(Name, vals); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newFromConfig(cfg); err != nil {
+		t.Errorf("memory_check false: %v", err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/roles/trained"
+	"github.com/evolm/evolm/stages/runplan"
 )
 
 type stage struct {
@@ -34,6 +35,13 @@ func newFromConfig(cfg *pipeline.Config) (*stage, error) {
 	set, err := roles.Prompts(c.Policy, c.RubricGen, c.Judge)
 	if err != nil {
 		return nil, err
+	}
+	if c.MemoryCheck {
+		// Before any model is loaded: a configuration that cannot fit the
+		// policy's device stops here, with the plan (evolm plan).
+		if err := runplan.Refuse(cfg); err != nil {
+			return nil, cfg.Errorf(KeyMemoryCheck, "%v\n(set stages.run.memory_check: false to start anyway)", err)
+		}
 	}
 	return &stage{cfg: c, set: set}, nil
 }
