@@ -6,7 +6,6 @@ import (
 
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/export"
 )
 
 // Name is the stage's registered name.
@@ -68,7 +67,7 @@ func newAnalyzeFromConfig(cfg *pipeline.Config) (*Stage, error) {
 
 // Analyze streams the rubrics shards of run and returns the statistics per
 // (phase, step), of one phase when phase is not "", by both definitions.
-func Analyze(ctx context.Context, env *pipeline.Env, shards []export.Shard, phase string) ([]StepStats, []OfficialStepStats, error) {
+func Analyze(ctx context.Context, env *pipeline.Env, shards []pipeline.TableShard, phase string) ([]StepStats, []OfficialStepStats, error) {
 	var acc Accumulator
 	var off OfficialAccumulator
 	var rows []schemas.Rubric
@@ -98,7 +97,7 @@ func Analyze(ctx context.Context, env *pipeline.Env, shards []export.Shard, phas
 
 // Run computes the statistics and writes one shard of each table.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
-	shards, err := export.TableShards(env.Run, schemas.Rubrics.Name)
+	shards, err := env.Run.TableShards(schemas.Rubrics.Name)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/analyze"
-	"github.com/evolm/evolm/stages/export"
 	"github.com/evolm/evolm/stages/export/synthrun"
 )
 
@@ -137,7 +136,7 @@ func TestAnalyzeMissingRubrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := runStage(t, dir)
-	if !errors.Is(err, export.ErrMissingTable) || !strings.Contains(err.Error(), `"rubrics"`) {
+	if !errors.Is(err, pipeline.ErrMissingTable) || !strings.Contains(err.Error(), `"rubrics"`) {
 		t.Fatalf("want a missing rubrics table error, got %v", err)
 	}
 }
