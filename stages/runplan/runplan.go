@@ -19,12 +19,14 @@
 //     fine-tuning), lora_targets, grad_checkpointing, each with its default
 //     when this build does not register it yet;
 //   - sequence lengths: a prompt of Options.PromptTokens tokens; the policy
-//     generates roles.policy.max_tokens; the rubric phase's prompt holds the
-//     question and two answers, so its sequence is prompt + 2·policy
-//     max_tokens + rubric max_tokens; the judge reads the question, an
-//     answer and a rubric and writes up to its max_tokens. The learner's
-//     sequence is the longest phase it trains in; the generation batch is
-//     the engine's max_batch rows of that length.
+//     generates roles.policy.max_tokens; the rubric generator sees the
+//     question alone and writes roles.rubric_generator.max_tokens; question
+//     back-translation reads a whole answer and writes up to the policy's
+//     budget; the judge reads the question, an answer and the rubric (at
+//     most 2,048 tokens as rebuilt) and writes up to its max_tokens. The
+//     learner's sequence is the longest sequence it trains on; the
+//     generation batch is the engine's max_batch rows of the longest
+//     generated sequence.
 package runplan
 
 import (
@@ -64,6 +66,9 @@ var Defaults = map[string]any{
 	KeyLoRATargets:       []string{"q", "k", "v", "o", "gate", "up", "down"},
 	KeyGradCheckpointing: false,
 }
+
+// judgeRubricTokens bounds the rubric as the judge reads it.
+const judgeRubricTokens = 2048
 
 // DefaultPromptTokens is the prompt length the plan assumes.
 const DefaultPromptTokens = 1024
@@ -235,9 +240,14 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 	if in.ParamBytes, err = elemBytes(pol); err != nil {
 		return in, src, err
 	}
+	// Trained sequences: an answer (prompt + policy max_tokens) and a rubric
+	// (the generator sees the question alone: prompt + rubric max_tokens).
+	// Generated sequences also include question back-translation, whose
+	// prompt holds a whole answer: prompt + 2·policy max_tokens.
 	policySeq := P + pol.Sampling.MaxTokens
-	rubricSeq := P + 2*pol.Sampling.MaxTokens + rub.Sampling.MaxTokens
-	in.SeqLen, in.GenTokens = max(policySeq, rubricSeq), max(policySeq, rubricSeq)
+	rubricSeq := P + rub.Sampling.MaxTokens
+	inferSeq := P + 2*pol.Sampling.MaxTokens
+	in.SeqLen, in.GenTokens = max(policySeq, rubricSeq), max(policySeq, rubricSeq, inferSeq)
 	if rub.Shared {
 		src.RubricGenerator = "the policy's model (shared)"
 	} else if rub.Backend == roles.BackendTorch && sameDevice(rub.Device, pol.Device) {
@@ -246,7 +256,6 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 			return in, src, fmt.Errorf("%s.%s: %w", roles.Section(roles.RubricGenerator), roles.KeyModel, err)
 		}
 		in.RubricGenerator, src.RubricGenerator = &sh, from
-		in.SeqLen, in.GenTokens = max(policySeq, rubricSeq), max(policySeq, rubricSeq)
 	} else {
 		src.RubricGenerator = "on another device"
 	}
@@ -260,7 +269,11 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 		}
 		in.Judge, src.Judge = &sh, from
 		in.JudgeRows = jud.MaxBatch
-		in.JudgeTok = P + pol.Sampling.MaxTokens + rub.Sampling.MaxTokens + jud.Sampling.MaxTokens
+		// The judge reads the question, an answer (thinking stripped, at
+		// most the policy's budget) and the rubric rebuilt from its parsed
+		// criteria (at most 2,048 tokens for 10 criteria with levels), and
+		// writes up to its own budget.
+		in.JudgeTok = P + pol.Sampling.MaxTokens + min(rub.Sampling.MaxTokens, judgeRubricTokens) + jud.Sampling.MaxTokens
 	} else if jud.Backend == roles.BackendTorch {
 		src.Judge = "in process on " + jud.Device
 	} else {

@@ -36,18 +36,22 @@ func TestPaperInput(t *testing.T) {
 	if src.Policy != "preset qwen3-8b" || !strings.Contains(src.RubricGenerator, "shared") {
 		t.Errorf("sources %+v", src)
 	}
-	// prompt 1024 + policy 2048; the rubric phase's prompt holds two answers: 1024 + 2·2048 + 2048.
-	if !in.CUDA || in.ParamBytes != 2 || in.JudgeBytes != 2 || in.SeqLen != 7168 || in.GenTokens != 7168 || in.JudgeTok != 1024+2048+2048+2048 {
+	// Budgets of 16,384 tokens per role: an answer or a rubric is trained at
+	// 1024 + 16384; back-translation generates from a whole answer,
+	// 1024 + 2·16384; the judge reads question, answer and a rubric of at
+	// most 2,048 tokens and writes 16,384.
+	const budget = 16384
+	if !in.CUDA || in.ParamBytes != 2 || in.JudgeBytes != 2 || in.SeqLen != 1024+budget || in.GenTokens != 1024+2*budget || in.JudgeTok != 1024+budget+2048+budget {
 		t.Errorf("input %+v", in)
 	}
-	if in.MicroBatch != 4 || in.Beta != 0.001 || in.LoRA.Rank != 0 || in.GradCheckpointing || in.GenRows != 64 {
+	if in.MicroBatch != 4 || in.Beta != 0.001 || in.LoRA.Rank != 0 || !in.GradCheckpointing || in.GenRows != 64 {
 		t.Errorf("learner %+v", in)
 	}
 	in, _, err = runplan.Input(cfg, runplan.Options{PromptTokens: 10, Set: map[string]any{runplan.KeyLoRARank: 64, runplan.KeyGradCheckpointing: true, runplan.KeyLoRATargets: []string{"q", "v"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.LoRA.Rank != 64 || len(in.LoRA.Targets) != 2 || !in.GradCheckpointing || in.SeqLen != 10+2*2048+2048 {
+	if in.LoRA.Rank != 64 || len(in.LoRA.Targets) != 2 || !in.GradCheckpointing || in.SeqLen != 10+budget {
 		t.Errorf("with overrides: %+v", in)
 	}
 	// A model that is neither a checkpoint nor a preset name is an error naming the key.
