@@ -21,6 +21,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -159,9 +160,15 @@ func Inputs(env *pipeline.Env, configured []string, stage, table string, parts .
 				return nil, fmt.Errorf("input %q: no such file", g)
 			}
 			for _, m := range matches {
-				if !seen[m] {
-					seen[m] = true
-					out = append(out, m)
+				files, err := parquetFiles(m)
+				if err != nil {
+					return nil, fmt.Errorf("input %q: %w", g, err)
+				}
+				for _, f := range files {
+					if !seen[f] {
+						seen[f] = true
+						out = append(out, f)
+					}
 				}
 			}
 		}
@@ -216,4 +223,42 @@ func Chunks(ctx context.Context, n, size int, fn func(start, end int) error) err
 // FailureText renders a backend row failure for an output column.
 func FailureText(f *backend.RowFailure) string {
 	return "backend " + f.Error()
+}
+
+// parquetFiles is p itself for a file, and for a directory every .parquet
+// file below it, recursively and sorted, passing over hidden (".") and
+// run-directory bookkeeping ("_") entries such as _manifests and temp
+// shards. A directory without one is an error.
+func parquetFiles(p string) ([]string, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return []string{p}, nil
+	}
+	var found []string
+	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path != p && (strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_")) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.IsDir() && strings.EqualFold(filepath.Ext(d.Name()), ".parquet") {
+			found = append(found, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("directory %s holds no .parquet files (searched recursively)", p)
+	}
+	sort.Strings(found)
+	return found, nil
 }
