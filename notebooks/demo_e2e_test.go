@@ -71,7 +71,7 @@ func TestE2EDemoRun(t *testing.T) {
 
 	quiet := []string{"--progress", "off", "--log-level", "warn"}
 	evolm(nil, append([]string{"export", "--run-dir", run}, quiet...)...)
-	out := evolm(nil, append([]string{"analyze", "rubrics", "--run-dir", run}, quiet...)...)
+	out := evolm(nil, append([]string{"analyze", "rubrics", "--run-dir", run, "--definitions", "evolm"}, quiet...)...)
 	if !strings.Contains(out, "abstract%") {
 		t.Errorf("analyze rubrics printed no table:\n%s", out)
 	}

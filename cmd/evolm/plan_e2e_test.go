@@ -49,11 +49,13 @@ func TestPlanCommand(t *testing.T) {
 		}
 	}
 	// The same estimate as the package's, for the input the config implies:
-	// sequences of 100 + 2·64 + 32 tokens, 64 generation rows, judge rows 4.
+	// trained sequences of max(100 + 64, 100 + 32) tokens, generated ones up
+	// to 100 + 2·64 (back-translation reads an answer), 64 generation rows,
+	// judge rows 4 reading question, answer and rubric and writing 16.
 	judge, _ := model.PresetConfig("qwen3", "qwen3-0.6b", model.QwenVocabSize)
 	js := plan.ShapeOf(judge)
 	in := plan.Input{Policy: plan.ShapeOf(cfg), ParamBytes: 4, Beta: 0.001, Judge: &js, JudgeBytes: 4,
-		GenRows: 64, GenTokens: 260, JudgeRows: 4, JudgeTok: 100 + 64 + 32 + 16, MicroBatch: 2, SeqLen: 260}
+		GenRows: 64, GenTokens: 100 + 2*64, JudgeRows: 4, JudgeTok: 100 + 64 + 32 + 16, MicroBatch: 2, SeqLen: 100 + 64}
 	p := plan.Estimate(in).Check(80 << 30)
 	if want := fmt.Sprintf("  %-34s %12s\n", "total (peak)", plan.GiB(p.Total)); !strings.Contains(out, want) {
 		t.Errorf("plan output lacks %q (model/plan's estimate):\n%s", want, out)

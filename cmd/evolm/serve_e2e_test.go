@@ -247,9 +247,12 @@ var small = map[string]any{"prompt": "Hello there", "max_tokens": 4, "temperatur
 var prompt8k = strings.Repeat(" hello", 8000)
 
 // TestServeLongPromptUnderMemoryCap: an 8k-token prompt under an
-// address-space cap. Prefilled in chunks it is answered; forced into one
-// prefill pass that cannot fit, it fails that request with 503, and the
-// server lives on and answers the next request.
+// address-space cap. Prefilled in chunks it is answered; a 30k-token prompt
+// sampled 128 times, whose KV caches (about 2 GB) cannot fit the cap, fails
+// that request with 503,
+// and the server lives on and answers the next request. (Prefill itself no
+// longer outgrows the cap: its chunks keep their attention scores within
+// generate.PrefillScoreElems, whatever --prefill-chunk says.)
 func TestServeLongPromptUnderMemoryCap(t *testing.T) {
 	const headroom = 1536 << 20
 	s := startServe(t, headroom, nil)
@@ -259,9 +262,9 @@ func TestServeLongPromptUnderMemoryCap(t *testing.T) {
 	s.alive(t)
 
 	whole := startServe(t, headroom, nil, "--prefill-chunk", "16384")
-	a := whole.mustPost(t, "/v1/completions", map[string]any{"prompt": prompt8k, "max_tokens": 2})
+	a := whole.mustPost(t, "/v1/completions", map[string]any{"prompt": strings.Repeat(" hello", 30000), "max_tokens": 2, "n": 128})
 	if a.status != http.StatusServiceUnavailable {
-		t.Errorf("8k prompt in one prefill pass over the cap: %d %q, want 503", a.status, a.message())
+		t.Errorf("30k prompt sampled 128 times over the cap: %d %q, want 503", a.status, a.message())
 	}
 	whole.alive(t)
 	if a := whole.mustPost(t, "/v1/completions", small); a.status != http.StatusOK {

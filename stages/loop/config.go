@@ -135,9 +135,9 @@ type Config struct {
 	// policy step (grpo.FillGroups).
 	ActiveSampling bool
 	ActiveRounds   int
-	// RubricPhase is the candidate rubrics' sampling in the rubric phase
-	// (the rubric generator's role sampling with this temperature and
-	// top_p); the policy phase samples with the role's own.
+	// RubricPhaseTemp and RubricPhaseTopP, when set (≥ 0 and > 0), are the
+	// candidate rubrics' sampling in the rubric phase; unset, the rubric
+	// phase samples with the role's own, as the policy phase does.
 	RubricPhaseTemp, RubricPhaseTopP float64
 	// NonStopPenalty, when set, gives a policy answer cut at max_tokens
 	// (finish_reason length) the reward NonStopValue instead of its score.
@@ -223,8 +223,8 @@ func fields() []pipeline.Field {
 		bounded(f(KeyActiveRounds, pipeline.TypeInt, 4, "active sampling: most refill rounds per policy step (each samples as many new prompts as groups are missing)"),
 			zero, pipeline.Bound(maxActiveRounds), false, false),
 		bounded(f(KeyPackLength, pipeline.TypeInt, 18500, "loss_norm pack: packed row length in tokens (official PACK_LENGTH)"), one, pipeline.Bound(1<<22), false, false),
-		bounded(f(KeyRubricPhaseTemp, pipeline.TypeFloat, 1.0, "rubric phase: candidate rubrics' temperature (official: the training generation config, 1.0); the policy phase uses roles.rubric_generator.temperature"), zero, nil, false, false),
-		bounded(f(KeyRubricPhaseTopP, pipeline.TypeFloat, 1.0, "rubric phase: candidate rubrics' top_p (official 0.95); 1 disables it"), zero, one, true, false),
+		bounded(f(KeyRubricPhaseTemp, pipeline.TypeFloat, -1.0, "rubric phase: candidate rubrics' temperature (the official code uses its training generation config, 1.0); negative: roles.rubric_generator.temperature, as in the policy phase"), pipeline.Bound(-1), nil, false, false),
+		bounded(f(KeyRubricPhaseTopP, pipeline.TypeFloat, 0.0, "rubric phase: candidate rubrics' top_p (official 0.95); 0: roles.rubric_generator.top_p"), zero, one, false, false),
 		rubrics.FormatField(KeyRubricFormat),
 		f(KeyMemoryCheck, pipeline.TypeBool, true, "refuse at start a configuration whose memory plan (evolm plan) exceeds the policy device's free memory"),
 		f(KeyNonStopPenalty, pipeline.TypeBool, false, "policy phase: an answer cut at max_tokens gets non_stop_penalty_value as its reward (official NON_STOP_PENALTY)"),
@@ -381,7 +381,12 @@ func (c *Config) PolicyIndex(step int64) int64 {
 // phase: the rubric generator's, at rubric_phase_temperature and top_p.
 func (c *Config) rubricPhaseSampling() backend.Sampling {
 	s := c.RubricGen.Sampling
-	s.Temperature, s.TopP = c.RubricPhaseTemp, c.RubricPhaseTopP
+	if c.RubricPhaseTemp >= 0 {
+		s.Temperature = c.RubricPhaseTemp
+	}
+	if c.RubricPhaseTopP > 0 {
+		s.TopP = c.RubricPhaseTopP
+	}
 	return s
 }
 

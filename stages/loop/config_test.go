@@ -166,3 +166,35 @@ func TestRunRefusesAPlanOverTheDevice(t *testing.T) {
 		t.Errorf("memory_check false: %v", err)
 	}
 }
+
+// TestRubricPhaseSamplingFollowsTheRole: unset, the rubric phase samples
+// candidate rubrics with roles.rubric_generator's temperature and top_p;
+// set, with the stages.run values (the paper preset's 1.0 / 0.95).
+func TestRubricPhaseSamplingFollowsTheRole(t *testing.T) {
+	base := map[string]any{"roles.policy.model": "p", "roles.judge.model": "j",
+		"roles.rubric_generator.temperature": 0.4, "roles.rubric_generator.top_p": 0.8}
+	cfg, err := pipeline.StageConfig(Name, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.rubricPhaseSampling(); s.Temperature != 0.4 || s.TopP != 0.8 {
+		t.Errorf("unset: temperature %v, top_p %v; want the role's 0.4, 0.8", s.Temperature, s.TopP)
+	}
+	base[KeyRubricPhaseTemp], base[KeyRubricPhaseTopP] = 1.0, 0.95
+	if cfg, err = pipeline.StageConfig(Name, base); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = FromConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.rubricPhaseSampling(); s.Temperature != 1.0 || s.TopP != 0.95 {
+		t.Errorf("set: temperature %v, top_p %v; want 1.0, 0.95", s.Temperature, s.TopP)
+	}
+	if c.RubricGen.Sampling.Temperature != 0.4 {
+		t.Errorf("the policy phase's rubric temperature changed to %v", c.RubricGen.Sampling.Temperature)
+	}
+}

@@ -301,12 +301,14 @@ func ForRun(cfg *pipeline.Config, o Options) (plan.Plan, Sources, error) {
 }
 
 // Refuse is what `evolm run` calls at start, before loading a model: nil
-// when the plan fits the policy's device (or its memory cannot be read),
+// when the plan fits the policy's device, when the device's memory cannot be
+// read, or when a model's shape cannot be read (a checkpoint directory that
+// does not exist: loading the model reports that, naming the key);
 // otherwise an error that holds the whole plan.
 func Refuse(cfg *pipeline.Config) error {
 	p, _, err := ForRun(cfg, Options{})
 	if err != nil {
-		return fmt.Errorf("memory plan: %w", err)
+		return nil
 	}
 	if p.Fits() {
 		return nil
