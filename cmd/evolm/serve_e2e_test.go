@@ -303,7 +303,9 @@ func TestServeFairness(t *testing.T) {
 		bigDone <- a
 	}()
 	// Let the large request reach the engine: a request answered after it
-	// started proves nothing, so wait for one small round trip first.
+	// started proves nothing, so wait for one small round trip first. That
+	// one may be merged into the large request's engine call; it is
+	// answered when its own tokens are done all the same.
 	if a := s.mustPost(t, "/v1/completions", small); a.status != http.StatusOK {
 		t.Fatalf("small request: %d %q", a.status, a.message())
 	}

@@ -155,6 +155,18 @@ type Generator interface {
 	Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error)
 }
 
+// EachGenerator is a Generator that can answer each request of a call as
+// soon as it is done, not when the whole call is: deliver(i, resp) is
+// called once per request, in the order they finish. When GenerateEach
+// returns nil every request has been delivered; an error ends the call, and
+// requests not yet delivered get no answer. A Batcher uses it so that a
+// short request merged with a long one is answered when it ends, as vLLM
+// answers each request of its running batch.
+type EachGenerator interface {
+	Generator
+	GenerateEach(ctx context.Context, reqs []GenerateRequest, deliver func(i int, resp GenerateResponse)) error
+}
+
 // ScoreRequest asks, for each suffix, for the log-probs of each candidate as
 // the single next token after Prefix+Suffixes[k]. It is the yes/no judge's
 // call: the prefix holds the shared (question, response) part of the prompt,

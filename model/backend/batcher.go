@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime/debug"
@@ -26,6 +27,10 @@ import (
 // calls. This relies on a row's result not depending on its batch, which
 // the engines guarantee. An error of a single-request call goes to its
 // caller; so does a panic of the generator, as an error.
+// When the generator is an EachGenerator, each caller is answered as soon
+// as its own request is done (a short request merged with a long one does
+// not wait for it), and a failed call retries only the requests it had not
+// answered.
 // A Batcher starts goroutines only while it has work, so it needs no Close.
 type Batcher struct {
 	g          Generator
@@ -119,16 +124,16 @@ func (b *Batcher) loop() {
 
 // run runs one batch, bisecting on failure.
 func (b *Batcher) run(batch []*batchItem) {
-	err := b.try(batch)
+	left, err := b.try(batch)
 	if err == nil {
 		return
 	}
-	if len(batch) == 1 {
-		batch[0].done <- batchResult{err: err}
+	if len(left) == 1 {
+		left[0].done <- batchResult{err: err}
 		return
 	}
 	var live []*batchItem
-	for _, it := range batch {
+	for _, it := range left {
 		if it.ctx.Err() == nil {
 			live = append(live, it)
 		}
@@ -144,57 +149,111 @@ func (b *Batcher) run(batch []*batchItem) {
 	b.run(live[len(live)/2:])
 }
 
-// try calls the generator on batch. On success it delivers every result
-// and returns nil; on failure it delivers nothing.
-func (b *Batcher) try(batch []*batchItem) error {
-	// The batch lives while any of its callers waits.
+// try calls the generator on batch and delivers each result, as soon as it
+// is done when the generator is an EachGenerator. On failure it returns the
+// items it did not deliver.
+func (b *Batcher) try(batch []*batchItem) (undelivered []*batchItem, err error) {
+	// The batch lives while any of its callers waits: a caller that got its
+	// answer or went away no longer counts.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var left atomic.Int64
-	left.Store(int64(len(batch)))
-	for _, it := range batch {
-		stop := context.AfterFunc(it.ctx, func() {
-			if left.Add(-1) == 0 {
+	var waiting atomic.Int64
+	waiting.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, it := range batch {
+		stops[i] = context.AfterFunc(it.ctx, func() {
+			if waiting.Add(-1) == 0 {
 				cancel()
 			}
 		})
-		defer stop()
+		defer stops[i]()
 	}
 	reqs := make([]GenerateRequest, len(batch))
+	byID := make(map[string]int, len(batch))
 	for i, it := range batch {
 		reqs[i] = it.req
 		reqs[i].ID = "batch-" + strconv.FormatUint(b.seq.Add(1), 36)
+		byID[reqs[i].ID] = i
 	}
-	resps, err := b.generate(ctx, reqs)
+	var mu sync.Mutex // deliver may be called from the generator's goroutines
+	delivered := make([]bool, len(batch))
+	deliver := func(i int, r GenerateResponse) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case i < 0 || i >= len(batch):
+			return fmt.Errorf("batcher: generator answered request %d of %d", i, len(batch))
+		case r.ID != reqs[i].ID:
+			return fmt.Errorf("batcher: response %d has id %q, want %q", i, r.ID, reqs[i].ID)
+		case delivered[i]:
+			return fmt.Errorf("batcher: generator answered request %d twice", i)
+		}
+		delivered[i] = true
+		r.ID = batch[i].req.ID
+		batch[i].done <- batchResult{resp: r}
+		if stops[i]() && waiting.Add(-1) == 0 {
+			cancel()
+		}
+		return nil
+	}
+	err = b.generate(ctx, reqs, deliver)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, it := range batch {
+		if !delivered[i] {
+			undelivered = append(undelivered, it)
+			if err == nil {
+				err = fmt.Errorf("batcher: generator gave no answer to request %d of %d", i, len(batch))
+			}
+		}
+	}
+	return undelivered, err
+}
+
+// generate calls the generator, through GenerateEach where it has it,
+// turning a panic into an error: the batch runs on the Batcher's own
+// goroutine, where an unrecovered panic would end the process, not one
+// request.
+func (b *Batcher) generate(ctx context.Context, reqs []GenerateRequest, deliver func(int, GenerateResponse) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("batcher: generator panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	if eg, ok := b.g.(EachGenerator); ok {
+		var (
+			mu  sync.Mutex
+			bad error // the first malformed answer
+		)
+		err := eg.GenerateEach(ctx, reqs, func(i int, r GenerateResponse) {
+			if err := deliver(i, r); err != nil {
+				mu.Lock()
+				bad = cmp.Or(bad, err)
+				mu.Unlock()
+			}
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return cmp.Or(err, bad)
+	}
+	resps, err := b.g.Generate(ctx, reqs)
 	if err != nil {
 		return err
 	}
 	if len(resps) != len(reqs) {
 		return fmt.Errorf("batcher: generator returned %d responses for %d requests", len(resps), len(reqs))
 	}
-	for i := range resps {
+	for i := range resps { // check every id before answering anyone
 		if resps[i].ID != reqs[i].ID {
 			return fmt.Errorf("batcher: response %d has id %q, want %q", i, resps[i].ID, reqs[i].ID)
 		}
 	}
-	for i, it := range batch {
-		r := resps[i]
-		r.ID = it.req.ID
-		it.done <- batchResult{resp: r}
+	for i := range resps {
+		if err := deliver(i, resps[i]); err != nil {
+			return err
+		}
 	}
 	return nil
-}
-
-// generate calls the generator, turning a panic into an error: the batch
-// runs on the Batcher's own goroutine, where an unrecovered panic would end
-// the process, not one request.
-func (b *Batcher) generate(ctx context.Context, reqs []GenerateRequest) (_ []GenerateResponse, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("batcher: generator panicked: %v\n%s", p, debug.Stack())
-		}
-	}()
-	return b.g.Generate(ctx, reqs)
 }
 
 var _ Generator = (*Batcher)(nil)

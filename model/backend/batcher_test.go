@@ -226,3 +226,118 @@ func TestBatcherRecoversAPanic(t *testing.T) {
 		t.Errorf("after the panic: %+v, %v", out, err)
 	}
 }
+
+// eachGate is a test double EachGenerator: the first call blocks as
+// gateGenerator's does; every call answers its requests in order, except
+// the prompt "slow", answered last once hold is closed, and fails at the
+// poison prompt (having answered the requests before it).
+type eachGate struct {
+	*gateGenerator
+	hold chan struct{}
+}
+
+func (g *eachGate) GenerateEach(ctx context.Context, reqs []GenerateRequest, deliver func(int, GenerateResponse)) error {
+	g.mu.Lock()
+	first := len(g.calls) == 0
+	var prompts []string
+	for _, r := range reqs {
+		prompts = append(prompts, r.Prompt)
+	}
+	g.calls = append(g.calls, prompts)
+	g.mu.Unlock()
+	if first {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	slow := -1
+	for i, r := range reqs {
+		switch r.Prompt {
+		case "slow":
+			slow = i
+			continue
+		case g.poison:
+			return fmt.Errorf("engine broke on %q", r.Prompt)
+		}
+		deliver(i, GenerateResponse{ID: r.ID, Completions: []Completion{{Text: "re: " + r.Prompt}}})
+	}
+	if slow >= 0 {
+		<-g.hold
+		deliver(slow, GenerateResponse{ID: reqs[slow].ID, Completions: []Completion{{Text: "re: slow"}}})
+	}
+	return nil
+}
+
+// Generate answers all requests at once, when GenerateEach is done.
+func (g *eachGate) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
+	out := make([]GenerateResponse, len(reqs))
+	err := g.GenerateEach(ctx, reqs, func(i int, r GenerateResponse) { out[i] = r })
+	return out, err
+}
+
+// parkAndQueue starts a call that holds g's first batch, then the calls of
+// prompts, in order, and returns their results once all are queued behind
+// it.
+func parkAndQueue(t *testing.T, b *Batcher, g *eachGate, prompts ...string) []chan error {
+	t.Helper()
+	go b.Generate(context.Background(), []GenerateRequest{req("park", "park")})
+	<-g.entered
+	errs := make([]chan error, len(prompts))
+	for i, p := range prompts {
+		errs[i] = make(chan error, 1)
+		go func() {
+			r, err := b.Generate(context.Background(), []GenerateRequest{req("x", p)})
+			if err == nil && r[0].Completions[0].Text != "re: "+p {
+				err = fmt.Errorf("wrong answer %+v", r)
+			}
+			errs[i] <- err
+		}()
+		for b.Queued() < i+1 { // queued in order
+			runtime.Gosched()
+		}
+	}
+	close(g.release)
+	return errs
+}
+
+// TestBatcherAnswersEachWhenDone: with an EachGenerator, a caller whose
+// request is merged with a slow one is answered while the slow one runs.
+func TestBatcherAnswersEachWhenDone(t *testing.T) {
+	g := &eachGate{gateGenerator: &gateGenerator{entered: make(chan struct{}), release: make(chan struct{})}, hold: make(chan struct{})}
+	b := NewBatcher(g, 4, 1)
+	errs := parkAndQueue(t, b, g, "slow", "quick")
+	if err := <-errs[1]; err != nil { // returns while "slow" is held
+		t.Fatalf("quick request: %v", err)
+	}
+	close(g.hold)
+	if err := <-errs[0]; err != nil {
+		t.Fatalf("slow request: %v", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if diff := cmp.Diff([][]string{{"park"}, {"slow", "quick"}}, g.calls); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+}
+
+// TestBatcherRetriesOnlyUnanswered: when an EachGenerator call fails after
+// answering some requests, only the others are retried (bisected), and only
+// the poison request fails.
+func TestBatcherRetriesOnlyUnanswered(t *testing.T) {
+	g := &eachGate{gateGenerator: &gateGenerator{entered: make(chan struct{}), release: make(chan struct{}), poison: "bad"}}
+	b := NewBatcher(g, 4, 1)
+	errs := parkAndQueue(t, b, g, "a", "bad", "c")
+	for i, ch := range errs {
+		err := <-ch
+		if i == 1 && (err == nil || err.Error() != `engine broke on "bad"`) {
+			t.Errorf("poison request: err = %v, want the engine's error", err)
+		}
+		if i != 1 && err != nil {
+			t.Errorf("request %d: %v; only the poison request may fail", i, err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if diff := cmp.Diff([][]string{{"park"}, {"a", "bad", "c"}, {"bad"}, {"c"}}, g.calls); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+}

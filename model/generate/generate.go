@@ -34,6 +34,10 @@
 //   - Sharing. With Options.Scheduler, concurrent calls take turns per
 //     prefill chunk and per decode step and stay within a memory budget
 //     (see Scheduler); a row's tokens do not depend on the interleaving.
+//   - Delivery. GenerateEach hands each request's samples over as soon as
+//     its last row finishes, outside any scheduler turn, so a short request
+//     decoded beside a long one is answered when it is done, not when the
+//     whole chunk is (`evolm serve` answers its HTTP request then).
 package generate
 
 import (
@@ -172,14 +176,26 @@ func (g *Generator) validate(reqs []Request) error {
 // Generate answers every request: out[i] holds request i's samples in
 // sample order. A returned error fails the whole call.
 func (g *Generator) Generate(ctx context.Context, reqs []Request) ([][]Sample, error) {
-	if err := g.validate(reqs); err != nil {
+	out := make([][]Sample, len(reqs))
+	if err := g.GenerateEach(ctx, reqs, func(i int, s []Sample) { out[i] = s }); err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// GenerateEach answers every request through deliver(i, samples), called
+// once per request, in the order requests finish, as soon as the last of
+// its samples ends and outside any scheduler turn (deliver may itself use
+// the engine). deliver runs on the calling goroutine. A returned error ends
+// the call: requests not yet delivered get no answer.
+func (g *Generator) GenerateEach(ctx context.Context, reqs []Request, deliver func(i int, samples []Sample)) error {
+	if err := g.validate(reqs); err != nil {
+		return err
+	}
 	if err := g.Admit(reqs); err != nil {
-		return nil, fmt.Errorf("generate: %w", err)
+		return fmt.Errorf("generate: %w", err)
 	}
 	budget := g.opt.Scheduler.Budget()
-	out := make([][]Sample, len(reqs))
 	for start := 0; start < len(reqs); {
 		end, rows := start, 0
 		for end < len(reqs) && (end == start || rows+reqs[end].samples() <= g.opt.MaxBatch &&
@@ -187,24 +203,23 @@ func (g *Generator) Generate(ctx context.Context, reqs []Request) ([][]Sample, e
 			rows += reqs[end].samples()
 			end++
 		}
-		res, err := g.reserveChunk(ctx, reqs[start:end])
-		if err != nil {
-			return nil, fmt.Errorf("generate: requests %d..%d: %w", start, end-1, err)
+		off := start
+		if err := g.reserveChunk(ctx, reqs[start:end], func(i int, s []Sample) { deliver(off+i, s) }); err != nil {
+			return fmt.Errorf("generate: requests %d..%d: %w", start, end-1, err)
 		}
-		copy(out[start:end], res)
 		start = end
 	}
-	return out, nil
+	return nil
 }
 
 // reserveChunk runs a chunk within the scheduler's memory budget.
-func (g *Generator) reserveChunk(ctx context.Context, reqs []Request) ([][]Sample, error) {
+func (g *Generator) reserveChunk(ctx context.Context, reqs []Request, deliver func(int, []Sample)) error {
 	release, err := g.opt.Scheduler.reserve(ctx, g.EstimateBytes(reqs))
 	if err != nil {
-		return nil, fmt.Errorf("waiting for memory: %w", err)
+		return fmt.Errorf("waiting for memory: %w", err)
 	}
 	defer release() // also when the engine panics
-	return g.chunk(ctx, reqs)
+	return g.chunk(ctx, reqs, deliver)
 }
 
 // row is one sample being decoded.
@@ -218,7 +233,7 @@ type row struct {
 	out      Sample
 }
 
-func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, error) {
+func (g *Generator) chunk(ctx context.Context, reqs []Request, deliver func(int, []Sample)) error {
 	// Engine work happens in turns (Options.Scheduler): take() ends the
 	// current turn, if any, and waits for the next.
 	var endTurn func()
@@ -264,11 +279,11 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 	}
 
 	if err := take(); err != nil {
-		return nil, err
+		return err
 	}
 	cache, err := model.NewCache(g.m, int(P), Tp+maxNew)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { cache.Close() }()
 
@@ -278,7 +293,7 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 	for off, C := 0, int(g.prefillChunkFor(P, int64(Tp))); off < Tp; off += C {
 		if off > 0 {
 			if err := take(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		n := min(C, Tp-off)
@@ -306,7 +321,7 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 		}
 		ps.Close()
 		if err != nil {
-			return nil, fmt.Errorf("prefill: %w", err)
+			return fmt.Errorf("prefill: %w", err)
 		}
 	}
 
@@ -319,34 +334,57 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 			expand = append(expand, int64(i))
 		}
 	}
+	// Each request is delivered once its last row is done (deliverDone,
+	// between turns).
+	left := make([]int, len(reqs))
+	out := make([][]Sample, len(reqs))
+	for i := range reqs {
+		left[i] = reqs[i].samples()
+		out[i] = make([]Sample, left[i])
+	}
+	var ready []int
+	deliverDone := func() {
+		if len(ready) == 0 {
+			return
+		}
+		if endTurn != nil {
+			endTurn()
+			endTurn = nil
+		}
+		for _, i := range ready {
+			deliver(i, out[i])
+		}
+		ready = ready[:0]
+	}
+
 	expanded, err := cache.Select(expand)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cache.Close()
 	cache = expanded
 	lsh, err := torch.Shape(logits)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	V := lsh[2]
 	prev := s.Child()
 	next := prev.IndexSelect(prev.Reshape(logits, P, V), 0, prev.To(prev.FromInt64(expand, int64(len(expand))), dev, torch.Int64)) // (S, V)
 	if err := prev.Err(); err != nil {
 		prev.Close()
-		return nil, err
+		return err
 	}
 
 	active := rows
 	for step := 0; ; step++ {
 		if err := ctx.Err(); err != nil {
 			prev.Close()
-			return nil, err
+			return err
 		}
 		if step > 0 {
 			if err := take(); err != nil {
 				prev.Close()
-				return nil, err
+				return err
 			}
 		}
 		srows := make([]sample.Row, len(active))
@@ -356,7 +394,7 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 		res, err := sample.Sample(prev, next, srows)
 		if err != nil {
 			prev.Close()
-			return nil, fmt.Errorf("step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		var keep []int64
 		var still []*row
@@ -366,27 +404,40 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 			r.pos++
 			if err := g.finish(&reqs[r.req], r); err != nil {
 				prev.Close()
-				return nil, err
+				return err
 			}
 			if !r.done {
 				keep = append(keep, int64(i))
 				still = append(still, r)
+				continue
+			}
+			out[r.req][r.idx] = r.out
+			if left[r.req]--; left[r.req] == 0 {
+				ready = append(ready, r.req)
 			}
 		}
 		if len(still) == 0 {
 			prev.Close()
+			deliverDone()
 			break
 		}
 		if len(still) < len(active) {
 			compact, err := cache.Select(keep)
 			if err != nil {
 				prev.Close()
-				return nil, err
+				return err
 			}
 			cache.Close()
 			cache = compact
 		}
 		active = still
+		if len(ready) > 0 { // answer the finished requests, then take the engine back
+			deliverDone()
+			if err := take(); err != nil {
+				prev.Close()
+				return err
+			}
+		}
 
 		// Decode one token for every active row.
 		cur := s.Child()
@@ -417,18 +468,11 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request) ([][]Sample, erro
 		prev = cur
 		if err != nil {
 			prev.Close()
-			return nil, fmt.Errorf("step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 	}
 
-	out := make([][]Sample, len(reqs))
-	for i := range reqs {
-		out[i] = make([]Sample, reqs[i].samples())
-	}
-	for _, r := range rows {
-		out[r.req][r.idx] = r.out
-	}
-	return out, nil
+	return nil
 }
 
 // finish decides whether r ended with its newest token and, if so, fills

@@ -166,3 +166,49 @@ func TestTurnCancel(t *testing.T) {
 		t.Errorf("scheduler left busy=%v with %d waiting", s.busy, len(s.queue))
 	}
 }
+
+// TestGenerateEachDeliversEarly: in one call, a short request is delivered
+// as soon as its rows end, before the long request beside it, outside any
+// turn (its deliver callback can run another generation on the same
+// scheduler), and every request gets the samples it gets alone.
+func TestGenerateEachDeliversEarly(t *testing.T) {
+	m := load(t, checkpoint(t, archs[0]))
+	long := Request{Prompt: prompts[4], N: 4, Sampling: hot, MaxNewTokens: 200, Seed: 3}
+	short := Request{Prompt: prompts[1], N: 2, Sampling: hot, MaxNewTokens: 4, Seed: 5}
+	inner := Request{Prompt: prompts[0], Sampling: hot, MaxNewTokens: 3, Seed: 9}
+	want := gen(t, m, Options{}, long, short, inner)
+
+	g := New(m, letterDecoder{}, Options{Scheduler: NewScheduler(0)})
+	base := torch.Live()
+	var order []int
+	got := make([][]Sample, 2)
+	err := g.GenerateEach(context.Background(), []Request{long, short}, func(i int, s []Sample) {
+		order = append(order, i)
+		got[i] = s
+		if i != 1 {
+			return
+		}
+		in, err := g.Generate(context.Background(), []Request{inner}) // deadlocks if a turn were held
+		if err != nil {
+			t.Errorf("generation inside deliver: %v", err)
+			return
+		}
+		if diff := cmp.Diff(tokensOf(want[2]), tokensOf(in[0])); diff != "" {
+			t.Errorf("generation inside deliver vs alone (-alone +inside):\n%s", diff)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{1, 0}, order); diff != "" {
+		t.Errorf("delivery order (-want +got):\n%s", diff)
+	}
+	for i := range got {
+		if diff := cmp.Diff(tokensOf(want[i]), tokensOf(got[i])); diff != "" {
+			t.Errorf("request %d delivered vs alone (-alone +delivered):\n%s", i, diff)
+		}
+	}
+	if got := torch.Live(); got != base {
+		t.Errorf("live tensors %d, want %d", got, base)
+	}
+}

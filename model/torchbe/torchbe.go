@@ -243,27 +243,42 @@ func (m *Model) tokenText(id int) string {
 	return s
 }
 
-// Generate implements backend.Generator.
-func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) (_ []backend.GenerateResponse, err error) {
+// Generate answers every request when all are done; see GenerateEach.
+func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+	out := make([]backend.GenerateResponse, len(reqs))
+	if err := m.GenerateEach(ctx, reqs, func(i int, r backend.GenerateResponse) { out[i] = r }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GenerateEach implements backend.EachGenerator: a request is answered as
+// soon as its samples are done (a rejected one at once), on the calling
+// goroutine.
+func (m *Model) GenerateEach(ctx context.Context, reqs []backend.GenerateRequest, deliver func(int, backend.GenerateResponse)) (err error) {
 	defer recoverEngine("torch generate", &err)
 	if err := backend.CheckIDs(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
-		return nil, fmt.Errorf("torch generate: %w", err)
+		return fmt.Errorf("torch generate: %w", err)
 	}
-	out := make([]backend.GenerateResponse, len(reqs))
 	var greqs []generate.Request
 	var idx []int // greqs[k] answers reqs[idx[k]]
+	var prompts []int
 	for i := range reqs {
 		r := &reqs[i]
 		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("torch generate: %w", err)
+			return fmt.Errorf("torch generate: %w", err)
 		}
-		out[i] = backend.GenerateResponse{ID: r.ID, Model: m.id, PromptTokens: -1}
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		resp := backend.GenerateResponse{ID: r.ID, Model: m.id, PromptTokens: -1}
 		ids, err := m.prompt(r)
 		if err != nil {
-			out[i].Failure = rejected("request %s: %v", r.ID, err)
+			resp.Failure = rejected("request %s: %v", r.ID, err)
+			deliver(i, resp)
 			continue
 		}
-		out[i].PromptTokens = len(ids)
+		resp.PromptTokens = len(ids)
 		seed := randomSeed()
 		if r.Seed != nil {
 			seed = uint64(*r.Seed)
@@ -274,25 +289,27 @@ func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) (_
 			StopTokens: m.stop, StopStrings: r.Stop,
 		}
 		if err := m.gen.Admit([]generate.Request{gr}); err != nil {
-			out[i].Failure = rejected("request %s: %v", r.ID, err)
+			resp.Failure = rejected("request %s: %v", r.ID, err)
+			deliver(i, resp)
 			continue
 		}
 		greqs = append(greqs, gr)
 		idx = append(idx, i)
+		prompts = append(prompts, len(ids))
 	}
 	if len(greqs) == 0 {
-		return out, nil
+		return nil
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.lm == nil {
-		return nil, errors.New("torch generate: model is closed")
+		return errors.New("torch generate: model is closed")
 	}
-	res, err := m.gen.Generate(ctx, greqs)
-	if err != nil {
-		return nil, fmt.Errorf("torch generate: %w", err)
-	}
-	for k, samples := range res {
+	var failed error // the first request whose answer could not be built
+	err = m.gen.GenerateEach(ctx, greqs, func(k int, samples []generate.Sample) {
+		if failed != nil {
+			return
+		}
 		r := &reqs[idx[k]]
 		comps := make([]backend.Completion, len(samples))
 		for j, smp := range samples {
@@ -310,12 +327,16 @@ func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) (_
 		}
 		if r.TopLogProbs > 0 {
 			if err := m.topLogProbs(ctx, greqs[k].Prompt, comps, r.TopLogProbs); err != nil {
-				return nil, fmt.Errorf("torch generate: request %s: top log-probs: %w", r.ID, err)
+				failed = fmt.Errorf("torch generate: request %s: top log-probs: %w", r.ID, err)
+				return
 			}
 		}
-		out[idx[k]].Completions = comps
+		deliver(idx[k], backend.GenerateResponse{ID: r.ID, Model: m.id, PromptTokens: prompts[k], Completions: comps})
+	})
+	if err != nil {
+		return fmt.Errorf("torch generate: %w", err)
 	}
-	return out, nil
+	return failed
 }
 
 // topLogProbs fills the k most likely alternatives at every sampled position
@@ -392,7 +413,7 @@ func (m *Model) topOne(prompt []int, c *backend.Completion, k int) error {
 }
 
 var (
-	_ backend.Generator = (*Model)(nil)
-	_ backend.Scorer    = (*Model)(nil)
-	_ backend.LogProber = (*Model)(nil)
+	_ backend.EachGenerator = (*Model)(nil)
+	_ backend.Scorer        = (*Model)(nil)
+	_ backend.LogProber     = (*Model)(nil)
 )
