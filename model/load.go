@@ -100,6 +100,10 @@ type TensorSource interface {
 	Data(name string) ([]byte, error)
 }
 
+// releaser is a TensorSource that can drop a copied tensor's bytes from
+// memory (safetensors.File and Checkpoint: the mapped pages).
+type releaser interface{ Release(name string) error }
+
 var stDTypes = map[safetensors.DType]torch.DType{
 	safetensors.F32: torch.Float32, safetensors.F16: torch.Float16, safetensors.BF16: torch.BFloat16, safetensors.F64: torch.Float64,
 }
@@ -181,6 +185,11 @@ func LoadWeights(m CausalLM, src TensorSource) error {
 			ps.Close()
 			if err := s.Err(); err != nil {
 				return fmt.Errorf("%s: %w", p.Name, err)
+			}
+			if r, ok := src.(releaser); ok { // copied: drop the mapped pages
+				if err := r.Release(p.Name); err != nil {
+					return err
+				}
 			}
 		}
 		// NaN or Inf weights would be trained on and saved again: refuse them.

@@ -122,6 +122,9 @@ func (o *AdamW) Load(path string) error {
 		if err := copyFrom(w.t, data, info.Shape); err != nil {
 			return fmt.Errorf("optim load %s: %s: %w", path, w.name, err)
 		}
+		if err := f.Release(w.name); err != nil { // copied: drop the mapped pages
+			return fmt.Errorf("optim load: %w", err)
+		}
 	}
 	o.step = step
 	// Parameters follow their master copies, as after a Step.

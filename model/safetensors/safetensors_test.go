@@ -1,13 +1,17 @@
 package safetensors
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -301,4 +305,80 @@ func TestWriteDirReplacesStaleFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// TestReleaseDropsResidentPages: reading a tensor maps its pages into the
+// process; Release drops them (the mapping's Rss in /proc/self/smaps falls
+// by the tensor's size), and Data still returns the same bytes.
+func TestReleaseDropsResidentPages(t *testing.T) {
+	const n = 8 << 20 // bytes per tensor
+	big := make([]byte, n)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	ts := []memTensor{
+		{Info{Name: "a", DType: U8, Shape: []int64{n}}, big},
+		{Info{Name: "b", DType: U8, Shape: []int64{n}}, big},
+	}
+	path := filepath.Join(t.TempDir(), "big.safetensors")
+	if err := Write(path, infos(ts), nil, fetchFrom(ts)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sum := 0
+	for _, name := range []string{"a", "b"} {
+		d, _ := f.Data(name)
+		for _, c := range d { // fault every page in
+			sum += int(c)
+		}
+	}
+	before := mappingRss(t, f.mm)
+	if err := f.Release("a"); err != nil {
+		t.Fatal(err)
+	}
+	after := mappingRss(t, f.mm)
+	if before-after < n-(64<<10) || after < n-(64<<10) {
+		t.Errorf("mapping Rss %d KiB before Release(a), %d KiB after: want about %d KiB dropped, b's %d KiB kept",
+			before>>10, after>>10, n>>10, n>>10)
+	}
+	t.Logf("mapping Rss: %d KiB before Release(a), %d KiB after", before>>10, after>>10)
+	if d, _ := f.Data("a"); !bytes.Equal(big, d) {
+		t.Error("a's bytes changed after Release")
+	}
+	if sum == 0 {
+		t.Error("the tensors read as zeros")
+	}
+}
+
+var mappingLine = regexp.MustCompile(`^[0-9a-f]+-[0-9a-f]+ `)
+
+// mappingRss is the resident size of the mapping starting at mm[0], from
+// /proc/self/smaps.
+func mappingRss(t *testing.T, mm []byte) int {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	start := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(&mm[0])))
+	in := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		if mappingLine.MatchString(line) {
+			in = strings.HasPrefix(line, start)
+			continue
+		}
+		if in && strings.HasPrefix(line, "Rss:") {
+			var kb int
+			if _, err := fmt.Sscanf(strings.TrimPrefix(line, "Rss:"), "%d kB", &kb); err != nil {
+				t.Fatalf("smaps line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no mapping at %s in /proc/self/smaps", start)
+	return 0
 }

@@ -137,6 +137,14 @@ func (c *Checkpoint) Data(name string) ([]byte, error) {
 	return f.Data(name)
 }
 
+// Release drops a tensor's pages from resident memory; see File.Release.
+func (c *Checkpoint) Release(name string) error {
+	if f, ok := c.where[name]; ok {
+		return f.Release(name)
+	}
+	return nil
+}
+
 // File is the path of the file holding name ("" when none does).
 func (c *Checkpoint) File(name string) string {
 	if f, ok := c.where[name]; ok {
