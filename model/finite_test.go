@@ -56,3 +56,24 @@ func TestSaveRefusesNonFiniteWeights(t *testing.T) {
 		t.Error("Save wrote weights despite NaN parameters")
 	}
 }
+
+// TestNonFiniteAcrossChunks: NonFinite checks a large tensor in pieces and
+// counts the NaN and Inf elements on both sides of each piece's edge.
+func TestNonFiniteAcrossChunks(t *testing.T) {
+	const n = 1<<24 + 5 // just over one chunk
+	data := make([]float32, n)
+	for _, i := range []int{0, 1<<24 - 1, 1 << 24, n - 1} {
+		data[i] = float32(math.NaN())
+	}
+	data[12345] = float32(math.Inf(1))
+	s := torch.NewScope()
+	defer s.Close()
+	x := s.Reshape(s.FromFloat32(data, n), 3, n/3) // n = 3 × 5592407
+	got, err := model.NonFinite(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 5 {
+		t.Errorf("NonFinite = %d, want 5", got)
+	}
+}

@@ -179,12 +179,21 @@ func LoadWeights(m CausalLM, src TensorSource) error {
 			if err != nil {
 				return err
 			}
-			ps := s.Child()
-			x := ps.FromBytes(data, info.Shape, stDTypes[info.DType])
-			ps.Copy_(p.Tensor, x)
-			ps.Close()
-			if err := s.Err(); err != nil {
+			var drop func([]byte) // a mapped file's pages go as they are copied
+			if _, ok := src.(releaser); ok {
+				drop = func(b []byte) { _ = safetensors.DropPages(b) } // best effort; Release below reports
+			}
+			done, err := torch.CopyBytesInto(p.Tensor, data, stDTypes[info.DType], drop)
+			if err != nil {
 				return fmt.Errorf("%s: %w", p.Name, err)
+			}
+			if !done { // another device or dtype: through a temporary tensor
+				ps := s.Child()
+				ps.Copy_(p.Tensor, ps.FromBytes(data, info.Shape, stDTypes[info.DType]))
+				ps.Close()
+				if err := s.Err(); err != nil {
+					return fmt.Errorf("%s: %w", p.Name, err)
+				}
 			}
 			if r, ok := src.(releaser); ok { // copied: drop the mapped pages
 				if err := r.Release(p.Name); err != nil {

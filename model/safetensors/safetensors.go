@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
+	"unsafe"
 )
 
 // DType is a safetensors dtype name as it appears in the header.
@@ -253,6 +254,24 @@ func (f *File) Release(name string) error {
 		return fmt.Errorf("safetensors %s: madvise %s: %w", f.Path, name, err)
 	}
 	return nil
+}
+
+// DropPages drops from resident memory the pages lying wholly inside b, a
+// part of a Data slice that has been copied (madvise MADV_DONTNEED; the
+// bytes read back from the file if touched again). b must be memory of a
+// mapped file: on other memory it would zero the pages.
+func DropPages(b []byte) error {
+	page := uintptr(os.Getpagesize())
+	if len(b) == 0 {
+		return nil
+	}
+	start := uintptr(unsafe.Pointer(&b[0]))
+	lo := (start + page - 1) / page * page
+	hi := (start + uintptr(len(b))) / page * page
+	if hi <= lo {
+		return nil
+	}
+	return syscall.Madvise(b[lo-start:hi-start], syscall.MADV_DONTNEED)
 }
 
 // Close unmaps the file; Data slices become invalid.

@@ -74,6 +74,52 @@ func (s *Scope) FromBytes(data []byte, shape []int64, dtype DType) *Tensor {
 	return s.track("FromBytes", ts.New(c), nil)
 }
 
+// CopyBytesInto copies raw little-endian bytes of dtype straight into dst's
+// memory when dst is a contiguous CPU tensor of that dtype and size, with
+// no temporary tensor (a checkpoint loader's peak is then the model's
+// size); it reports false, having done nothing, otherwise (the caller
+// copies through FromBytes). It copies 64 MiB at a time and, when after is
+// not nil, calls it with each piece of data once copied (a loader drops the
+// piece's mapped pages there, so that not even one whole tensor of the file
+// stays resident).
+func CopyBytesInto(dst *Tensor, data []byte, dtype DType, after func(piece []byte)) (bool, error) {
+	if dst == nil || DTypeOf(dst) != dtype {
+		return false, nil
+	}
+	if dev, err := DeviceOf(dst); err != nil || dev != CPU {
+		return false, err
+	}
+	shape, err := Shape(dst)
+	if err != nil {
+		return false, err
+	}
+	if Numel(shape)*int64(ElemSize(dtype)) != int64(len(data)) || len(data) == 0 {
+		return false, nil
+	}
+	defer lockThread()()
+	if ok, err := dst.IsContiguous(); err != nil {
+		return false, cleanErr("CopyBytesInto", err)
+	} else if !ok {
+		return false, nil
+	}
+	ptr, err := dst.DataPtr()
+	if err != nil {
+		return false, cleanErr("CopyBytesInto", err)
+	}
+	out := unsafe.Slice((*byte)(ptr), len(data))
+	for off := 0; off < len(data); off += copyPiece {
+		end := min(off+copyPiece, len(data))
+		copy(out[off:end], data[off:end])
+		if after != nil {
+			after(data[off:end])
+		}
+	}
+	return true, nil
+}
+
+// copyPiece is how many bytes CopyBytesInto copies between calls of after.
+const copyPiece = 64 << 20
+
 // FromFloat32 makes a float32 CPU tensor of shape from data.
 func (s *Scope) FromFloat32(data []float32, shape ...int64) *Tensor {
 	return s.FromBytes(sliceBytes(data), shape, Float32)

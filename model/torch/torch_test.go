@@ -252,3 +252,31 @@ func TestCleanErrDropsTheCppStack(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestCopyBytesInto: bytes go straight into a contiguous CPU tensor of
+// their dtype; a transposed view or another dtype is left alone (false).
+func TestCopyBytesInto(t *testing.T) {
+	s := NewScope()
+	defer s.Close()
+	dst := s.Zeros([]int64{2, 3}, Float32, CPU)
+	want := []float32{1, 2, 3, 4, 5, 6}
+	if ok, err := CopyBytesInto(dst, sliceBytes(want), Float32, nil); err != nil || !ok {
+		t.Fatalf("contiguous float32: ok=%v err=%v, want a copy", ok, err)
+	}
+	got, err := Float32s(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("copied values (-want +got):\n%s", diff)
+	}
+	for name, x := range map[string]*Tensor{
+		"transposed": s.Transpose(dst, 0, 1),
+		"bfloat16":   s.Zeros([]int64{2, 3}, BFloat16, CPU),
+		"other size": s.Zeros([]int64{2, 2}, Float32, CPU),
+	} {
+		if ok, err := CopyBytesInto(x, sliceBytes(want), Float32, nil); err != nil || ok {
+			t.Errorf("%s: ok=%v err=%v, want false and no error", name, ok, err)
+		}
+	}
+}
