@@ -1,7 +1,6 @@
 package schemas_test
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/schemas/schematest"
 )
@@ -51,7 +51,6 @@ func olderVersion(t *testing.T, rec arrow.RecordBatch, v string, drop ...string)
 func TestOlderVersionsRead(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	ctx := context.Background()
 	dir := t.TempDir()
 
 	steps := schematest.Steps(6)
@@ -70,17 +69,7 @@ func TestOlderVersionsRead(t *testing.T) {
 	if _, err := w.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var got []schemas.StepMetrics
-	for b, err := range pipeline.ReadShard(ctx, path, pipeline.ReadOptions{Mem: mem, Schema: schemas.Steps.Schema()}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := schemas.Steps.Read(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, rows...)
-	}
+	got := pipelinetest.ReadRows(t, path, schemas.Steps, pipeline.ReadOptions{Mem: mem, Schema: schemas.Steps.Schema()})
 	want := append([]schemas.StepMetrics(nil), steps...)
 	for i := range want {
 		want[i].RefillPrompts, want[i].RefillRounds, want[i].GroupsTrained = 0, 0, 0
@@ -118,7 +107,6 @@ func TestOlderVersionsRead(t *testing.T) {
 func TestOlderRubricsRead(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	ctx := context.Background()
 	dir := t.TempDir()
 
 	rubs := schematest.Rubrics(9)
@@ -142,18 +130,7 @@ func TestOlderRubricsRead(t *testing.T) {
 		if _, err := w.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		var got []schemas.Rubric
-		for b, err := range pipeline.ReadShard(ctx, path, pipeline.ReadOptions{Mem: mem, Schema: schemas.Rubrics.Schema()}) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows, err := schemas.Rubrics.Read(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, rows...)
-		}
-		return got
+		return pipelinetest.ReadRows(t, path, schemas.Rubrics, pipeline.ReadOptions{Mem: mem, Schema: schemas.Rubrics.Schema()})
 	}
 	if diff := cmp.Diff(rubs, read(rec, "v2.parquet"), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("version-2 rubrics shard (-want +got):\n%s", diff)

@@ -19,6 +19,7 @@ import (
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -259,17 +260,5 @@ log: {level: warn}
 // writeRows writes rows of tbl as one committed Parquet file.
 func writeRows[T any](t *testing.T, path string, tbl *schemas.Table[T], rows []T) {
 	t.Helper()
-	mem := memory.NewGoAllocator()
-	w, err := pipeline.CreateShard(path, tbl.Schema(), pipeline.WriteOptions{Mem: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := tbl.Build(mem, rows)
-	defer rec.Release()
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	pipelinetest.WriteRows(t, memory.NewGoAllocator(), path, tbl, rows)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -149,14 +150,7 @@ func writingShard(run string) bool {
 // exists.
 func checkCommitted(t *testing.T, run string) {
 	t.Helper()
-	r, err := pipeline.OpenRun(run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.Manifest(Name)
-	if err != nil {
-		t.Fatalf("manifest unreadable after a kill: %v", err)
-	}
+	_, m := pipelinetest.Manifest(t, run, Name)
 	listed := map[string]pipeline.ShardInfo{}
 	for _, s := range m.Shards {
 		listed[s.Path] = s
