@@ -66,13 +66,8 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 // Score implements backend.Scorer with prefix reuse (see the package doc).
 func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
-	if err := backend.CheckIDs(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
+	if err := backend.CheckRequests(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch score: %w", err)
-	}
-	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("torch score: %w", err)
-		}
 	}
 	out := make([]backend.ScoreResponse, len(reqs))
 	release, err := m.hold(ctx, "torch score")

@@ -246,7 +246,7 @@ func (m *Model) tokenText(id int) string {
 // Generate implements backend.Generator.
 func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) (_ []backend.GenerateResponse, err error) {
 	defer recoverEngine("torch generate", &err)
-	if err := backend.CheckIDs(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
+	if err := backend.CheckRequests(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch generate: %w", err)
 	}
 	out := make([]backend.GenerateResponse, len(reqs))
@@ -254,9 +254,6 @@ func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) (_
 	var idx []int // greqs[k] answers reqs[idx[k]]
 	for i := range reqs {
 		r := &reqs[i]
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("torch generate: %w", err)
-		}
 		out[i] = backend.GenerateResponse{ID: r.ID, Model: m.id, PromptTokens: -1}
 		ids, err := m.prompt(r)
 		if err != nil {
