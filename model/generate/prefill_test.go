@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -71,10 +72,10 @@ func TestPrefillChunks(t *testing.T) {
 	}
 	wantH, wantL := run(T)
 	gotH, gotL := run(5)
-	if d := maxAbsDiff(wantH, gotH); d > 1e-5 {
+	if d := modeltest.MaxAbsDiff(wantH, gotH); d > 1e-5 {
 		t.Errorf("last hidden states differ by %.3g", d)
 	}
-	if d := maxAbsDiff(wantL, gotL); d > 1e-5 {
+	if d := modeltest.MaxAbsDiff(wantL, gotL); d > 1e-5 {
 		t.Errorf("next-step logits differ by %.3g", d)
 	}
 	minPrefillChunk, prefillElems = 64, PrefillScoreElems

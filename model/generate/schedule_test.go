@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -18,7 +19,7 @@ import (
 // different lengths a few positions at a time gives the tokens and log-probs
 // of one whole prefill (which TestGreedyMatchesHF ties to transformers).
 func TestChunkedPrefillEqualsWhole(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	var reqs []Request
 	for i, p := range prompts {
 		reqs = append(reqs, Request{Prompt: p, N: 2, Sampling: hot, MaxNewTokens: 12, Seed: uint64(i)},
@@ -44,7 +45,7 @@ func TestChunkedPrefillEqualsWhole(t *testing.T) {
 // while a long one decodes finishes first (turns alternate step by step),
 // and both get exactly the samples they get alone.
 func TestSchedulerInterleaves(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	long := Request{Prompt: prompts[4], N: 4, Sampling: hot, MaxNewTokens: 300, Seed: 3}
 	short := Request{Prompt: prompts[1], N: 1, Sampling: hot, MaxNewTokens: 4, Seed: 5}
 	wantLong, wantShort := gen(t, m, Options{}, long)[0], gen(t, m, Options{}, short)[0]
@@ -95,7 +96,7 @@ func TestSchedulerInterleaves(t *testing.T) {
 // refused before any work; requests that fit one at a time are split into
 // chunks that each fit and give the same samples.
 func TestMemoryBudget(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	a := Request{Prompt: prompts[0], N: 2, Sampling: hot, MaxNewTokens: 16, Seed: 1}
 	b := Request{Prompt: prompts[4], N: 3, Sampling: hot, MaxNewTokens: 16, Seed: 2}
 	want := gen(t, m, Options{}, a, b)

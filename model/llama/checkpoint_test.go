@@ -7,6 +7,7 @@ import (
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/generate"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -99,19 +100,7 @@ func TestGradCheckpointing(t *testing.T) {
 			HeadDim: 8, HiddenAct: "silu", MaxPositionEmbeddings: 128, InitializerRange: 0.2,
 			RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: arch == "Qwen3ForCausalLM",
 		}
-		if err := model.NewConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
-		m, err := model.Build(cfg, model.LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := model.Randomize(m, 3); err != nil {
-			t.Fatal(err)
-		}
-		if err := model.SetRequiresGrad(m, true); err != nil {
-			t.Fatal(err)
-		}
+		m := modeltest.Random(t, cfg, 3)
 		gc := m.(model.GradCheckpointer)
 		for _, score := range []bool{false, true} {
 			gc.SetGradCheckpointing(false)

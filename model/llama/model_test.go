@@ -105,11 +105,7 @@ func TestNoLeaks(t *testing.T) {
 	base := torch.Live()
 	for i := 0; i < 100; i++ {
 		s := torch.NewScope()
-		batch := model.Batch{
-			IDs:       s.FromInt64(rc.ids, rc.B, rc.T),
-			Positions: s.FromInt64(rc.pos, rc.B, rc.T),
-			Mask:      s.FromInt64(rc.mask, rc.B, rc.T),
-		}
+		batch := rc.Batch(s)
 		var cache *model.Cache
 		if i%2 == 1 {
 			if cache, err = model.NewCache(m, int(rc.B), int(rc.T)); err != nil {
