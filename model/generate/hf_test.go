@@ -282,14 +282,7 @@ func gradOfMeanLogProb(t *testing.T, m model.CausalLM, rows []Continuation) floa
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := torch.Backward(loss); err != nil {
-		t.Fatal(err)
-	}
-	v, err := torch.Item(loss)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return modeltest.BackwardItem(t, loss)
 }
 
 func zeroGrads(t *testing.T, m model.CausalLM) {

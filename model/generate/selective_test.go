@@ -26,7 +26,7 @@ func tinyLM(t *testing.T, arch string, tied bool) model.CausalLM {
 		t.Fatal(err)
 	}
 	cfg.ModelType = a.ModelType
-	return modeltest.Random(t, cfg, 7)
+	return modeltest.RandomTrainable(t, cfg, 7)
 }
 
 func randRows(r *rand.Rand, n, vocab int) []Continuation {
@@ -95,11 +95,7 @@ type scored struct {
 // backpropagates Σ wl·lp + Σ we·ent with fixed random weights.
 func scoreAndGrad(t *testing.T, m model.CausalLM, rows []Continuation, entropy, chunked bool) scored {
 	t.Helper()
-	for _, p := range m.Parameters() {
-		if err := torch.ZeroGrad(p.Tensor); err != nil {
-			t.Fatal(err)
-		}
-	}
+	modeltest.ZeroGrads(t, m)
 	defer torch.SetGrad(true)()
 	s := torch.NewScope()
 	defer s.Close()

@@ -18,11 +18,7 @@ import (
 // number of deferred backward stages the forward registered.
 func ckptGrads(t *testing.T, m model.CausalLM, score bool) (float64, int, map[string][]float32) {
 	t.Helper()
-	for _, p := range m.Parameters() {
-		if err := torch.ZeroGrad(p.Tensor); err != nil {
-			t.Fatal(err)
-		}
-	}
+	modeltest.ZeroGrads(t, m)
 	defer torch.SetGrad(true)()
 	s := torch.NewScope()
 	defer s.Close()
@@ -100,7 +96,7 @@ func TestGradCheckpointing(t *testing.T) {
 			HeadDim: 8, HiddenAct: "silu", MaxPositionEmbeddings: 128, InitializerRange: 0.2,
 			RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: arch == "Qwen3ForCausalLM",
 		}
-		m := modeltest.Random(t, cfg, 3)
+		m := modeltest.RandomTrainable(t, cfg, 3)
 		gc := m.(model.GradCheckpointer)
 		for _, score := range []bool{false, true} {
 			gc.SetGradCheckpointing(false)

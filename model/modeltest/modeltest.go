@@ -28,7 +28,7 @@ func Load(t testing.TB, dir string) model.CausalLM {
 }
 
 // Random builds a model of cfg (completed by model.NewConfig) with random
-// weights from seed, every parameter requiring grad. The caller closes it.
+// weights from seed. The caller closes it.
 func Random(t testing.TB, cfg *model.Config, seed int64) model.CausalLM {
 	t.Helper()
 	if err := model.NewConfig(cfg); err != nil {
@@ -41,10 +41,40 @@ func Random(t testing.TB, cfg *model.Config, seed int64) model.CausalLM {
 	if err := model.Randomize(m, seed); err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// RandomTrainable is Random with every parameter requiring grad.
+func RandomTrainable(t testing.TB, cfg *model.Config, seed int64) model.CausalLM {
+	t.Helper()
+	m := Random(t, cfg, seed)
 	if err := model.SetRequiresGrad(m, true); err != nil {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// ZeroGrads zeroes the gradient of every parameter of m.
+func ZeroGrads(t testing.TB, m model.CausalLM) {
+	t.Helper()
+	for _, p := range m.Parameters() {
+		if err := torch.ZeroGrad(p.Tensor); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// BackwardItem runs backward from the scalar loss and returns its value.
+func BackwardItem(t testing.TB, loss *torch.Tensor) float64 {
+	t.Helper()
+	if err := torch.Backward(loss); err != nil {
+		t.Fatal(err)
+	}
+	v, err := torch.Item(loss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // Float32s copies x's values out.

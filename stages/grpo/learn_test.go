@@ -8,6 +8,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
 	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -28,17 +29,7 @@ func toyModelStd(t *testing.T, seed int64, std float64) model.CausalLM {
 		MaxPositionEmbeddings: 512, InitializerRange: std, RMSNormEps: 1e-6,
 		RopeTheta: 1e6, TieWordEmbeddings: true,
 	}
-	if err := model.NewConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Build(cfg, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := model.Randomize(m, seed); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return modeltest.Random(t, cfg, seed)
 }
 
 // targetReward is the toy reward: the fraction of completion tokens whose id
