@@ -29,14 +29,8 @@ import (
 // with its size and checksum (temp files are hidden dot-files). The rerun
 // then completes and its rows equal those of an uninterrupted run.
 func TestCrashSafety(t *testing.T) {
-	root := testutil.Root(t)
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "evolm")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/evolm")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testutil.BuildEvolm(t, tmp)
 	input, _ := writeCorpus(t, tmp, 60_000)
 	args := func(run string) []string {
 		return []string{"dedup", "--input", input, "--run-dir", run, "--shard-rows", "4000",

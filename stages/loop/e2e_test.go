@@ -38,12 +38,7 @@ func setup(t *testing.T) demoEnv {
 	t.Helper()
 	root := testutil.Root(t)
 	tmp := t.TempDir()
-	e := demoEnv{bin: filepath.Join(tmp, "evolm"), models: filepath.Join(tmp, "models")}
-	build := exec.Command("go", "build", "-o", e.bin, "./cmd/evolm")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	e := demoEnv{bin: testutil.BuildEvolm(t, tmp), models: filepath.Join(tmp, "models")}
 	for i, name := range []string{"policy", "judge"} {
 		run(t, e.bin, "model", "init", "--arch", "qwen3", "--preset", "tiny", "--seed", fmt.Sprint(i+1), "--out", filepath.Join(e.models, name))
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
@@ -33,13 +34,13 @@ func TestE2EReplayTinyJudge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := treeHash(t, src)
+	before := testutil.TreeHash(t, src, "_locks")
 	target := filepath.Join(dir, "replayed")
 	env := []string{"EVOLM_STAGES_REPLAY_SOURCE=" + src, "EVOLM_ROLES_JUDGE_MODEL=" + ckpt, "EVOLM_ROLES_JUDGE_MODE=yesno"}
 	if err := runReplay(t, target, env...); err != nil {
 		t.Fatal(err)
 	}
-	if treeHash(t, src) != before {
+	if testutil.TreeHash(t, src, "_locks") != before {
 		t.Fatal("the source run changed")
 	}
 	// 2 rubric steps × 2 pairs × 2 candidate rubrics, each judged on a+ and a−.
@@ -69,7 +70,7 @@ func TestE2EReplayTinyJudge(t *testing.T) {
 	if err := runReplay(t, target, env...); err != nil {
 		t.Fatal(err)
 	}
-	if treeHash(t, src) != before {
+	if testutil.TreeHash(t, src, "_locks") != before {
 		t.Fatal("the source run changed on rerun")
 	}
 }
