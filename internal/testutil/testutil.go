@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -168,4 +169,19 @@ func TreeHash(t testing.TB, dir string, skip ...string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ErrorContains fails t unless err's text contains each of wants; a nil err
+// ends the test, what saying what should have failed ("LoadConfig
+// succeeded").
+func ErrorContains(t testing.TB, err error, what string, wants ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s, want an error", what)
+	}
+	for _, w := range wants {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q\ndoes not contain %q", err, w)
+		}
+	}
 }
