@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -15,9 +16,7 @@ import (
 func benchModel(b *testing.B) (model.CausalLM, *Workload) {
 	b.Helper()
 	dir := b.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		b.Fatal(err)
-	}
+	modeltest.InitTiny(b, dir, 1)
 	m, err := model.Load(dir, model.LoadOptions{})
 	if err != nil {
 		b.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/serve/servetest"
 	"github.com/evolm/evolm/model/torchbe"
@@ -23,9 +23,7 @@ import (
 //	go test -tags e2e -run '^$' -bench ThroughputTorch -benchtime 128x ./bench/openai
 func BenchmarkThroughputTorch(b *testing.B) {
 	dir := b.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		b.Fatal(err)
-	}
+	modeltest.InitTiny(b, dir, 1)
 	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: "tiny"})
 	if err != nil {
 		b.Fatal(err)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
@@ -69,9 +69,7 @@ func keys(m map[[2]float64]int) string {
 func TestRolesAreDefinedOnce(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "tiny")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 1)
 	m, err := torchbe.Load(torchbe.Options{Dir: ckpt, Threads: 1})
 	if err != nil {
 		t.Fatal(err)

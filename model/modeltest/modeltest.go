@@ -27,6 +27,15 @@ func Load(t testing.TB, dir string) model.CausalLM {
 	return m
 }
 
+// InitTiny writes the tiny Qwen3 preset with random weights from seed to
+// dir, as `evolm model init --preset tiny` does.
+func InitTiny(t testing.TB, dir string, seed int64) {
+	t.Helper()
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: seed, OutDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Random builds a model of cfg (completed by model.NewConfig) with random
 // weights from seed. The caller closes it.
 func Random(t testing.TB, cfg *model.Config, seed int64) model.CausalLM {

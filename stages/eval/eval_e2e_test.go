@@ -17,7 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/internal/testutil"
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/stages/eval"
 	_ "github.com/evolm/evolm/stages/roles/torchrole"
@@ -34,9 +34,7 @@ const jbJSONL = `{"pair_id": "p1", "original_id": 1, "source": "mmlu-pro-law", "
 func TestE2EEvalTinyModels(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "tiny")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 3, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 3)
 	for _, tc := range []struct {
 		bench, file, data string
 		items             int
@@ -100,9 +98,7 @@ func TestE2EEvalTinyModels(t *testing.T) {
 func TestE2EEvalJudgeAllFailed(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "tiny")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 3, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 3)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)

@@ -21,7 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/evolm/evolm/internal/testutil"
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
@@ -55,9 +55,7 @@ func setupWorld(t *testing.T, mem memory.Allocator) *e2eWorld {
 	t.Helper()
 	w := &e2eWorld{dir: t.TempDir()}
 	w.ckpt = filepath.Join(w.dir, "tiny") // the torch backend's model id is the directory's name
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: w.ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, w.ckpt, 1)
 	dedupRun := filepath.Join(w.dir, "dedup-run")
 	runStages(t, mem, dedupRun, map[string]any{"stages": map[string]any{"dedup": map[string]any{
 		"input": []string{filepath.Join(testutil.Root(t), "datasets/sample/tulu3_sample.parquet")}, "dataset": "sample"}}}, "dedup")

@@ -11,7 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/internal/testutil"
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/export/synthrun"
@@ -26,9 +26,7 @@ import (
 func TestE2EReplayTinyJudge(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "tiny-judge")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 2, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 2)
 	src := filepath.Join(dir, "synthetic-run")
 	counts, err := synthrun.Write(context.Background(), memory.NewGoAllocator(), src, synthrun.Options{Seed: 6, Steps: 4, Phase: 2, Pairs: 2, N: 2})
 	if err != nil {
