@@ -48,6 +48,19 @@ func loadBase(t *testing.T, dir string, dt torch.DType) model.CausalLM {
 	return m
 }
 
+// loadGolden reads golden model name's references and loads its base model
+// with its PEFT adapter.
+func loadGolden(t *testing.T, dir, name string) (*modeltest.Refs, model.CausalLM, *lora.Adapter) {
+	t.Helper()
+	r := modeltest.ReadRefs(t, filepath.Join(dir, name, "ref.safetensors"))
+	m := loadBase(t, filepath.Join(dir, name, "base"), 0)
+	ad, err := lora.Load(m, filepath.Join(dir, name, "adapter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, m, ad
+}
+
 // TestPEFTParity: an adapter saved by PEFT loads in evolm, and the LoRA
 // model's logits, its logits with the adapters off, and the gradients of
 // every lora_A and lora_B equal PEFT's.
@@ -56,12 +69,7 @@ func TestPEFTParity(t *testing.T) {
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			live := torch.Live()
-			r := modeltest.ReadRefs(t, filepath.Join(dir, name, "ref.safetensors"))
-			m := loadBase(t, filepath.Join(dir, name, "base"), 0)
-			ad, err := lora.Load(m, filepath.Join(dir, name, "adapter"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			r, m, ad := loadGolden(t, dir, name)
 			want := lora.Config{Rank: 4, Alpha: 8, Dropout: 0.05, Targets: lora.DefaultTargets}
 			if diff := cmp.Diff(want, ad.Config()); diff != "" {
 				t.Errorf("adapter config (-want +got):\n%s", diff)
@@ -160,12 +168,7 @@ func TestMergeMatchesPEFT(t *testing.T) {
 	dir, names := golden.Get(t)
 	for _, name := range names {
 		live := torch.Live()
-		r := modeltest.ReadRefs(t, filepath.Join(dir, name, "ref.safetensors"))
-		m := loadBase(t, filepath.Join(dir, name, "base"), 0)
-		ad, err := lora.Load(m, filepath.Join(dir, name, "adapter"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, m, ad := loadGolden(t, dir, name)
 		if err := ad.MergeAndUnload(); err != nil {
 			t.Fatal(err)
 		}
