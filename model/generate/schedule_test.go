@@ -133,30 +133,14 @@ func TestTurnCancel(t *testing.T) {
 	}()
 	granted := make(chan func(), 1)
 	go func() {
-		for { // wait until the first waiter is queued, then queue behind it
-			s.mu.Lock()
-			n := len(s.queue)
-			s.mu.Unlock()
-			if n == 1 {
-				break
-			}
-			runtime.Gosched()
-		}
+		waitQueued(s, 1) // the first waiter; then queue behind it
 		d, err := s.Turn(context.Background())
 		if err != nil {
 			t.Error(err)
 		}
 		granted <- d
 	}()
-	for {
-		s.mu.Lock()
-		n := len(s.queue)
-		s.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(s, 2)
 	cancel()
 	if err := <-errc; err == nil {
 		t.Error("cancelled waiter got a turn")
@@ -165,5 +149,18 @@ func TestTurnCancel(t *testing.T) {
 	(<-granted)()
 	if s.busy || len(s.queue) != 0 {
 		t.Errorf("scheduler left busy=%v with %d waiting", s.busy, len(s.queue))
+	}
+}
+
+// waitQueued yields until n callers wait in s's queue.
+func waitQueued(s *Scheduler, n int) {
+	for {
+		s.mu.Lock()
+		q := len(s.queue)
+		s.mu.Unlock()
+		if q == n {
+			return
+		}
+		runtime.Gosched()
 	}
 }
