@@ -52,15 +52,21 @@ func targetReward(tokens []int) float64 {
 // reward of the last steps is clearly above that of the first steps.
 func TestGRPOLearnsToyReward(t *testing.T) {
 	base := torch.Live()
-	curve := learnToy(t, toyModel(t, 7), nil)
-	const window = 5
-	first, last := avg(curve[:window]), avg(curve[len(curve)-window:])
-	t.Logf("mean reward: first %d steps %.3f, last %d steps %.3f (margin %+.3f)", window, first, window, last, last-first)
-	if last-first < 0.15 {
-		t.Errorf("GRPO did not learn the toy reward: first %.3f, last %.3f; want a rise of at least 0.15", first, last)
-	}
+	checkLearned(t, "GRPO", learnToy(t, toyModel(t, 7), nil))
 	if n := torch.Live() - base; n != 0 {
 		t.Errorf("%d tensors leaked", n)
+	}
+}
+
+// checkLearned asserts that the mean reward of the last steps of curve is
+// clearly above that of its first steps; who names the learner in messages.
+func checkLearned(t *testing.T, who string, curve []float64) {
+	t.Helper()
+	const window = 5
+	first, last := avg(curve[:window]), avg(curve[len(curve)-window:])
+	t.Logf("%s mean reward: first %d steps %.3f, last %d steps %.3f (margin %+.3f)", who, window, first, window, last, last-first)
+	if last-first < 0.15 {
+		t.Errorf("%s did not learn the toy reward: first %.3f, last %.3f; want a rise of at least 0.15", who, first, last)
 	}
 }
 
