@@ -48,18 +48,7 @@ func BenchmarkShardWrite(b *testing.B) {
 	b.SetBytes(size)
 	b.ResetTimer()
 	for range b.N {
-		w, err := pipeline.CreateShard(p, schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range recs {
-			if err := w.Write(r); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := w.Commit(); err != nil {
-			b.Fatal(err)
-		}
+		writeBatches(b, mem, p, recs)
 	}
 	b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
 }
@@ -68,18 +57,9 @@ func BenchmarkShardRead(b *testing.B) {
 	mem := memory.NewGoAllocator()
 	recs, size := benchBatches(b, mem)
 	p := filepath.Join(b.TempDir(), "part-00000.parquet")
-	w, err := pipeline.CreateShard(p, schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
-	if err != nil {
-		b.Fatal(err)
-	}
+	writeBatches(b, mem, p, recs)
 	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			b.Fatal(err)
-		}
 		r.Release()
-	}
-	if _, err := w.Commit(); err != nil {
-		b.Fatal(err)
 	}
 	st, _ := os.Stat(p)
 	b.ReportMetric(float64(st.Size())/benchRows, "file_bytes/row")
@@ -119,4 +99,21 @@ func BenchmarkDecodeRows(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(16384*b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// writeBatches writes recs as one committed rollouts shard at p.
+func writeBatches(b *testing.B, mem memory.Allocator, p string, recs []arrow.RecordBatch) {
+	b.Helper()
+	w, err := pipeline.CreateShard(p, schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range recs {
+		if err := w.Write(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := w.Commit(); err != nil {
+		b.Fatal(err)
+	}
 }

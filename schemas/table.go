@@ -72,6 +72,17 @@ func (b *Builder[T]) Len() int { return b.b.Field(0).Len() }
 // releases it) and resets the builder.
 func (b *Builder[T]) NewRecordBatch() arrow.RecordBatch { return b.b.NewRecordBatch() }
 
+// Flush writes the rows appended since the last NewRecordBatch to w as one
+// batch, unless there are none, and resets the builder.
+func (b *Builder[T]) Flush(w interface{ Write(arrow.RecordBatch) error }) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	return w.Write(rec)
+}
+
 // Release frees the builder's buffers.
 func (b *Builder[T]) Release() { b.b.Release() }
 
