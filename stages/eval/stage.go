@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"fmt"
+	"github.com/apache/arrow-go/v18/arrow"
 	"log/slog"
 
 	"github.com/evolm/evolm/datasets"
@@ -244,17 +245,9 @@ func writeModelRows(ctx context.Context, env *pipeline.Env, inputs []string, ben
 	i := benchIndex[bench]
 	return env.MapShards(ctx, []pipeline.Task{
 		{Output: pipeline.ShardPath(RubricsTable, i), Schema: schemas.Rubrics.Schema(), Inputs: inputs, Rows: int64(len(rj.Rubrics)),
-			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-				rec := schemas.Rubrics.Build(env.Mem, rj.Rubrics)
-				defer rec.Release()
-				return w.Write(rec)
-			}},
+			Write: pipeline.WriteBatch(func() arrow.RecordBatch { return schemas.Rubrics.Build(env.Mem, rj.Rubrics) })},
 		{Output: pipeline.ShardPath(JudgmentsTable, i), Schema: schemas.Judgments.Schema(), Inputs: inputs, Rows: int64(len(rj.Judgments)),
-			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-				rec := schemas.Judgments.Build(env.Mem, rj.Judgments)
-				defer rec.Release()
-				return w.Write(rec)
-			}},
+			Write: pipeline.WriteBatch(func() arrow.RecordBatch { return schemas.Judgments.Build(env.Mem, rj.Judgments) })},
 	})
 }
 

@@ -261,11 +261,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	tasks = append(tasks, pipeline.Task{
 		Output: pipeline.ShardPath(StepsTable, 0), Schema: schemas.Steps.Schema(),
 		Inputs: inputs(req[schemas.Steps.Name]), Rows: int64(len(keptSteps)),
-		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-			rec := schemas.Steps.Build(env.Mem, keptSteps)
-			defer rec.Release()
-			return w.Write(rec)
-		},
+		Write: pipeline.WriteBatch(func() arrow.RecordBatch { return schemas.Steps.Build(env.Mem, keptSteps) }),
 	})
 	return env.MapShards(ctx, tasks)
 }
