@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/schemas/schematest"
 )
@@ -48,7 +49,7 @@ func BenchmarkShardWrite(b *testing.B) {
 	b.SetBytes(size)
 	b.ResetTimer()
 	for range b.N {
-		writeBatches(b, mem, p, recs)
+		pipelinetest.WriteShard(b, mem, p, schemas.Rollouts.Schema(), recs...)
 	}
 	b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
 }
@@ -57,7 +58,7 @@ func BenchmarkShardRead(b *testing.B) {
 	mem := memory.NewGoAllocator()
 	recs, size := benchBatches(b, mem)
 	p := filepath.Join(b.TempDir(), "part-00000.parquet")
-	writeBatches(b, mem, p, recs)
+	pipelinetest.WriteShard(b, mem, p, schemas.Rollouts.Schema(), recs...)
 	for _, r := range recs {
 		r.Release()
 	}
@@ -99,21 +100,4 @@ func BenchmarkDecodeRows(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(16384*b.N)/b.Elapsed().Seconds(), "rows/s")
-}
-
-// writeBatches writes recs as one committed rollouts shard at p.
-func writeBatches(b *testing.B, mem memory.Allocator, p string, recs []arrow.RecordBatch) {
-	b.Helper()
-	w, err := pipeline.CreateShard(p, schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := w.Commit(); err != nil {
-		b.Fatal(err)
-	}
 }

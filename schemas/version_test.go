@@ -59,16 +59,7 @@ func TestOlderVersionsRead(t *testing.T) {
 	v1 := olderVersion(t, rec, "2", "refill_prompts", "refill_rounds", "groups_trained")
 	defer v1.Release()
 	path := filepath.Join(dir, "steps.parquet")
-	w, err := pipeline.CreateShard(path, v1.Schema(), pipeline.WriteOptions{Mem: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(v1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	pipelinetest.WriteShard(t, mem, path, v1.Schema(), v1)
 	got := pipelinetest.ReadRows(t, path, schemas.Steps, pipeline.ReadOptions{Mem: mem, Schema: schemas.Steps.Schema()})
 	want := append([]schemas.StepMetrics(nil), steps...)
 	for i := range want {
@@ -120,16 +111,7 @@ func TestOlderRubricsRead(t *testing.T) {
 	read := func(b arrow.RecordBatch, name string) []schemas.Rubric {
 		t.Helper()
 		path := filepath.Join(dir, name)
-		w, err := pipeline.CreateShard(path, b.Schema(), pipeline.WriteOptions{Mem: mem})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		pipelinetest.WriteShard(t, mem, path, b.Schema(), b)
 		return pipelinetest.ReadRows(t, path, schemas.Rubrics, pipeline.ReadOptions{Mem: mem, Schema: schemas.Rubrics.Schema()})
 	}
 	if diff := cmp.Diff(rubs, read(rec, "v2.parquet"), cmpopts.EquateEmpty()); diff != "" {

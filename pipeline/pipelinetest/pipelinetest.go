@@ -8,6 +8,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/pipeline"
@@ -51,14 +52,22 @@ func RunStage(t testing.TB, stage, runDir string, values map[string]string) erro
 // WriteRows writes rows of tbl as one committed shard at path.
 func WriteRows[T any](t testing.TB, mem memory.Allocator, path string, tbl *schemas.Table[T], rows []T) {
 	t.Helper()
-	w, err := pipeline.CreateShard(path, tbl.Schema(), pipeline.WriteOptions{Mem: mem})
+	rec := tbl.Build(mem, rows)
+	defer rec.Release()
+	WriteShard(t, mem, path, tbl.Schema(), rec)
+}
+
+// WriteShard writes recs as one committed shard of schema at path.
+func WriteShard(t testing.TB, mem memory.Allocator, path string, schema *arrow.Schema, recs ...arrow.RecordBatch) {
+	t.Helper()
+	w, err := pipeline.CreateShard(path, schema, pipeline.WriteOptions{Mem: mem})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := tbl.Build(mem, rows)
-	defer rec.Release()
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
+	for _, rec := range recs {
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := w.Commit(); err != nil {
 		t.Fatal(err)
