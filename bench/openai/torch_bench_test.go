@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -40,12 +39,7 @@ func BenchmarkThroughputTorch(b *testing.B) {
 			b.Run(fmt.Sprintf("batch=%d/inflight=%d", batch, k), func(b *testing.B) {
 				cfg := config{endpoints: []string{url}, model: "tiny", requests: b.N, maxTokens: 16,
 					prompt: "Write one sentence about the sea.", logprobs: -1}
-				b.ResetTimer()
-				r, err := measure(context.Background(), cfg, k)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(r.reqPerSec, "req/s")
+				r := benchMeasure(b, cfg, k)
 				b.ReportMetric(r.tokPerSec, "tok/s")
 				b.ReportMetric(ms(r.p50), "p50_ms")
 			})
