@@ -193,34 +193,18 @@ log: {level: warn}
 		t.Fatalf("run: %v", err)
 	}
 	want("run", nil, judge)
-	r, err := pipeline.OpenRun(loopRun)
-	if err != nil {
-		t.Fatal(err)
-	}
-	man, err := r.Manifest("run")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, man := pipelinetest.Manifest(t, loopRun, "run")
 	seen := map[string]int{}
 	for _, p := range man.Paths(schemas.Rollouts.Name) {
-		for rec, err := range pipeline.ReadShard(context.Background(), r.Path(p), pipeline.ReadOptions{Schema: schemas.Rollouts.Schema()}) {
-			if err != nil {
-				t.Fatal(err)
+		for _, ro := range pipelinetest.ReadRows(t, r.Path(p), schemas.Rollouts, pipeline.ReadOptions{Schema: schemas.Rollouts.Schema()}) {
+			temp, maxTok := policyTemp, policyMax
+			if ro.Role == schemas.RoleRubricGenerator {
+				temp, maxTok = rubricTemp, rubricMax
 			}
-			rs, err := schemas.Rollouts.Read(rec)
-			if err != nil {
-				t.Fatal(err)
+			if ro.Temperature != temp || ro.CompletionTokens > int32(maxTok) {
+				t.Errorf("run: %s rollout %s: temperature %v, %d tokens; want %v, ≤ %d", ro.Role, ro.RolloutID, ro.Temperature, ro.CompletionTokens, temp, maxTok)
 			}
-			for _, ro := range rs {
-				temp, maxTok := policyTemp, policyMax
-				if ro.Role == schemas.RoleRubricGenerator {
-					temp, maxTok = rubricTemp, rubricMax
-				}
-				if ro.Temperature != temp || ro.CompletionTokens > int32(maxTok) {
-					t.Errorf("run: %s rollout %s: temperature %v, %d tokens; want %v, ≤ %d", ro.Role, ro.RolloutID, ro.Temperature, ro.CompletionTokens, temp, maxTok)
-				}
-				seen[ro.Role]++
-			}
+			seen[ro.Role]++
 		}
 	}
 	if seen[schemas.RolePolicy] == 0 || seen[schemas.RoleRubricGenerator] == 0 {

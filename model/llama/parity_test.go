@@ -126,15 +126,7 @@ func gradsOf(t *testing.T, m model.CausalLM, rc refCase) map[string][]float32 {
 	if err := torch.Backward(loss); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]float32{}
-	for _, p := range m.Parameters() {
-		g, err := torch.Float32s(s.Grad(p.Tensor))
-		if err != nil {
-			t.Fatalf("%s: %v", p.Name, err)
-		}
-		out[p.Name] = g
-	}
-	return out
+	return modeltest.Grads(t, s, m.Parameters())
 }
 
 // TestSDPAGradientsMatchEager: backward through the fused attention gives

@@ -151,15 +151,7 @@ func loraGrads(t *testing.T, m model.CausalLM, ad *lora.Adapter, cases []modelte
 	}
 	s := torch.NewScope()
 	defer s.Close()
-	out := map[string][]float32{}
-	for _, p := range ad.Parameters() {
-		g, err := torch.Float32s(s.Grad(p.Tensor))
-		if err != nil {
-			t.Fatalf("%s: %v", p.Name, err)
-		}
-		out[p.Name] = g
-	}
-	return out
+	return modeltest.Grads(t, s, ad.Parameters())
 }
 
 // TestMergeMatchesPEFT: MergeAndUnload gives PEFT's merge_and_unload logits

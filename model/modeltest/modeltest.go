@@ -86,6 +86,20 @@ func BackwardItem(t testing.TB, loss *torch.Tensor) float64 {
 	return v
 }
 
+// Grads copies out the gradient of each of params, by name.
+func Grads(t testing.TB, s *torch.Scope, params []model.Param) map[string][]float32 {
+	t.Helper()
+	out := map[string][]float32{}
+	for _, p := range params {
+		g, err := torch.Float32s(s.Grad(p.Tensor))
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		out[p.Name] = g
+	}
+	return out
+}
+
 // Float32s copies x's values out.
 func Float32s(t testing.TB, x *torch.Tensor) []float32 {
 	t.Helper()
