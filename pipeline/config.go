@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -349,11 +351,7 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 
 	c := &Config{values: map[string]any{}, source: source}
 	var errs []error
-	keys := make([]string, 0, len(known))
-	for k := range known {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(known))
 	for _, k := range keys {
 		info := known[k]
 		val, err := coerce(info.typ, v.Get(k))
