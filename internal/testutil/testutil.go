@@ -52,10 +52,19 @@ func Python(t testing.TB) string {
 // returns its stdout; stderr is shown on failure.
 func RunPython(t testing.TB, script string, args ...string) []byte {
 	t.Helper()
+	return RunPythonInput(t, script, nil, args...)
+}
+
+// RunPythonInput is RunPython with stdin (nil: none) as the script's input.
+func RunPythonInput(t testing.TB, script string, stdin []byte, args ...string) []byte {
+	t.Helper()
 	if !filepath.IsAbs(script) {
 		script = filepath.Join(Root(t), "scripts", script)
 	}
 	cmd := exec.Command(Python(t), append([]string{script}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
