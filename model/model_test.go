@@ -13,6 +13,7 @@ import (
 
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -224,9 +225,7 @@ func TestLoadBadInput(t *testing.T) {
 				}
 				testutil.ErrorContains(t, err, "Load succeeded", tc.want...)
 			}
-			if n := torch.Live() - base; n != 0 {
-				t.Errorf("%d tensors leaked", n)
-			}
+			modeltest.CheckLeaks(t, base)
 		})
 	}
 }

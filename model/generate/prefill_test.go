@@ -83,7 +83,5 @@ func TestPrefillChunks(t *testing.T) {
 		t.Errorf("chunk of an 8k prompt on 4 heads: %d, want 128 (16 MiB of scores)", got)
 	}
 	m.Close()
-	if d := torch.Live() - base; d != 0 {
-		t.Errorf("%d tensors leaked", d)
-	}
+	modeltest.CheckLeaks(t, base)
 }

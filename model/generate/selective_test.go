@@ -203,7 +203,5 @@ func TestSelectiveMatchesFull(t *testing.T) {
 		}
 		m.Close()
 	}
-	if d := torch.Live() - base; d != 0 {
-		t.Errorf("%d tensors leaked", d)
-	}
+	modeltest.CheckLeaks(t, base)
 }

@@ -126,7 +126,5 @@ func TestGradCheckpointing(t *testing.T) {
 		}
 		m.Close()
 	}
-	if d := torch.Live() - base; d != 0 {
-		t.Errorf("%d tensors leaked", d)
-	}
+	modeltest.CheckLeaks(t, base)
 }

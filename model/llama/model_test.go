@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -87,9 +88,7 @@ func TestFrozenCopy(t *testing.T) {
 	}
 	m.Close()
 	ref.Close()
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, base)
 }
 
 // TestNoLeaks: 100 forwards (with and without a cache, with grad on and off)

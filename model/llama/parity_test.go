@@ -69,9 +69,7 @@ func TestHFParity(t *testing.T) {
 				}
 			}
 			m.Close()
-			if n := torch.Live() - base; n != 0 {
-				t.Errorf("%d tensors leaked", n)
-			}
+			modeltest.CheckLeaks(t, base)
 		})
 	}
 }

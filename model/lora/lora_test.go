@@ -169,9 +169,7 @@ func TestFreshAdapter(t *testing.T) {
 	}
 	ad.Close()
 	m.Close()
-	if n := torch.Live() - live; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, live)
 }
 
 // TestDropout: dropout acts only in training, is reproducible from the

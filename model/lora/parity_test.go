@@ -116,9 +116,7 @@ func TestPEFTParity(t *testing.T) {
 			}
 			ad.Close()
 			m.Close()
-			if n := torch.Live() - live; n != 0 {
-				t.Errorf("%d tensors leaked", n)
-			}
+			modeltest.CheckLeaks(t, live)
 		})
 	}
 }
@@ -277,9 +275,7 @@ func TestSavedAdapterLoadsInPEFT(t *testing.T) {
 		saved[i].Close()
 		models[i].Close()
 	}
-	if n := torch.Live() - live; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, live)
 }
 
 // perturbB gives lora_B random values: a fresh adapter's zero B would make

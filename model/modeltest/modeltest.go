@@ -100,6 +100,15 @@ func Grads(t testing.TB, s *torch.Scope, params []model.Param) map[string][]floa
 	return out
 }
 
+// CheckLeaks fails t unless the count of live tensors is base, the count
+// taken before the code under test.
+func CheckLeaks(t testing.TB, base int64) {
+	t.Helper()
+	if n := torch.Live() - base; n != 0 {
+		t.Errorf("%d tensors leaked", n)
+	}
+}
+
 // Float32s copies x's values out.
 func Float32s(t testing.TB, x *torch.Tensor) []float32 {
 	t.Helper()

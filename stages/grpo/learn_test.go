@@ -53,9 +53,7 @@ func targetReward(tokens []int) float64 {
 func TestGRPOLearnsToyReward(t *testing.T) {
 	base := torch.Live()
 	checkLearned(t, "GRPO", learnToy(t, toyModel(t, 7), nil))
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, base)
 }
 
 // checkLearned asserts that the mean reward of the last steps of curve is

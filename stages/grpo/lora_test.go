@@ -10,6 +10,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
 	"github.com/evolm/evolm/model/lora"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -28,9 +29,7 @@ func TestGRPOLearnsToyRewardLoRA(t *testing.T) {
 		c.Seed = 1
 	})
 	checkLearned(t, "GRPO with LoRA", curve)
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, base)
 }
 
 // loraBatch is a fixed on-policy batch for the trainer tests.
@@ -149,9 +148,7 @@ func TestLoRATrainerFreezesBase(t *testing.T) {
 	}
 	m.Close()
 	frozen.Close()
-	if n := torch.Live() - live; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, live)
 }
 
 // TestLoRATrainerExactResume: saving the adapter and the optimizer after

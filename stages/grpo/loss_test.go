@@ -137,9 +137,7 @@ func TestLossMatchesTRLFormulas(t *testing.T) {
 			}
 		})
 	}
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, base)
 	// The off-policy cases must actually exercise clipping, or the clip
 	// comparison above proves nothing.
 	total := 0.0
