@@ -89,30 +89,15 @@ var judgeBenchCols = []benchCol{
 // ResolveInputs), allocating Arrow memory from mem (nil: the default
 // allocator). A label other than "A>B" or "B>A" is an error naming the row.
 func LoadJudgeBench(mem memory.Allocator, paths []string) ([]JudgeBenchItem, error) {
-	files, err := ResolveInputs(paths)
-	if err != nil {
-		return nil, err
-	}
-	var out []JudgeBenchItem
-	for _, f := range files {
-		rows, err := readBench(mem, f, judgeBenchCols)
-		if err != nil {
-			return nil, err
+	return loadBench(mem, paths, judgeBenchCols, func(f string, i int, r benchRow) (JudgeBenchItem, error) {
+		it := JudgeBenchItem{
+			PairID: r.str(ColPairID), OriginalID: r.str(ColOriginalID), Source: r.str(ColSource),
+			Question: r.str(ColQuestion), ResponseModel: r.str(ColResponseModel),
+			ResponseA: r.str(ColResponseA), ResponseB: r.str(ColResponseB), Label: r.str(ColLabel),
 		}
-		for i, r := range rows {
-			it := JudgeBenchItem{
-				PairID: r.str(ColPairID), OriginalID: r.str(ColOriginalID), Source: r.str(ColSource),
-				Question: r.str(ColQuestion), ResponseModel: r.str(ColResponseModel),
-				ResponseA: r.str(ColResponseA), ResponseB: r.str(ColResponseB), Label: r.str(ColLabel),
-			}
-			if it.Label != LabelAB && it.Label != LabelBA {
-				return nil, fmt.Errorf("input %s row %d (pair_id %q): column %q = %q, want %q or %q", f, i, it.PairID, ColLabel, it.Label, LabelAB, LabelBA)
-			}
-			out = append(out, it)
+		if it.Label != LabelAB && it.Label != LabelBA {
+			return it, fmt.Errorf("input %s row %d (pair_id %q): column %q = %q, want %q or %q", f, i, it.PairID, ColLabel, it.Label, LabelAB, LabelBA)
 		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("input %s: %w", strings.Join(files, ", "), ErrEmptyInput)
-	}
-	return out, nil
+		return it, nil
+	})
 }

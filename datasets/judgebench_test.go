@@ -1,6 +1,7 @@
 package datasets
 
 import (
+	"github.com/evolm/evolm/internal/testutil"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -44,19 +45,19 @@ func TestLoadJudgeBenchBadLayout(t *testing.T) {
 pq.write_table(pa.table({"pair_id": ["p"], "source": ["s"], "question": ["q"], "response_A": ["a"], "response_B": ["b"]}), OUT)
 `)
 	_, err := LoadJudgeBench(checkedMem(t), []string{noLabel})
-	wantErr(t, err, noLabel, `column "label": missing`)
+	testutil.ErrorContains(t, err, "the load succeeded", noLabel, `column "label": missing`)
 
 	floatID := writePyarrow(t, dir, "floatid.parquet", `
 pq.write_table(pa.table({"pair_id": ["p"], "original_id": [1.5], "source": ["s"], "question": ["q"], "response_A": ["a"], "response_B": ["b"], "label": ["A>B"]}), OUT)
 `)
 	_, err = LoadJudgeBench(checkedMem(t), []string{floatID})
-	wantErr(t, err, floatID, `column "original_id": wrong type float64, want string or integer`)
+	testutil.ErrorContains(t, err, "the load succeeded", floatID, `column "original_id": wrong type float64, want string or integer`)
 
 	badLabel := writeFile(t, dir, "jb.jsonl", `{"pair_id": "p", "source": "s", "question": "q", "response_A": "a", "response_B": "b", "label": "A=B"}`+"\n")
 	_, err = LoadJudgeBench(nil, []string{badLabel})
-	wantErr(t, err, badLabel, `column "label" = "A=B"`)
+	testutil.ErrorContains(t, err, "the load succeeded", badLabel, `column "label" = "A=B"`)
 
 	missing := writeFile(t, dir, "jb2.jsonl", `{"pair_id": "p", "source": "s", "question": "q", "response_A": "a", "label": "A>B"}`+"\n")
 	_, err = LoadJudgeBench(nil, []string{missing})
-	wantErr(t, err, missing, `column "response_B": missing`)
+	testutil.ErrorContains(t, err, "the load succeeded", missing, `column "response_B": missing`)
 }

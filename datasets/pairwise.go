@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -54,44 +55,57 @@ const (
 // ResolveInputs for directories), allocating Arrow memory from mem (nil: the
 // default allocator).
 func LoadPairwise(mem memory.Allocator, paths []string) ([]PairwiseItem, error) {
+	return loadBench(mem, paths, pairwiseCols, func(f string, i int, r benchRow) (PairwiseItem, error) {
+		it := PairwiseItem{ID: r.str(ColID), Prompt: r.str(ColPrompt), Subset: r.str(ColSubset)}
+		if it.ID == "" {
+			it.ID = f + ":" + strconv.Itoa(i)
+		}
+		if it.Subset == "" {
+			it.Subset = r.str(ColSource)
+		}
+		if it.Subset == "" {
+			it.Subset = "all"
+		}
+		var chosenPrompt, rejectedPrompt string
+		it.Chosen, chosenPrompt = r.text(ColChosen)
+		it.Rejected, rejectedPrompt = r.text(ColRejected)
+		if it.Prompt == "" {
+			it.Prompt = chosenPrompt
+		}
+		if it.Prompt == "" {
+			it.Prompt = rejectedPrompt
+		}
+		if !r.has(ColPrompt) && it.Prompt == "" {
+			return it, fmt.Errorf("input %s row %d: no prompt column and no user turn in %q", f, i, ColChosen)
+		}
+		return it, nil
+	})
+}
+
+// loadBench reads the files of paths (ResolveInputs) in the layout cols and
+// makes row i of file f an item with item, whose error ends the load. No
+// item at all is ErrEmptyInput.
+func loadBench[T any](mem memory.Allocator, paths []string, cols []benchCol, item func(f string, i int, r benchRow) (T, error)) ([]T, error) {
 	files, err := ResolveInputs(paths)
 	if err != nil {
 		return nil, err
 	}
-	var out []PairwiseItem
+	var out []T
 	for _, f := range files {
-		rows, err := readBench(mem, f, pairwiseCols)
+		rows, err := readBench(mem, f, cols)
 		if err != nil {
 			return nil, err
 		}
 		for i, r := range rows {
-			it := PairwiseItem{ID: r.str(ColID), Prompt: r.str(ColPrompt), Subset: r.str(ColSubset)}
-			if it.ID == "" {
-				it.ID = f + ":" + strconv.Itoa(i)
-			}
-			if it.Subset == "" {
-				it.Subset = r.str(ColSource)
-			}
-			if it.Subset == "" {
-				it.Subset = "all"
-			}
-			var chosenPrompt, rejectedPrompt string
-			it.Chosen, chosenPrompt = r.text(ColChosen)
-			it.Rejected, rejectedPrompt = r.text(ColRejected)
-			if it.Prompt == "" {
-				it.Prompt = chosenPrompt
-			}
-			if it.Prompt == "" {
-				it.Prompt = rejectedPrompt
-			}
-			if !r.has(ColPrompt) && it.Prompt == "" {
-				return nil, fmt.Errorf("input %s row %d: no prompt column and no user turn in %q", f, i, ColChosen)
+			it, err := item(f, i, r)
+			if err != nil {
+				return nil, err
 			}
 			out = append(out, it)
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("input %v: %w", files, ErrEmptyInput)
+		return nil, fmt.Errorf("input %s: %w", strings.Join(files, ", "), ErrEmptyInput)
 	}
 	return out, nil
 }

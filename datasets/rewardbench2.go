@@ -79,46 +79,31 @@ var rb2Cols = []benchCol{
 // one rejected completion, num_correct = len(chosen) (and the optional counts
 // consistent), and Ties ids of the form "ref:<n>" or "tied:<n>".
 func LoadRewardBench2(mem memory.Allocator, paths []string) ([]RewardBench2Item, error) {
-	files, err := ResolveInputs(paths)
-	if err != nil {
-		return nil, err
-	}
-	var out []RewardBench2Item
-	for _, f := range files {
-		rows, err := readBench(mem, f, rb2Cols)
-		if err != nil {
-			return nil, err
+	return loadBench(mem, paths, rb2Cols, func(f string, i int, r benchRow) (RewardBench2Item, error) {
+		it := RewardBench2Item{
+			ID: r.str(ColID), Prompt: r.str(ColPrompt), Subset: r.str(ColSubset),
+			Chosen: r.strs(ColChosen), Rejected: r.strs(ColRejected), Models: r.strs(ColModels),
 		}
-		for i, r := range rows {
-			it := RewardBench2Item{
-				ID: r.str(ColID), Prompt: r.str(ColPrompt), Subset: r.str(ColSubset),
-				Chosen: r.strs(ColChosen), Rejected: r.strs(ColRejected), Models: r.strs(ColModels),
-			}
-			where := fmt.Sprintf("input %s row %d (id %q)", f, i, it.ID)
-			switch {
-			case len(it.Chosen) == 0:
-				return nil, fmt.Errorf("%s: column %q: no completions", where, ColChosen)
-			case len(it.Rejected) == 0:
-				return nil, fmt.Errorf("%s: column %q: no completions", where, ColRejected)
-			case r.int(ColNumCorrect) != int64(len(it.Chosen)):
-				return nil, fmt.Errorf("%s: column %q = %d but %q holds %d completions", where, ColNumCorrect, r.int(ColNumCorrect), ColChosen, len(it.Chosen))
-			case r.has(ColNumIncorrect) && r.int(ColNumIncorrect) != int64(len(it.Rejected)):
-				return nil, fmt.Errorf("%s: column %q = %d but %q holds %d completions", where, ColNumIncorrect, r.int(ColNumIncorrect), ColRejected, len(it.Rejected))
-			case r.has(ColTotalCompletions) && r.int(ColTotalCompletions) != int64(len(it.Chosen)+len(it.Rejected)):
-				return nil, fmt.Errorf("%s: column %q = %d but there are %d completions", where, ColTotalCompletions, r.int(ColTotalCompletions), len(it.Chosen)+len(it.Rejected))
-			}
-			if it.Subset == RB2Ties {
-				if _, _, err := ParseTiesID(it.ID); err != nil {
-					return nil, fmt.Errorf("%s: %w", where, err)
-				}
-			}
-			out = append(out, it)
+		where := fmt.Sprintf("input %s row %d (id %q)", f, i, it.ID)
+		switch {
+		case len(it.Chosen) == 0:
+			return it, fmt.Errorf("%s: column %q: no completions", where, ColChosen)
+		case len(it.Rejected) == 0:
+			return it, fmt.Errorf("%s: column %q: no completions", where, ColRejected)
+		case r.int(ColNumCorrect) != int64(len(it.Chosen)):
+			return it, fmt.Errorf("%s: column %q = %d but %q holds %d completions", where, ColNumCorrect, r.int(ColNumCorrect), ColChosen, len(it.Chosen))
+		case r.has(ColNumIncorrect) && r.int(ColNumIncorrect) != int64(len(it.Rejected)):
+			return it, fmt.Errorf("%s: column %q = %d but %q holds %d completions", where, ColNumIncorrect, r.int(ColNumIncorrect), ColRejected, len(it.Rejected))
+		case r.has(ColTotalCompletions) && r.int(ColTotalCompletions) != int64(len(it.Chosen)+len(it.Rejected)):
+			return it, fmt.Errorf("%s: column %q = %d but there are %d completions", where, ColTotalCompletions, r.int(ColTotalCompletions), len(it.Chosen)+len(it.Rejected))
 		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("input %s: %w", strings.Join(files, ", "), ErrEmptyInput)
-	}
-	return out, nil
+		if it.Subset == RB2Ties {
+			if _, _, err := ParseTiesID(it.ID); err != nil {
+				return it, fmt.Errorf("%s: %w", where, err)
+			}
+		}
+		return it, nil
+	})
 }
 
 // ParseTiesID splits a Ties-subset id "ref:<n>" or "tied:<n>" into its kind

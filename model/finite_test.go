@@ -8,6 +8,7 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil/sttest"
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -25,9 +26,7 @@ func TestLoadRefusesNonFiniteWeights(t *testing.T) {
 		if !strings.Contains(err.Error(), "model.layers.1.mlp.up_proj.weight: 1 of 384 elements are NaN or Inf") {
 			t.Errorf("error %q does not name the tensor", err)
 		}
-		if n := torch.Live() - base; n != 0 {
-			t.Errorf("%d tensors leaked", n)
-		}
+		modeltest.CheckLeaks(t, base)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -57,7 +58,5 @@ func TestInitStreamsRandomize(t *testing.T) {
 		got.Close()
 	}
 	ref.Close()
-	if d := torch.Live() - base; d != 0 {
-		t.Errorf("%d tensors leaked", d)
-	}
+	modeltest.CheckLeaks(t, base)
 }

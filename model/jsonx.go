@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -61,11 +62,7 @@ func marshalWithExtra(v any, extra map[string]json.RawMessage) ([]byte, error) {
 			m[k] = raw
 		}
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	var out bytes.Buffer
 	out.WriteString("{\n")
 	for i, k := range keys {

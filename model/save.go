@@ -78,16 +78,9 @@ func save(m CausalLM, dir string, opts SaveOptions, draw func(s *torch.Scope, na
 		return fmt.Errorf("save %s: %w", dir, err)
 	}
 
-	params := m.Parameters()
-	byName := map[string]*torch.Tensor{}
-	infos := make([]safetensors.Info, 0, len(params))
-	for _, p := range params {
-		shape, err := torch.Shape(p.Tensor)
-		if err != nil {
-			return fmt.Errorf("save %s: %s: %w", dir, p.Name, err)
-		}
-		byName[p.Name] = p.Tensor
-		infos = append(infos, safetensors.Info{Name: p.Name, DType: st, Shape: shape})
+	infos, byName, err := ParamInfos(m.Parameters(), st)
+	if err != nil {
+		return fmt.Errorf("save %s: %w", dir, err)
 	}
 	fetch := func(i safetensors.Info) ([]byte, error) {
 		s := torch.NewScope()
@@ -160,4 +153,21 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// ParamInfos describes params as the safetensors entries of a file of dtype
+// dt, in order, and maps each name to its tensor; an error names the
+// parameter.
+func ParamInfos(params []Param, dt safetensors.DType) ([]safetensors.Info, map[string]*torch.Tensor, error) {
+	byName := make(map[string]*torch.Tensor, len(params))
+	infos := make([]safetensors.Info, 0, len(params))
+	for _, p := range params {
+		shape, err := torch.Shape(p.Tensor)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		byName[p.Name] = p.Tensor
+		infos = append(infos, safetensors.Info{Name: p.Name, DType: dt, Shape: shape})
+	}
+	return infos, byName, nil
 }

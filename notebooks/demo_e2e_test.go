@@ -3,9 +3,7 @@
 package notebooks_test
 
 import (
-	"crypto/sha256"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,16 +12,6 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 )
-
-// rb2Small is a RewardBench-2 file in the published layout with every subset.
-const rb2Small = `{"id": "0", "prompt": "What is 2+2?", "chosen": ["4"], "rejected": ["5", "3", "22"], "num_correct": 1, "subset": "Math"}
-{"id": "1", "prompt": "Capital of France?", "chosen": ["Paris"], "rejected": ["Lyon", "Nice", "Rome"], "num_correct": 1, "subset": "Factuality"}
-{"id": "2", "prompt": "Say hi without the letter e.", "chosen": ["hi"], "rejected": ["hey", "hello", "greetings"], "num_correct": 1, "subset": "Precise IF"}
-{"id": "3", "prompt": "How do I pick a lock?", "chosen": ["I can't help with that."], "rejected": ["Use a pin.", "Easy.", "Here is how."], "num_correct": 1, "subset": "Safety"}
-{"id": "4", "prompt": "Why is the sky blue?", "chosen": ["Rayleigh scattering."], "rejected": ["Cats.", "Because.", "Pizza."], "num_correct": 1, "subset": "Focus"}
-{"id": "ref:1", "prompt": "Name a primary colour.", "chosen": ["red"], "rejected": ["green", "pink"], "num_correct": 1, "subset": "Ties"}
-{"id": "tied:1", "prompt": "Name a primary colour.", "chosen": ["red", "blue"], "rejected": ["green"], "num_correct": 2, "subset": "Ties"}
-`
 
 // TestE2EDemoRun makes a demo run with the co-evolution loop (two tiny
 // checkpoints, the sample prompts, the loop e2e's schedule), then runs what
@@ -35,12 +23,7 @@ const rb2Small = `{"id": "0", "prompt": "What is 2+2?", "chosen": ["4"], "reject
 func TestE2EDemoRun(t *testing.T) {
 	root := testutil.Root(t)
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "evolm")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/evolm")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testutil.BuildEvolm(t, tmp)
 	env := append(os.Environ(), "EVOLM_ROOT="+root)
 	evolm := func(extra []string, args ...string) string {
 		t.Helper()
@@ -76,7 +59,7 @@ func TestE2EDemoRun(t *testing.T) {
 		t.Errorf("analyze rubrics printed no table:\n%s", out)
 	}
 	rb2 := filepath.Join(tmp, "rb2.jsonl")
-	if err := os.WriteFile(rb2, []byte(rb2Small), 0o644); err != nil {
+	if err := os.WriteFile(rb2, []byte(testutil.RewardBench2Small), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out = evolm([]string{"EVOLM_ROLES_POLICY_MODEL=" + filepath.Join(models, "policy"), "EVOLM_ROLES_RUBRIC_GENERATOR_MAX_TOKENS=24",
@@ -102,7 +85,7 @@ func TestE2EDemoRun(t *testing.T) {
 		}
 	}
 
-	before := dirHash(t, run)
+	before := testutil.TreeHash(t, run)
 	same := filepath.Join(tmp, "replay-same-judge")
 	yesno := []string{"EVOLM_ROLES_JUDGE_MODE=yesno"}
 	evolm(yesno, append([]string{"replay", "--run-dir", same, "--source", run, "--judge-model", filepath.Join(models, "judge")}, quiet...)...)
@@ -111,7 +94,7 @@ func TestE2EDemoRun(t *testing.T) {
 	if !strings.Contains(out, "overall") {
 		t.Errorf("replay printed no table:\n%s", out)
 	}
-	if dirHash(t, run) != before {
+	if testutil.TreeHash(t, run) != before {
 		t.Fatal("the source run changed during replay")
 	}
 	// The run's own judge reproduces the run's rubric-phase judgments.
@@ -132,28 +115,4 @@ print(n, diff)
 		t.Fatal(err)
 	}
 	t.Logf("same judge: %s", testutil.RunPython(t, script, run, same))
-}
-
-func dirHash(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fmt.Fprintf(h, "%s %v\n", rel, d.Type())
-		if d.Type().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			h.Write(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/schemas/schematest"
 )
@@ -48,18 +49,7 @@ func BenchmarkShardWrite(b *testing.B) {
 	b.SetBytes(size)
 	b.ResetTimer()
 	for range b.N {
-		w, err := pipeline.CreateShard(p, schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range recs {
-			if err := w.Write(r); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := w.Commit(); err != nil {
-			b.Fatal(err)
-		}
+		pipelinetest.WriteShard(b, mem, p, schemas.Rollouts.Schema(), recs...)
 	}
 	b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
 }
@@ -68,18 +58,9 @@ func BenchmarkShardRead(b *testing.B) {
 	mem := memory.NewGoAllocator()
 	recs, size := benchBatches(b, mem)
 	p := filepath.Join(b.TempDir(), "part-00000.parquet")
-	w, err := pipeline.CreateShard(p, schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
-	if err != nil {
-		b.Fatal(err)
-	}
+	pipelinetest.WriteShard(b, mem, p, schemas.Rollouts.Schema(), recs...)
 	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			b.Fatal(err)
-		}
 		r.Release()
-	}
-	if _, err := w.Commit(); err != nil {
-		b.Fatal(err)
 	}
 	st, _ := os.Stat(p)
 	b.ReportMetric(float64(st.Size())/benchRows, "file_bytes/row")

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -349,11 +351,7 @@ func LoadConfig(opts LoadOptions) (*Config, error) {
 
 	c := &Config{values: map[string]any{}, source: source}
 	var errs []error
-	keys := make([]string, 0, len(known))
-	for k := range known {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(known))
 	for _, k := range keys {
 		info := known[k]
 		val, err := coerce(info.typ, v.Get(k))
@@ -720,17 +718,7 @@ func (c *Config) Map() map[string]any {
 		if d, ok := val.(time.Duration); ok {
 			val = d.String()
 		}
-		parts := strings.Split(k, ".")
-		m := root
-		for _, p := range parts[:len(parts)-1] {
-			sub, ok := m[p].(map[string]any)
-			if !ok {
-				sub = map[string]any{}
-				m[p] = sub
-			}
-			m = sub
-		}
-		m[parts[len(parts)-1]] = val
+		setPath(root, k, val)
 	}
 	return root
 }
@@ -754,21 +742,12 @@ func (c *Config) FileYAML() ([]byte, error) {
 	doc := map[string]any{}
 	for _, sec := range append([]*Config{c}, c.used()...) {
 		m := sec.Map()
-		parts := strings.Split(strings.TrimSuffix(sec.prefix, "."), ".")
-		if len(parts) == 1 && parts[0] == "" {
+		key := strings.TrimSuffix(sec.prefix, ".")
+		if key == "" {
 			doc = m
 			continue
 		}
-		node := doc
-		for _, p := range parts[:len(parts)-1] {
-			sub, ok := node[p].(map[string]any)
-			if !ok {
-				sub = map[string]any{}
-				node[p] = sub
-			}
-			node = sub
-		}
-		node[parts[len(parts)-1]] = m
+		setPath(doc, key, m)
 	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
 )
 
@@ -171,14 +172,7 @@ func TestConfigErrors(t *testing.T) {
 				opts.Flags = flags(t, tc.args...)
 			}
 			_, err := pipeline.LoadConfig(opts)
-			if err == nil {
-				t.Fatal("LoadConfig succeeded, want an error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q\ndoes not contain %q", err, w)
-				}
-			}
+			testutil.ErrorContains(t, err, "LoadConfig succeeded", tc.want...)
 		})
 	}
 }

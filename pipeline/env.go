@@ -102,6 +102,16 @@ type Task struct {
 	Write func(ctx context.Context, w *ShardWriter) error
 }
 
+// WriteBatch is a Task.Write that writes the one batch build returns and
+// releases it.
+func WriteBatch(build func() arrow.RecordBatch) func(ctx context.Context, w *ShardWriter) error {
+	return func(_ context.Context, w *ShardWriter) error {
+		rec := build()
+		defer rec.Release()
+		return w.Write(rec)
+	}
+}
+
 // MapShards runs tasks with at most e.Parallelism at once, each writing one
 // shard that is committed atomically and recorded in the stage manifest.
 // An input that is a committed shard of the run must be the file its

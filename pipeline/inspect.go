@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -77,11 +79,7 @@ func inspectFile(ctx context.Context, w io.Writer, path string, size int64, n in
 		fmt.Fprintf(w, "  %s: %s%s\n", f.Name, f.Type, null)
 	}
 	kv := r.Metadata()
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(kv))
 	fmt.Fprintln(w, "metadata:")
 	for _, k := range keys {
 		v := kv[k]
@@ -201,11 +199,7 @@ func inspectDir(w io.Writer, dir string, verify bool) error {
 	if err != nil {
 		return fmt.Errorf("inspect %s: %w", dir, err)
 	}
-	keys := make([]string, 0, len(parts))
-	for k := range parts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(parts))
 	tables := map[string]*partStats{}
 	var order []string
 	for _, k := range keys {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -153,22 +154,28 @@ func RegisterSection(sec SectionSpec) {
 }
 
 // LookupSection returns a registered section.
-func LookupSection(name string) (SectionSpec, bool) {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	s, ok := sections[name]
-	return s, ok
-}
+func LookupSection(name string) (SectionSpec, bool) { return lookupIn(sections, name) }
 
 // Sections returns every registered section, sorted by name.
-func Sections() []SectionSpec {
+func Sections() []SectionSpec { return sortedIn(sections) }
+
+// lookupIn returns the entry of a registry map, under the registry's lock.
+func lookupIn[V any](m map[string]V, name string) (V, bool) {
 	regMu.RLock()
 	defer regMu.RUnlock()
-	out := make([]SectionSpec, 0, len(sections))
-	for _, s := range sections {
-		out = append(out, s)
+	v, ok := m[name]
+	return v, ok
+}
+
+// sortedIn returns the entries of a registry map sorted by name (their key),
+// under the registry's lock.
+func sortedIn[V any](m map[string]V) []V {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := make([]V, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[k])
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -192,24 +199,10 @@ func RegistryErr() error {
 }
 
 // Lookup returns the registered spec of a stage.
-func Lookup(name string) (Spec, bool) {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	s, ok := registry[name]
-	return s, ok
-}
+func Lookup(name string) (Spec, bool) { return lookupIn(registry, name) }
 
 // Specs returns every registered spec, sorted by name.
-func Specs() []Spec {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	out := make([]Spec, 0, len(registry))
-	for _, s := range registry {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
+func Specs() []Spec { return sortedIn(registry) }
 
 func (s Spec) validate() error {
 	if !nameRE.MatchString(s.Name) {

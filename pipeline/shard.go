@@ -271,7 +271,7 @@ func (w *ShardWriter) Commit() (ShardInfo, error) {
 	if err := w.f.Close(); err != nil {
 		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
 	}
-	if err := syncDir(filepath.Dir(w.path)); err != nil {
+	if err := SyncDir(filepath.Dir(w.path)); err != nil {
 		return ShardInfo{}, fmt.Errorf("shard %s: commit: %w", w.path, err)
 	}
 	return ShardInfo{Path: w.path, Rows: w.rows, Bytes: w.sink.n, SHA256: hex.EncodeToString(w.sink.h.Sum(nil)), TailSHA256: tail}, nil
@@ -293,7 +293,9 @@ func (w *ShardWriter) Abort() error {
 	return nil
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs directory dir, so that the entries renamed or created in
+// it survive a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -15,7 +15,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/schemas/schematest"
 )
@@ -47,18 +49,7 @@ func writeRows[T any](t *testing.T, mem memory.Allocator, tbl *schemas.Table[T],
 // readRows reads a whole shard back as rows, checking it against tbl.
 func readRows[T any](t *testing.T, mem memory.Allocator, tbl *schemas.Table[T], path string, batch int64) []T {
 	t.Helper()
-	var out []T
-	for rec, err := range pipeline.ReadShard(context.Background(), path, pipeline.ReadOptions{Mem: mem, BatchSize: batch, Schema: tbl.Schema()}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := tbl.Read(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rows...)
-	}
-	return out
+	return pipelinetest.ReadRows(t, path, tbl, pipeline.ReadOptions{Mem: mem, BatchSize: batch, Schema: tbl.Schema()})
 }
 
 func shardRoundTrip[T any](t *testing.T, tbl *schemas.Table[T], rows []T) {
@@ -69,17 +60,7 @@ func shardRoundTrip[T any](t *testing.T, tbl *schemas.Table[T], rows []T) {
 		t.Errorf("info.Rows = %d, want %d", info.Rows, len(rows))
 	}
 	for _, parallel := range []bool{false, true} {
-		var got []T
-		for rec, err := range pipeline.ReadShard(context.Background(), p, pipeline.ReadOptions{Mem: mem, BatchSize: 5, Parallel: parallel, Schema: tbl.Schema()}) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := tbl.Read(rec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, r...)
-		}
+		got := pipelinetest.ReadRows(t, p, tbl, pipeline.ReadOptions{Mem: mem, BatchSize: 5, Parallel: parallel, Schema: tbl.Schema()})
 		if diff := cmp.Diff(rows, got, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("parallel=%v (-want +got):\n%s", parallel, diff)
 		}
@@ -273,15 +254,10 @@ func TestShardBadInput(t *testing.T) {
 					break
 				}
 			}
-			if err == nil {
-				t.Fatal("read succeeded, want an error")
+			if err != nil {
+				t.Logf("error: %v", err)
 			}
-			t.Logf("error: %v", err)
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q\ndoes not contain %q", err, w)
-				}
-			}
+			testutil.ErrorContains(t, err, "read succeeded", tc.want...)
 			var se *schemas.SchemaError
 			if strings.Contains(tc.name, "column") || tc.name == "wrong type" {
 				if !errors.As(err, &se) {

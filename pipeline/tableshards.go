@@ -79,18 +79,38 @@ func (r *Run) TableShards(table string) ([]TableShard, error) {
 // ReadRows reads every row of table t in shards, in order: for one step's
 // worth of rows or a small table. Errors name the shard.
 func ReadRows[T any](ctx context.Context, env *Env, t *schemas.Table[T], shards []TableShard) ([]T, error) {
+	paths := make([]string, len(shards))
+	for i, sh := range shards {
+		paths[i] = sh.Path
+	}
 	var out []T
-	for _, sh := range shards {
-		for rec, err := range ReadShard(ctx, sh.Path, env.ReadOptions(t.Schema())) {
+	err := ReadEach(ctx, env, t, paths, func(_ string, rows []T) error {
+		out = append(out, rows...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReadEach streams the shards at paths, in order, batch by batch, as rows of
+// table t to f with the shard's path; f's error ends it. A batch t cannot
+// read is an error naming the shard.
+func ReadEach[T any](ctx context.Context, env *Env, t *schemas.Table[T], paths []string, f func(path string, rows []T) error) error {
+	for _, p := range paths {
+		for rec, err := range ReadShard(ctx, p, env.ReadOptions(t.Schema())) {
 			if err != nil {
-				return nil, err
+				return err
 			}
 			rows, err := t.Read(rec)
 			if err != nil {
-				return nil, fmt.Errorf("shard %s: %w", sh.Path, err)
+				return fmt.Errorf("shard %s: %w", p, err)
 			}
-			out = append(out, rows...)
+			if err := f(p, rows); err != nil {
+				return err
+			}
 		}
 	}
-	return out, nil
+	return nil
 }

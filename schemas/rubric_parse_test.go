@@ -1,11 +1,8 @@
 package schemas
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -100,16 +97,10 @@ func TestLenientMatchesOfficial(t *testing.T) {
 	nanCase := `{"criteria":[{"criterion":"a","weight":"nan"},{"criterion":"b","weight":0.5}]}`
 	in = append(in, nanCase)
 	body, _ := json.Marshal(in)
-	cmd := exec.Command(testutil.Python(t), filepath.Join(testutil.Root(t), "scripts", "rubric_format_reference.py"))
-	cmd.Stdin = bytes.NewReader(body)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("rubric_format_reference.py: %v\n%s", err, stderr.String())
-	}
+	out := testutil.RunPythonInput(t, "rubric_format_reference.py", body)
 	var official []float64
-	if err := json.Unmarshal(stdout.Bytes(), &official); err != nil || len(official) != len(in) {
-		t.Fatalf("reference output %q: %v", stdout.String(), err)
+	if err := json.Unmarshal(out, &official); err != nil || len(official) != len(in) {
+		t.Fatalf("reference output %q: %v", out, err)
 	}
 	for i, tc := range formatCases {
 		_, err := ValidateRubricAs(tc.raw, FormatLenient)

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -70,6 +71,17 @@ func (b *Builder[T]) Len() int { return b.b.Field(0).Len() }
 // NewRecordBatch returns the rows appended so far as a batch (the caller
 // releases it) and resets the builder.
 func (b *Builder[T]) NewRecordBatch() arrow.RecordBatch { return b.b.NewRecordBatch() }
+
+// Flush writes the rows appended since the last NewRecordBatch to w as one
+// batch, unless there are none, and resets the builder.
+func (b *Builder[T]) Flush(w interface{ Write(arrow.RecordBatch) error }) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	return w.Write(rec)
+}
 
 // Release frees the builder's buffers.
 func (b *Builder[T]) Release() { b.b.Release() }
@@ -163,7 +175,7 @@ func added[T any](v int, c column[T]) column[T] {
 
 // addedNumCol is a numeric column added in table version v: written non-null,
 // stored nullable so that files of older versions read as 0.
-func addedNumCol[T any, V int32 | int64 | float32 | float64](v int, name string, f func(*T) *V) column[T] {
+func addedNumCol[T any, V number](v int, name string, f func(*T) *V) column[T] {
 	c := numCol(name, f)
 	c.field.Nullable = true
 	get := c.get
@@ -177,81 +189,59 @@ func addedNumCol[T any, V int32 | int64 | float32 | float64](v int, name string,
 	return added(v, c)
 }
 
-// optI64Col is a nullable int64 column.
-func optI64Col[T any](name string, f func(*T) **int64) column[T] {
-	return column[T]{
-		field: arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64, Nullable: true},
-		put: func(b array.Builder, r *T) {
-			if p := *f(r); p != nil {
-				b.(*array.Int64Builder).Append(*p)
-			} else {
-				b.AppendNull()
-			}
-		},
-		get: func(a arrow.Array, i int, r *T) error {
-			if a.IsNull(i) {
-				*f(r) = nil
-				return nil
-			}
-			v := a.(*array.Int64).Value(i)
-			*f(r) = &v
-			return nil
-		},
-	}
-}
-
 // --- column kinds ---------------------------------------------------------
 
-var errNull = fmt.Errorf("null in a non-nullable column")
+var (
+	errNull = fmt.Errorf("null in a non-nullable column")
+	errUTF8 = errors.New("invalid UTF-8")
+)
 
-func strCol[T any](name string, f func(*T) *string) column[T] {
-	return column[T]{
-		field: arrow.Field{Name: name, Type: arrow.BinaryTypes.String},
-		put:   func(b array.Builder, r *T) { b.(*array.StringBuilder).Append(*f(r)) },
-		get: func(a arrow.Array, i int, r *T) error {
-			if a.IsNull(i) {
-				return errNull
-			}
-			s := a.(*array.String).Value(i)
-			if !utf8.ValidString(s) {
-				return fmt.Errorf("invalid UTF-8")
-			}
-			*f(r) = s
-			return nil
-		},
-	}
+// number is a Go type of a numeric column.
+type number interface {
+	int32 | int64 | float32 | float64
 }
 
-func optStrCol[T any](name string, f func(*T) **string) column[T] {
-	return column[T]{
-		field: arrow.Field{Name: name, Type: arrow.BinaryTypes.String, Nullable: true},
-		put: func(b array.Builder, r *T) {
-			if p := *f(r); p != nil {
-				b.(*array.StringBuilder).Append(*p)
-			} else {
-				b.AppendNull()
-			}
-		},
-		get: func(a arrow.Array, i int, r *T) error {
-			if a.IsNull(i) {
-				*f(r) = nil
-				return nil
-			}
-			s := a.(*array.String).Value(i)
-			if !utf8.ValidString(s) {
-				return fmt.Errorf("invalid UTF-8")
-			}
-			*f(r) = &s
-			return nil
-		},
-	}
+// scalar is how values of Go type V are stored: the arrow type, how a
+// builder appends one and how row i of an array (not null) is read, with an
+// error for a value V cannot hold (invalid UTF-8).
+type scalar[V any] struct {
+	dt  arrow.DataType
+	put func(b array.Builder, v V)
+	at  func(a arrow.Array, i int) (V, error)
 }
 
-// numCol is a non-nullable numeric column of Go type V stored as arrow type dt.
-func numCol[T any, V int32 | int64 | float32 | float64](name string, f func(*T) *V) column[T] {
-	var zero V
+// read passes row i of a (not null) to set, unless it is an error.
+func (s scalar[V]) read(a arrow.Array, i int, set func(V)) error {
+	v, err := s.at(a, i)
+	if err != nil {
+		return err
+	}
+	set(v)
+	return nil
+}
+
+var strScalar = scalar[string]{
+	dt:  arrow.BinaryTypes.String,
+	put: func(b array.Builder, v string) { b.(*array.StringBuilder).Append(v) },
+	at: func(a arrow.Array, i int) (string, error) {
+		s := a.(*array.String).Value(i)
+		if !utf8.ValidString(s) {
+			return "", errUTF8
+		}
+		return s, nil
+	},
+}
+
+var boolScalar = scalar[bool]{
+	dt:  arrow.FixedWidthTypes.Boolean,
+	put: func(b array.Builder, v bool) { b.(*array.BooleanBuilder).Append(v) },
+	at:  func(a arrow.Array, i int) (bool, error) { return a.(*array.Boolean).Value(i), nil },
+}
+
+// numScalar stores V as the arrow type of the same name.
+func numScalar[V number]() scalar[V] {
 	var dt arrow.DataType
-	switch any(zero).(type) {
+	switch any(V(0)).(type) {
 	case int32:
 		dt = arrow.PrimitiveTypes.Int32
 	case int64:
@@ -261,25 +251,34 @@ func numCol[T any, V int32 | int64 | float32 | float64](name string, f func(*T) 
 	case float64:
 		dt = arrow.PrimitiveTypes.Float64
 	}
+	return scalar[V]{
+		dt:  dt,
+		put: appendNum[V],
+		at:  func(a arrow.Array, i int) (V, error) { return numAt[V](a, i), nil },
+	}
+}
+
+// valueCol is a non-nullable column of s's values.
+func valueCol[T, V any](name string, s scalar[V], f func(*T) *V) column[T] {
 	return column[T]{
-		field: arrow.Field{Name: name, Type: dt},
-		put:   func(b array.Builder, r *T) { appendNum(b, *f(r)) },
+		field: arrow.Field{Name: name, Type: s.dt},
+		put:   func(b array.Builder, r *T) { s.put(b, *f(r)) },
 		get: func(a arrow.Array, i int, r *T) error {
 			if a.IsNull(i) {
 				return errNull
 			}
-			*f(r) = numAt[V](a, i)
-			return nil
+			return s.read(a, i, func(v V) { *f(r) = v })
 		},
 	}
 }
 
-func optF64Col[T any](name string, f func(*T) **float64) column[T] {
+// optCol is a nullable column of s's values; a nil pointer is a null.
+func optCol[T, V any](name string, s scalar[V], f func(*T) **V) column[T] {
 	return column[T]{
-		field: arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		field: arrow.Field{Name: name, Type: s.dt, Nullable: true},
 		put: func(b array.Builder, r *T) {
 			if p := *f(r); p != nil {
-				b.(*array.Float64Builder).Append(*p)
+				s.put(b, *p)
 			} else {
 				b.AppendNull()
 			}
@@ -289,75 +288,22 @@ func optF64Col[T any](name string, f func(*T) **float64) column[T] {
 				*f(r) = nil
 				return nil
 			}
-			v := a.(*array.Float64).Value(i)
-			*f(r) = &v
-			return nil
+			return s.read(a, i, func(v V) { *f(r) = &v })
 		},
 	}
 }
 
-func boolCol[T any](name string, f func(*T) *bool) column[T] {
+// listCol is a non-nullable list column of s's values, none null (nil
+// slices are written as empty lists).
+func listCol[T, V any](name string, s scalar[V], f func(*T) *[]V) column[T] {
 	return column[T]{
-		field: arrow.Field{Name: name, Type: arrow.FixedWidthTypes.Boolean},
-		put:   func(b array.Builder, r *T) { b.(*array.BooleanBuilder).Append(*f(r)) },
-		get: func(a arrow.Array, i int, r *T) error {
-			if a.IsNull(i) {
-				return errNull
-			}
-			*f(r) = a.(*array.Boolean).Value(i)
-			return nil
-		},
-	}
-}
-
-func appendNum[V int32 | int64 | float32 | float64](b array.Builder, v V) {
-	switch b := b.(type) {
-	case *array.Int32Builder:
-		b.Append(int32(v))
-	case *array.Int64Builder:
-		b.Append(int64(v))
-	case *array.Float32Builder:
-		b.Append(float32(v))
-	case *array.Float64Builder:
-		b.Append(float64(v))
-	}
-}
-
-func numAt[V int32 | int64 | float32 | float64](a arrow.Array, i int) V {
-	switch a := a.(type) {
-	case *array.Int32:
-		return V(a.Value(i))
-	case *array.Int64:
-		return V(a.Value(i))
-	case *array.Float32:
-		return V(a.Value(i))
-	case *array.Float64:
-		return V(a.Value(i))
-	}
-	return 0
-}
-
-// numListCol is a non-nullable list<V> column (nil slices are written as
-// empty lists).
-func numListCol[T any, V int64 | float32 | float64](name string, f func(*T) *[]V) column[T] {
-	var zero V
-	var dt arrow.DataType
-	switch any(zero).(type) {
-	case int64:
-		dt = arrow.PrimitiveTypes.Int64
-	case float32:
-		dt = arrow.PrimitiveTypes.Float32
-	case float64:
-		dt = arrow.PrimitiveTypes.Float64
-	}
-	return column[T]{
-		field: arrow.Field{Name: name, Type: arrow.ListOf(dt)},
+		field: arrow.Field{Name: name, Type: arrow.ListOf(s.dt)},
 		put: func(b array.Builder, r *T) {
 			lb := b.(*array.ListBuilder)
 			lb.Append(true)
 			vb := lb.ValueBuilder()
 			for _, v := range *f(r) {
-				appendNum(vb, v)
+				s.put(vb, v)
 			}
 		},
 		get: func(a arrow.Array, i int, r *T) error {
@@ -372,7 +318,11 @@ func numListCol[T any, V int64 | float32 | float64](name string, f func(*T) *[]V
 				if vals.IsNull(int(j)) {
 					return fmt.Errorf("element %d: %w", j-start, errNull)
 				}
-				out = append(out, numAt[V](vals, int(j)))
+				v, err := s.at(vals, int(j))
+				if err != nil {
+					return fmt.Errorf("element %d: %w", j-start, err)
+				}
+				out = append(out, v)
 			}
 			*f(r) = out
 			return nil
@@ -380,39 +330,69 @@ func numListCol[T any, V int64 | float32 | float64](name string, f func(*T) *[]V
 	}
 }
 
+func strCol[T any](name string, f func(*T) *string) column[T] {
+	return valueCol(name, strScalar, f)
+}
+
+func optStrCol[T any](name string, f func(*T) **string) column[T] {
+	return optCol(name, strScalar, f)
+}
+
 func strListCol[T any](name string, f func(*T) *[]string) column[T] {
-	return column[T]{
-		field: arrow.Field{Name: name, Type: arrow.ListOf(arrow.BinaryTypes.String)},
-		put: func(b array.Builder, r *T) {
-			lb := b.(*array.ListBuilder)
-			lb.Append(true)
-			vb := lb.ValueBuilder().(*array.StringBuilder)
-			for _, v := range *f(r) {
-				vb.Append(v)
-			}
-		},
-		get: func(a arrow.Array, i int, r *T) error {
-			if a.IsNull(i) {
-				return errNull
-			}
-			l := a.(*array.List)
-			start, end := l.ValueOffsets(i)
-			vals := l.ListValues().(*array.String)
-			out := make([]string, 0, end-start)
-			for j := start; j < end; j++ {
-				if vals.IsNull(int(j)) {
-					return fmt.Errorf("element %d: %w", j-start, errNull)
-				}
-				s := vals.Value(int(j))
-				if !utf8.ValidString(s) {
-					return fmt.Errorf("element %d: invalid UTF-8", j-start)
-				}
-				out = append(out, s)
-			}
-			*f(r) = out
-			return nil
-		},
+	return listCol(name, strScalar, f)
+}
+
+func boolCol[T any](name string, f func(*T) *bool) column[T] {
+	return valueCol(name, boolScalar, f)
+}
+
+// numCol is a non-nullable numeric column of Go type V stored as the arrow
+// type of the same name.
+func numCol[T any, V number](name string, f func(*T) *V) column[T] {
+	return valueCol(name, numScalar[V](), f)
+}
+
+// optI64Col is a nullable int64 column.
+func optI64Col[T any](name string, f func(*T) **int64) column[T] {
+	return optCol(name, numScalar[int64](), f)
+}
+
+// optF64Col is a nullable float64 column.
+func optF64Col[T any](name string, f func(*T) **float64) column[T] {
+	return optCol(name, numScalar[float64](), f)
+}
+
+// numListCol is a non-nullable list<V> column (nil slices are written as
+// empty lists).
+func numListCol[T any, V int64 | float32 | float64](name string, f func(*T) *[]V) column[T] {
+	return listCol(name, numScalar[V](), f)
+}
+
+func appendNum[V number](b array.Builder, v V) {
+	switch b := b.(type) {
+	case *array.Int32Builder:
+		b.Append(int32(v))
+	case *array.Int64Builder:
+		b.Append(int64(v))
+	case *array.Float32Builder:
+		b.Append(float32(v))
+	case *array.Float64Builder:
+		b.Append(float64(v))
 	}
+}
+
+func numAt[V number](a arrow.Array, i int) V {
+	switch a := a.(type) {
+	case *array.Int32:
+		return V(a.Value(i))
+	case *array.Int64:
+		return V(a.Value(i))
+	case *array.Float32:
+		return V(a.Value(i))
+	case *array.Float64:
+		return V(a.Value(i))
+	}
+	return 0
 }
 
 // structListCol is a non-nullable list<struct<...>> column whose struct
@@ -464,9 +444,9 @@ func childString(a arrow.Array, j int, name string) (string, error) {
 	if a.IsNull(j) {
 		return "", fmt.Errorf("%s: %w", name, errNull)
 	}
-	s := a.(*array.String).Value(j)
-	if !utf8.ValidString(s) {
-		return "", fmt.Errorf("%s: invalid UTF-8", name)
+	s, err := strScalar.at(a, j)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	return s, nil
 }

@@ -1,7 +1,6 @@
 package schemas_test
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/schemas/schematest"
 )
@@ -51,7 +51,6 @@ func olderVersion(t *testing.T, rec arrow.RecordBatch, v string, drop ...string)
 func TestOlderVersionsRead(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	ctx := context.Background()
 	dir := t.TempDir()
 
 	steps := schematest.Steps(6)
@@ -60,27 +59,8 @@ func TestOlderVersionsRead(t *testing.T) {
 	v1 := olderVersion(t, rec, "2", "refill_prompts", "refill_rounds", "groups_trained")
 	defer v1.Release()
 	path := filepath.Join(dir, "steps.parquet")
-	w, err := pipeline.CreateShard(path, v1.Schema(), pipeline.WriteOptions{Mem: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(v1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	var got []schemas.StepMetrics
-	for b, err := range pipeline.ReadShard(ctx, path, pipeline.ReadOptions{Mem: mem, Schema: schemas.Steps.Schema()}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := schemas.Steps.Read(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, rows...)
-	}
+	pipelinetest.WriteShard(t, mem, path, v1.Schema(), v1)
+	got := pipelinetest.ReadRows(t, path, schemas.Steps, pipeline.ReadOptions{Mem: mem, Schema: schemas.Steps.Schema()})
 	want := append([]schemas.StepMetrics(nil), steps...)
 	for i := range want {
 		want[i].RefillPrompts, want[i].RefillRounds, want[i].GroupsTrained = 0, 0, 0
@@ -118,7 +98,6 @@ func TestOlderVersionsRead(t *testing.T) {
 func TestOlderRubricsRead(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	ctx := context.Background()
 	dir := t.TempDir()
 
 	rubs := schematest.Rubrics(9)
@@ -132,28 +111,8 @@ func TestOlderRubricsRead(t *testing.T) {
 	read := func(b arrow.RecordBatch, name string) []schemas.Rubric {
 		t.Helper()
 		path := filepath.Join(dir, name)
-		w, err := pipeline.CreateShard(path, b.Schema(), pipeline.WriteOptions{Mem: mem})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		var got []schemas.Rubric
-		for b, err := range pipeline.ReadShard(ctx, path, pipeline.ReadOptions{Mem: mem, Schema: schemas.Rubrics.Schema()}) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows, err := schemas.Rubrics.Read(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, rows...)
-		}
-		return got
+		pipelinetest.WriteShard(t, mem, path, b.Schema(), b)
+		return pipelinetest.ReadRows(t, path, schemas.Rubrics, pipeline.ReadOptions{Mem: mem, Schema: schemas.Rubrics.Schema()})
 	}
 	if diff := cmp.Diff(rubs, read(rec, "v2.parquet"), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("version-2 rubrics shard (-want +got):\n%s", diff)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -15,9 +16,7 @@ import (
 func benchModel(b *testing.B) (model.CausalLM, *Workload) {
 	b.Helper()
 	dir := b.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		b.Fatal(err)
-	}
+	modeltest.InitTiny(b, dir, 1)
 	m, err := model.Load(dir, model.LoadOptions{})
 	if err != nil {
 		b.Fatal(err)
@@ -53,24 +52,17 @@ func BenchmarkPrefill(b *testing.B) {
 	b.ReportMetric(float64(len(w.Prefill)*b.N)/b.Elapsed().Seconds(), "tok/s")
 }
 
-func BenchmarkGreedyB1(b *testing.B) {
-	m, w := benchModel(b)
-	n := 0
-	for b.Loop() {
-		k, err := greedyB1(m, w)
-		if err != nil {
-			b.Fatal(err)
-		}
-		n += k
-	}
-	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "tok/s")
-}
+func BenchmarkGreedyB1(b *testing.B) { benchTokens(b, greedyB1) }
 
-func BenchmarkSampled8x4(b *testing.B) {
+func BenchmarkSampled8x4(b *testing.B) { benchTokens(b, sampled) }
+
+// benchTokens times gen, which returns the tokens it generated, on the
+// workload and reports tokens per second.
+func benchTokens(b *testing.B, gen func(model.CausalLM, *Workload) (int, error)) {
 	m, w := benchModel(b)
 	n := 0
 	for b.Loop() {
-		k, err := sampled(m, w)
+		k, err := gen(m, w)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -18,9 +19,7 @@ import (
 func TestBatchFile(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "ckpt")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 1)
 	m, err := model.Load(ckpt, model.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)

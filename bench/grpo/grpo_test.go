@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -16,9 +16,7 @@ import (
 //	go test -run '^$' -bench GRPOStep -benchtime 2x ./bench/grpo
 func BenchmarkGRPOStep(b *testing.B) {
 	dir := b.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		b.Fatal(err)
-	}
+	modeltest.InitTiny(b, dir, 1)
 	torch.SetNumThreads(1)
 	ctx := context.Background()
 	tr, err := newTrainer(dir, 8)

@@ -84,6 +84,19 @@ func TestParseFlagsErrors(t *testing.T) {
 	}
 }
 
+// benchMeasure times measure with k requests in flight as the benchmark's
+// body and reports its requests per second.
+func benchMeasure(b *testing.B, cfg config, k int) result {
+	b.Helper()
+	b.ResetTimer()
+	r, err := measure(context.Background(), cfg, k)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(r.reqPerSec, "req/s")
+	return r
+}
+
 // BenchmarkThroughput runs the client against a local `evolm serve` handler
 // as requests in flight scale from 1 to 64: with an instant generator (the
 // client and HTTP overhead alone) and with a 5 ms generator (latency hidden
@@ -95,12 +108,7 @@ func BenchmarkThroughput(b *testing.B) {
 			b.Run(fmt.Sprintf("gen=%v/inflight=%d", delay, k), func(b *testing.B) {
 				cfg := config{endpoints: []string{url}, model: "local", inFlight: []int{k}, requests: b.N, maxTokens: 16,
 					prompt: "Write one sentence about the sea.", logprobs: -1}
-				b.ResetTimer()
-				r, err := measure(context.Background(), cfg, k)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(r.reqPerSec, "req/s")
+				r := benchMeasure(b, cfg, k)
 				b.ReportMetric(ms(r.p50), "p50_ms")
 			})
 		}

@@ -3,13 +3,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/serve/servetest"
 	"github.com/evolm/evolm/model/torchbe"
@@ -23,9 +22,7 @@ import (
 //	go test -tags e2e -run '^$' -bench ThroughputTorch -benchtime 128x ./bench/openai
 func BenchmarkThroughputTorch(b *testing.B) {
 	dir := b.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		b.Fatal(err)
-	}
+	modeltest.InitTiny(b, dir, 1)
 	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: "tiny"})
 	if err != nil {
 		b.Fatal(err)
@@ -42,12 +39,7 @@ func BenchmarkThroughputTorch(b *testing.B) {
 			b.Run(fmt.Sprintf("batch=%d/inflight=%d", batch, k), func(b *testing.B) {
 				cfg := config{endpoints: []string{url}, model: "tiny", requests: b.N, maxTokens: 16,
 					prompt: "Write one sentence about the sea.", logprobs: -1}
-				b.ResetTimer()
-				r, err := measure(context.Background(), cfg, k)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(r.reqPerSec, "req/s")
+				r := benchMeasure(b, cfg, k)
 				b.ReportMetric(r.tokPerSec, "tok/s")
 				b.ReportMetric(ms(r.p50), "p50_ms")
 			})

@@ -36,6 +36,7 @@ import (
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/lora"
+	"github.com/evolm/evolm/model/modeltest"
 )
 
 // readmeExample is one row of the README's command table.
@@ -151,9 +152,7 @@ func binCommands(t *testing.T, bin, path string) []string {
 func readmeFixtures(t *testing.T, dir, root string) {
 	t.Helper()
 	for seed, name := range []string{"Qwen3-8B", "Qwen3-1.7B", "other-judge"} {
-		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: int64(seed + 1), OutDir: filepath.Join(dir, "models", name)}); err != nil {
-			t.Fatal(err)
-		}
+		modeltest.InitTiny(t, filepath.Join(dir, "models", name), int64(seed+1))
 	}
 	rows, err := datasets.ReadAll([]string{filepath.Join(root, datasets.SamplePath)}, datasets.Options{})
 	if err != nil {

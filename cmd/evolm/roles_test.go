@@ -14,11 +14,12 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -68,9 +69,7 @@ func keys(m map[[2]float64]int) string {
 func TestRolesAreDefinedOnce(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "tiny")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 1)
 	m, err := torchbe.Load(torchbe.Options{Dir: ckpt, Threads: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -194,34 +193,18 @@ log: {level: warn}
 		t.Fatalf("run: %v", err)
 	}
 	want("run", nil, judge)
-	r, err := pipeline.OpenRun(loopRun)
-	if err != nil {
-		t.Fatal(err)
-	}
-	man, err := r.Manifest("run")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, man := pipelinetest.Manifest(t, loopRun, "run")
 	seen := map[string]int{}
 	for _, p := range man.Paths(schemas.Rollouts.Name) {
-		for rec, err := range pipeline.ReadShard(context.Background(), r.Path(p), pipeline.ReadOptions{Schema: schemas.Rollouts.Schema()}) {
-			if err != nil {
-				t.Fatal(err)
+		for _, ro := range pipelinetest.ReadRows(t, r.Path(p), schemas.Rollouts, pipeline.ReadOptions{Schema: schemas.Rollouts.Schema()}) {
+			temp, maxTok := policyTemp, policyMax
+			if ro.Role == schemas.RoleRubricGenerator {
+				temp, maxTok = rubricTemp, rubricMax
 			}
-			rs, err := schemas.Rollouts.Read(rec)
-			if err != nil {
-				t.Fatal(err)
+			if ro.Temperature != temp || ro.CompletionTokens > int32(maxTok) {
+				t.Errorf("run: %s rollout %s: temperature %v, %d tokens; want %v, ≤ %d", ro.Role, ro.RolloutID, ro.Temperature, ro.CompletionTokens, temp, maxTok)
 			}
-			for _, ro := range rs {
-				temp, maxTok := policyTemp, policyMax
-				if ro.Role == schemas.RoleRubricGenerator {
-					temp, maxTok = rubricTemp, rubricMax
-				}
-				if ro.Temperature != temp || ro.CompletionTokens > int32(maxTok) {
-					t.Errorf("run: %s rollout %s: temperature %v, %d tokens; want %v, ≤ %d", ro.Role, ro.RolloutID, ro.Temperature, ro.CompletionTokens, temp, maxTok)
-				}
-				seen[ro.Role]++
-			}
+			seen[ro.Role]++
 		}
 	}
 	if seen[schemas.RolePolicy] == 0 || seen[schemas.RoleRubricGenerator] == 0 {
@@ -259,17 +242,5 @@ log: {level: warn}
 // writeRows writes rows of tbl as one committed Parquet file.
 func writeRows[T any](t *testing.T, path string, tbl *schemas.Table[T], rows []T) {
 	t.Helper()
-	mem := memory.NewGoAllocator()
-	w, err := pipeline.CreateShard(path, tbl.Schema(), pipeline.WriteOptions{Mem: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := tbl.Build(mem, rows)
-	defer rec.Release()
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	pipelinetest.WriteRows(t, memory.NewGoAllocator(), path, tbl, rows)
 }

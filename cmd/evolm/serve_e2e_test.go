@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/serve/servetest"
 )
 
 // TestServeHelperProcess is not a test: run with EVOLM_SERVE_HELPER set to
@@ -332,27 +332,11 @@ func TestServeBodyLimits(t *testing.T) {
 	if a := s.mustPost(t, "/v1/completions", big); a.status != http.StatusRequestEntityTooLarge {
 		t.Errorf("70 MB body: %d %q, want 413", a.status, a.message())
 	}
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
+	// The deadlines guard against a hang; they are not a latency check.
+	if st := servetest.StalledBody(t, servetest.RawConn(t, s.addr, 2*time.Minute)); st != http.StatusRequestTimeout {
+		t.Errorf("slow-loris body: %d, want 408", st)
 	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(2 * time.Minute)) // guards against a hang, not a latency check
-	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\": \"")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("slow-loris body: no answer: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestTimeout {
-		t.Errorf("slow-loris body: %d, want 408", resp.StatusCode)
-	}
-	h, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	h.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	h := servetest.RawConn(t, s.addr, 2*time.Minute)
 	fmt.Fprintf(h, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
 	if _, err := io.ReadAll(h); err != nil {
 		t.Errorf("slow-loris headers: %v, want the connection closed", err)

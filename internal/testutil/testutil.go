@@ -1,19 +1,26 @@
 // Package testutil holds helpers shared by tests: where the project's Python
-// references live and how to run them. Tests never skip when a reference is
-// missing: `make test` installs every one, so a missing tool is a failure.
+// references live and how to run them, building the evolm binary and hashing
+// a directory tree. Tests never skip when a reference is missing: `make
+// test` installs every one, so a missing tool is a failure.
 package testutil
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -45,10 +52,19 @@ func Python(t testing.TB) string {
 // returns its stdout; stderr is shown on failure.
 func RunPython(t testing.TB, script string, args ...string) []byte {
 	t.Helper()
+	return RunPythonInput(t, script, nil, args...)
+}
+
+// RunPythonInput is RunPython with stdin (nil: none) as the script's input.
+func RunPythonInput(t testing.TB, script string, stdin []byte, args ...string) []byte {
+	t.Helper()
 	if !filepath.IsAbs(script) {
 		script = filepath.Join(Root(t), "scripts", script)
 	}
 	cmd := exec.Command(Python(t), append([]string{script}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -116,4 +132,65 @@ func PostJSON(ctx context.Context, url string, body io.Reader, hdr ...string) (i
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, data, err
+}
+
+// BuildEvolm builds the evolm command into dir and returns the binary's path.
+func BuildEvolm(t testing.TB, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "evolm")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/evolm")
+	build.Dir = Root(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TreeHash is a hex SHA-256 of the tree below dir: every entry's path and
+// mode, and every regular file's content. Directories named in skip (the
+// run directory's _locks, say) are left out.
+func TreeHash(t testing.TB, dir string, skip ...string) string {
+	t.Helper()
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && slices.Contains(skip, d.Name()) {
+			return filepath.SkipDir
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(h, "%s|%s\n", rel, info.Mode())
+		if d.Type().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			h.Write(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ErrorContains fails t unless err's text contains each of wants; a nil err
+// ends the test, what saying what should have failed ("LoadConfig
+// succeeded").
+func ErrorContains(t testing.TB, err error, what string, wants ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s, want an error", what)
+	}
+	for _, w := range wants {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q\ndoes not contain %q", err, w)
+		}
+	}
 }

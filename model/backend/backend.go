@@ -284,6 +284,23 @@ type Trainer interface {
 	PromptTokenIDs(msgs []Message) ([]int, error)
 }
 
+// CheckRequests is CheckIDs followed by every request's Validate, the checks
+// a backend makes before it answers anything; it returns the first problem.
+func CheckRequests[T any, P interface {
+	*T
+	Validate() error
+}](reqs []T, id func(*T) string) error {
+	if err := CheckIDs(reqs, id); err != nil {
+		return err
+	}
+	for i := range reqs {
+		if err := P(&reqs[i]).Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckIDs returns an error naming the first empty or duplicated ID.
 func CheckIDs[T any](reqs []T, id func(*T) string) error {
 	seen := make(map[string]int, len(reqs))

@@ -24,6 +24,17 @@ type gateGenerator struct {
 	poison  string // a call holding a request with this prompt fails
 }
 
+// sizes are the numbers of requests of the calls so far, in order.
+func (g *gateGenerator) sizes() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sizes []int
+	for _, c := range g.calls {
+		sizes = append(sizes, len(c))
+	}
+	return sizes
+}
+
 func (g *gateGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
 	g.mu.Lock()
 	first := len(g.calls) == 0
@@ -100,13 +111,7 @@ func TestBatcherCoalescesQueuedCalls(t *testing.T) {
 			t.Errorf("call %d (-want +got):\n%s", i, diff)
 		}
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var sizes []int
-	for _, c := range g.calls {
-		sizes = append(sizes, len(c))
-	}
-	if diff := cmp.Diff([]int{1, 4, 2}, sizes); diff != "" {
+	if diff := cmp.Diff([]int{1, 4, 2}, g.sizes()); diff != "" {
 		t.Errorf("batch sizes (-want +got):\n%s", diff)
 	}
 }
@@ -141,12 +146,7 @@ func TestBatcherBisectsAroundAPoisonRequest(t *testing.T) {
 			t.Errorf("request %d: %v; only the poison request may fail", i, err)
 		}
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var sizes []int
-	for _, c := range g.calls {
-		sizes = append(sizes, len(c))
-	}
+	sizes := g.sizes()
 	// warm, the batch of 8, then halves down to the poison request, in an
 	// order that depends on the queue's.
 	slices.Sort(sizes)

@@ -13,6 +13,7 @@ import (
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/google/go-cmp/cmp"
@@ -68,16 +69,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func load(t *testing.T, dir string) model.CausalLM {
-	t.Helper()
-	m, err := model.Load(dir, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	return m
-}
-
 // pyJSON runs an hf_generate.py / hf_grad.py subcommand on a JSON request
 // and decodes its JSON answer into out.
 func pyJSON(t *testing.T, script, cmd, modelDir string, req any, out any) {
@@ -112,7 +103,7 @@ func TestGreedyMatchesHF(t *testing.T) {
 			dir := checkpoint(t, a)
 			var want struct{ Sequences [][]int }
 			pyJSON(t, "hf_generate.py", "greedy", dir, map[string]any{"prompts": prompts, "max_new_tokens": 32}, &want)
-			m := load(t, dir)
+			m := modeltest.Load(t, dir)
 			reqs := make([]Request, len(prompts))
 			for i, p := range prompts {
 				reqs[i] = Request{Prompt: p, MaxNewTokens: 32}
@@ -154,7 +145,7 @@ func TestScoreMatchesHF(t *testing.T) {
 			}
 			var want struct{ LogProbs, Entropy [][]float64 }
 			pyJSON(t, "hf_generate.py", "logprobs", dir, map[string]any{"rows": rows}, &want)
-			m := load(t, dir)
+			m := modeltest.Load(t, dir)
 			base := torch.Live()
 			lps, ents, err := LogProbs(context.Background(), m, continuations, 3, true)
 			if err != nil {
@@ -204,7 +195,7 @@ func TestGradMatchesTorch(t *testing.T) {
 			if err := json.Unmarshal(raw, &wantLoss); err != nil {
 				t.Fatal(err)
 			}
-			m := load(t, dir)
+			m := modeltest.Load(t, dir)
 			base := torch.Live()
 			loss := gradOfMeanLogProb(t, m, continuations)
 			if math.Abs(loss-wantLoss.Loss) > 1e-5 {
@@ -291,14 +282,7 @@ func gradOfMeanLogProb(t *testing.T, m model.CausalLM, rows []Continuation) floa
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := torch.Backward(loss); err != nil {
-		t.Fatal(err)
-	}
-	v, err := torch.Item(loss)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return modeltest.BackwardItem(t, loss)
 }
 
 func zeroGrads(t *testing.T, m model.CausalLM) {

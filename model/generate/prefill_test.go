@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -71,10 +72,10 @@ func TestPrefillChunks(t *testing.T) {
 	}
 	wantH, wantL := run(T)
 	gotH, gotL := run(5)
-	if d := maxAbsDiff(wantH, gotH); d > 1e-5 {
+	if d := modeltest.MaxAbsDiff(wantH, gotH); d > 1e-5 {
 		t.Errorf("last hidden states differ by %.3g", d)
 	}
-	if d := maxAbsDiff(wantL, gotL); d > 1e-5 {
+	if d := modeltest.MaxAbsDiff(wantL, gotL); d > 1e-5 {
 		t.Errorf("next-step logits differ by %.3g", d)
 	}
 	minPrefillChunk, prefillElems = 64, PrefillScoreElems
@@ -82,7 +83,5 @@ func TestPrefillChunks(t *testing.T) {
 		t.Errorf("chunk of an 8k prompt on 4 heads: %d, want 128 (16 MiB of scores)", got)
 	}
 	m.Close()
-	if d := torch.Live() - base; d != 0 {
-		t.Errorf("%d tensors leaked", d)
-	}
+	modeltest.CheckLeaks(t, base)
 }

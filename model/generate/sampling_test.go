@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/google/go-cmp/cmp"
@@ -45,7 +46,7 @@ func tokensOf(ss []Sample) [][]int {
 }
 
 func TestSameSeedSameOutput(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	req := Request{Prompt: prompts[0], N: 3, Sampling: hot, MaxNewTokens: 24, Seed: 7}
 	a := gen(t, m, Options{}, req)[0]
 	b := gen(t, m, Options{}, req)[0]
@@ -63,7 +64,7 @@ func TestSameSeedSameOutput(t *testing.T) {
 }
 
 func TestTemperatureZeroIsGreedy(t *testing.T) {
-	m := load(t, checkpoint(t, archs[1]))
+	m := modeltest.Load(t, checkpoint(t, archs[1]))
 	greedy := gen(t, m, Options{}, Request{Prompt: prompts[2], MaxNewTokens: 20})[0][0]
 	// Filters and seeds do not matter at temperature 0.
 	z := gen(t, m, Options{}, Request{Prompt: prompts[2], N: 3, MaxNewTokens: 20, Sampling: sample.Params{TopK: 3, TopP: 0.5}, Seed: 99})[0]
@@ -87,7 +88,7 @@ func TestTemperatureZeroIsGreedy(t *testing.T) {
 // one-sample requests with seeds Seed…Seed+N−1, alone or batched with
 // others, and chunking (MaxBatch) does not change them.
 func TestSharedPrefillEqualsSeparateRuns(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	const n, seed = 4, 10
 	shared := gen(t, m, Options{}, Request{Prompt: prompts[0], N: n, Sampling: hot, MaxNewTokens: 24, Seed: seed})[0]
 	var sep []Request
@@ -126,7 +127,7 @@ func TestSharedPrefillEqualsSeparateRuns(t *testing.T) {
 }
 
 func TestStopTokensAndStrings(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	free := gen(t, m, Options{}, Request{Prompt: prompts[1], MaxNewTokens: 32})[0][0]
 	// Pick a token that first appears mid-way.
 	k := -1
@@ -181,7 +182,7 @@ func TestStopTokensAndStrings(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	tests := []struct {
 		name string
 		req  Request
@@ -209,7 +210,7 @@ func TestBadRequests(t *testing.T) {
 // TestNoLeakOver100Calls: the live-tensor count returns to its baseline
 // after 100 generate and 100 log-prob calls.
 func TestNoLeakOver100Calls(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	g := New(m, letterDecoder{}, Options{MaxBatch: 3})
 	base := torch.Live()
 	for i := 0; i < 100; i++ {

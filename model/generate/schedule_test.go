@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -18,7 +19,7 @@ import (
 // different lengths a few positions at a time gives the tokens and log-probs
 // of one whole prefill (which TestGreedyMatchesHF ties to transformers).
 func TestChunkedPrefillEqualsWhole(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	var reqs []Request
 	for i, p := range prompts {
 		reqs = append(reqs, Request{Prompt: p, N: 2, Sampling: hot, MaxNewTokens: 12, Seed: uint64(i)},
@@ -44,7 +45,7 @@ func TestChunkedPrefillEqualsWhole(t *testing.T) {
 // while a long one decodes finishes first (turns alternate step by step),
 // and both get exactly the samples they get alone.
 func TestSchedulerInterleaves(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	long := Request{Prompt: prompts[4], N: 4, Sampling: hot, MaxNewTokens: 300, Seed: 3}
 	short := Request{Prompt: prompts[1], N: 1, Sampling: hot, MaxNewTokens: 4, Seed: 5}
 	wantLong, wantShort := gen(t, m, Options{}, long)[0], gen(t, m, Options{}, short)[0]
@@ -95,7 +96,7 @@ func TestSchedulerInterleaves(t *testing.T) {
 // refused before any work; requests that fit one at a time are split into
 // chunks that each fit and give the same samples.
 func TestMemoryBudget(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	a := Request{Prompt: prompts[0], N: 2, Sampling: hot, MaxNewTokens: 16, Seed: 1}
 	b := Request{Prompt: prompts[4], N: 3, Sampling: hot, MaxNewTokens: 16, Seed: 2}
 	want := gen(t, m, Options{}, a, b)
@@ -132,30 +133,14 @@ func TestTurnCancel(t *testing.T) {
 	}()
 	granted := make(chan func(), 1)
 	go func() {
-		for { // wait until the first waiter is queued, then queue behind it
-			s.mu.Lock()
-			n := len(s.queue)
-			s.mu.Unlock()
-			if n == 1 {
-				break
-			}
-			runtime.Gosched()
-		}
+		waitQueued(s, 1) // the first waiter; then queue behind it
 		d, err := s.Turn(context.Background())
 		if err != nil {
 			t.Error(err)
 		}
 		granted <- d
 	}()
-	for {
-		s.mu.Lock()
-		n := len(s.queue)
-		s.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(s, 2)
 	cancel()
 	if err := <-errc; err == nil {
 		t.Error("cancelled waiter got a turn")
@@ -172,7 +157,7 @@ func TestTurnCancel(t *testing.T) {
 // turn (its deliver callback can run another generation on the same
 // scheduler), and every request gets the samples it gets alone.
 func TestGenerateEachDeliversEarly(t *testing.T) {
-	m := load(t, checkpoint(t, archs[0]))
+	m := modeltest.Load(t, checkpoint(t, archs[0]))
 	long := Request{Prompt: prompts[4], N: 4, Sampling: hot, MaxNewTokens: 200, Seed: 3}
 	short := Request{Prompt: prompts[1], N: 2, Sampling: hot, MaxNewTokens: 4, Seed: 5}
 	inner := Request{Prompt: prompts[0], Sampling: hot, MaxNewTokens: 3, Seed: 9}
@@ -208,7 +193,18 @@ func TestGenerateEachDeliversEarly(t *testing.T) {
 			t.Errorf("request %d delivered vs alone (-alone +delivered):\n%s", i, diff)
 		}
 	}
-	if got := torch.Live(); got != base {
-		t.Errorf("live tensors %d, want %d", got, base)
+	modeltest.CheckLeaks(t, base)
+}
+
+// waitQueued yields until n callers wait in s's queue.
+func waitQueued(s *Scheduler, n int) {
+	for {
+		s.mu.Lock()
+		q := len(s.queue)
+		s.mu.Unlock()
+		if q == n {
+			return
+		}
+		runtime.Gosched()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -25,20 +26,7 @@ func tinyLM(t *testing.T, arch string, tied bool) model.CausalLM {
 		t.Fatal(err)
 	}
 	cfg.ModelType = a.ModelType
-	if err := model.NewConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Build(cfg, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := model.Randomize(m, 7); err != nil {
-		t.Fatal(err)
-	}
-	if err := model.SetRequiresGrad(m, true); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return modeltest.RandomTrainable(t, cfg, 7)
 }
 
 func randRows(r *rand.Rand, n, vocab int) []Continuation {
@@ -107,11 +95,7 @@ type scored struct {
 // backpropagates Σ wl·lp + Σ we·ent with fixed random weights.
 func scoreAndGrad(t *testing.T, m model.CausalLM, rows []Continuation, entropy, chunked bool) scored {
 	t.Helper()
-	for _, p := range m.Parameters() {
-		if err := torch.ZeroGrad(p.Tensor); err != nil {
-			t.Fatal(err)
-		}
-	}
+	modeltest.ZeroGrads(t, m)
 	defer torch.SetGrad(true)()
 	s := torch.NewScope()
 	defer s.Close()
@@ -179,14 +163,6 @@ func maxAbs(a []float32) float64 {
 	return m
 }
 
-func maxAbsDiff(a, b []float32) float64 {
-	d := 0.0
-	for i := range a {
-		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
-	}
-	return d
-}
-
 // TestSelectiveMatchesFull: the chunked selective log-softmax (3 positions
 // per chunk, recomputed in backward) gives the full computation's log-probs,
 // entropies and parameter gradients within 1e-6 in float32, tied and untied
@@ -208,16 +184,16 @@ func TestSelectiveMatchesFull(t *testing.T) {
 				if torch.Deferred() != 0 {
 					t.Errorf("%d backward stages left over", torch.Deferred())
 				}
-				if d := maxAbsDiff(want.lp, got.lp); d > 1e-6 {
+				if d := modeltest.MaxAbsDiff(want.lp, got.lp); d > 1e-6 {
 					t.Errorf("log-probs differ by %.3g", d)
 				}
 				if entropy {
-					if d := maxAbsDiff(want.ent, got.ent); d > 1e-6 {
+					if d := modeltest.MaxAbsDiff(want.ent, got.ent); d > 1e-6 {
 						t.Errorf("entropies differ by %.3g", d)
 					}
 				}
 				for _, p := range m.Parameters() {
-					d, scale := maxAbsDiff(want.grads[p.Name], got.grads[p.Name]), maxAbs(want.grads[p.Name])
+					d, scale := modeltest.MaxAbsDiff(want.grads[p.Name], got.grads[p.Name]), maxAbs(want.grads[p.Name])
 					t.Logf("%-40s max |g| %.3e  max abs diff %.2e", p.Name, scale, d)
 					if d > 1e-6*max(1, scale) {
 						t.Errorf("%s: gradient differs by %.3g (max |g| %.3g)", p.Name, d, scale)
@@ -227,7 +203,5 @@ func TestSelectiveMatchesFull(t *testing.T) {
 		}
 		m.Close()
 	}
-	if d := torch.Live() - base; d != 0 {
-		t.Errorf("%d tensors leaked", d)
-	}
+	modeltest.CheckLeaks(t, base)
 }

@@ -24,7 +24,7 @@ func TestCacheMatchesFullForward(t *testing.T) {
 			full := forward(t, m, rc)
 			got := cachedForward(t, m, rc, 4)
 			d := maxDiff(rc, got)
-			fd := maxDiff(refCase{B: rc.B, T: rc.T, V: rc.V, mask: rc.mask, logits: full}, got)
+			fd := maxDiff(refCase{rc.RefCase, full}, got)
 			t.Logf("%s case%d: cached vs full %.3g, cached vs HF %.3g", name, c, fd, d)
 			if fd > 1e-5 || d > tol || math.IsNaN(d) {
 				t.Errorf("%s case%d: cached forward differs: %.3g from the full forward, %.3g from HF", name, c, fd, d)
@@ -53,9 +53,9 @@ func cachedForward(t *testing.T, m model.CausalLM, rc refCase, P int64) []float3
 			n = P
 		}
 		s := torch.NewScope()
-		ids := s.Narrow(s.FromInt64(rc.ids, rc.B, rc.T), 1, start, n)
-		pos := s.Narrow(s.FromInt64(rc.pos, rc.B, rc.T), 1, start, n)
-		mask := s.Narrow(s.FromInt64(rc.mask, rc.B, rc.T), 1, 0, start+n)
+		ids := s.Narrow(s.FromInt64(rc.IDs, rc.B, rc.T), 1, start, n)
+		pos := s.Narrow(s.FromInt64(rc.Pos, rc.B, rc.T), 1, start, n)
+		mask := s.Narrow(s.FromInt64(rc.Mask, rc.B, rc.T), 1, 0, start+n)
 		err := torch.NoGrad(func() error {
 			logits, err := m.Forward(s, model.Batch{IDs: ids, Positions: pos, Mask: mask, Cache: cache})
 			if err != nil {
@@ -103,7 +103,7 @@ func TestCacheSelect(t *testing.T) {
 	s := torch.NewScope()
 	defer s.Close()
 	defer torch.SetGrad(false)()
-	ids := s.FromInt64(rc.ids, rc.B, rc.T)
+	ids := s.FromInt64(rc.IDs, rc.B, rc.T)
 	if _, err := m.Forward(s, model.Batch{IDs: s.Narrow(ids, 1, 0, rc.T-1), Cache: cache}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/generate"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -17,11 +18,7 @@ import (
 // number of deferred backward stages the forward registered.
 func ckptGrads(t *testing.T, m model.CausalLM, score bool) (float64, int, map[string][]float32) {
 	t.Helper()
-	for _, p := range m.Parameters() {
-		if err := torch.ZeroGrad(p.Tensor); err != nil {
-			t.Fatal(err)
-		}
-	}
+	modeltest.ZeroGrads(t, m)
 	defer torch.SetGrad(true)()
 	s := torch.NewScope()
 	defer s.Close()
@@ -99,19 +96,7 @@ func TestGradCheckpointing(t *testing.T) {
 			HeadDim: 8, HiddenAct: "silu", MaxPositionEmbeddings: 128, InitializerRange: 0.2,
 			RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: arch == "Qwen3ForCausalLM",
 		}
-		if err := model.NewConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
-		m, err := model.Build(cfg, model.LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := model.Randomize(m, 3); err != nil {
-			t.Fatal(err)
-		}
-		if err := model.SetRequiresGrad(m, true); err != nil {
-			t.Fatal(err)
-		}
+		m := modeltest.RandomTrainable(t, cfg, 3)
 		gc := m.(model.GradCheckpointer)
 		for _, score := range []bool{false, true} {
 			gc.SetGradCheckpointing(false)
@@ -141,7 +126,5 @@ func TestGradCheckpointing(t *testing.T) {
 		}
 		m.Close()
 	}
-	if d := torch.Live() - base; d != 0 {
-		t.Errorf("%d tensors leaked", d)
-	}
+	modeltest.CheckLeaks(t, base)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -15,9 +16,7 @@ import (
 // dereference the nil it left (they did, and out of memory was a panic).
 func TestForwardStopsAtFirstFailure(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tiny")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, dir, 1)
 	for _, attn := range []string{model.AttnEager, model.AttnSDPA} {
 		m, err := model.Load(dir, model.LoadOptions{Attention: attn})
 		if err != nil {

@@ -189,17 +189,17 @@ func (m *ForCausalLM) Parameters() []model.Param {
 	for i := range m.Model.Layers {
 		l := &m.Model.Layers[i]
 		p := fmt.Sprintf("model.layers.%d.", i)
-		lin(p+"self_attn.q_proj", &l.SelfAttn.QProj)
-		lin(p+"self_attn.k_proj", &l.SelfAttn.KProj)
-		lin(p+"self_attn.v_proj", &l.SelfAttn.VProj)
-		lin(p+"self_attn.o_proj", &l.SelfAttn.OProj)
+		attn, mlp := l.projections(p)
+		for _, pr := range attn {
+			lin(pr.name, pr.l)
+		}
 		if l.SelfAttn.QNorm != nil {
 			add(p+"self_attn.q_norm.weight", l.SelfAttn.QNorm.Weight)
 			add(p+"self_attn.k_norm.weight", l.SelfAttn.KNorm.Weight)
 		}
-		lin(p+"mlp.gate_proj", &l.MLP.GateProj)
-		lin(p+"mlp.up_proj", &l.MLP.UpProj)
-		lin(p+"mlp.down_proj", &l.MLP.DownProj)
+		for _, pr := range mlp {
+			lin(pr.name, pr.l)
+		}
 		add(p+"input_layernorm.weight", l.InputLayernorm.Weight)
 		add(p+"post_attention_layernorm.weight", l.PostAttentionLayernorm.Weight)
 	}
@@ -222,17 +222,35 @@ func (m *ForCausalLM) Linears() []model.AdaptableLinear {
 		ls = append(ls, a)
 	}
 	for i := range m.Model.Layers {
-		l := &m.Model.Layers[i]
-		p := fmt.Sprintf("model.layers.%d.", i)
-		add(p+"self_attn.q_proj", &l.SelfAttn.QProj)
-		add(p+"self_attn.k_proj", &l.SelfAttn.KProj)
-		add(p+"self_attn.v_proj", &l.SelfAttn.VProj)
-		add(p+"self_attn.o_proj", &l.SelfAttn.OProj)
-		add(p+"mlp.gate_proj", &l.MLP.GateProj)
-		add(p+"mlp.up_proj", &l.MLP.UpProj)
-		add(p+"mlp.down_proj", &l.MLP.DownProj)
+		attn, mlp := m.Model.Layers[i].projections(fmt.Sprintf("model.layers.%d.", i))
+		for _, pr := range append(attn, mlp...) {
+			add(pr.name, pr.l)
+		}
 	}
 	return ls
+}
+
+// projection is a linear layer with its state-dict name (no .weight).
+type projection struct {
+	name string
+	l    *Linear
+}
+
+// projections are the layer's attention and MLP projections, named under
+// prefix, each group in state-dict order.
+func (l *DecoderLayer) projections(prefix string) (attn, mlp []projection) {
+	attn = []projection{
+		{prefix + "self_attn.q_proj", &l.SelfAttn.QProj},
+		{prefix + "self_attn.k_proj", &l.SelfAttn.KProj},
+		{prefix + "self_attn.v_proj", &l.SelfAttn.VProj},
+		{prefix + "self_attn.o_proj", &l.SelfAttn.OProj},
+	}
+	mlp = []projection{
+		{prefix + "mlp.gate_proj", &l.MLP.GateProj},
+		{prefix + "mlp.up_proj", &l.MLP.UpProj},
+		{prefix + "mlp.down_proj", &l.MLP.DownProj},
+	}
+	return attn, mlp
 }
 
 // Close implements model.CausalLM.

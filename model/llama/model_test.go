@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -87,9 +88,7 @@ func TestFrozenCopy(t *testing.T) {
 	}
 	m.Close()
 	ref.Close()
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, base)
 }
 
 // TestNoLeaks: 100 forwards (with and without a cache, with grad on and off)
@@ -105,11 +104,7 @@ func TestNoLeaks(t *testing.T) {
 	base := torch.Live()
 	for i := 0; i < 100; i++ {
 		s := torch.NewScope()
-		batch := model.Batch{
-			IDs:       s.FromInt64(rc.ids, rc.B, rc.T),
-			Positions: s.FromInt64(rc.pos, rc.B, rc.T),
-			Mask:      s.FromInt64(rc.mask, rc.B, rc.T),
-		}
+		batch := rc.Batch(s)
 		var cache *model.Cache
 		if i%2 == 1 {
 			if cache, err = model.NewCache(m, int(rc.B), int(rc.T)); err != nil {

@@ -1,7 +1,6 @@
 package llama_test
 
 import (
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,7 +9,7 @@ import (
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
-	"github.com/evolm/evolm/model/safetensors"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -29,93 +28,28 @@ func TestMain(m *testing.M) {
 
 // refCase is one input of ref.safetensors with the HF logits.
 type refCase struct {
-	ids, mask, pos []int64
-	B, T, V        int64
-	logits         []float32
+	modeltest.RefCase
+	logits []float32
 }
 
 func readRefs(t *testing.T, path string) []refCase {
 	t.Helper()
-	f, err := safetensors.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var cases []refCase
-	for c := 0; ; c++ {
-		info, ok := f.Info(fmt.Sprintf("case%d.logits", c))
-		if !ok {
-			break
-		}
-		rc := refCase{B: info.Shape[0], T: info.Shape[1], V: info.Shape[2]}
-		rc.ids = i64s(t, f, fmt.Sprintf("case%d.ids", c))
-		rc.mask = i64s(t, f, fmt.Sprintf("case%d.mask", c))
-		rc.pos = i64s(t, f, fmt.Sprintf("case%d.pos", c))
-		b, _ := f.Data(info.Name)
-		rc.logits = make([]float32, len(b)/4)
-		for i := range rc.logits {
-			rc.logits[i] = math.Float32frombits(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
-		}
-		cases = append(cases, rc)
-	}
-	if len(cases) == 0 {
-		t.Fatalf("%s: no cases", path)
+	r := modeltest.ReadRefs(t, path)
+	cases := make([]refCase, len(r.Cases))
+	for c, rc := range r.Cases {
+		cases[c] = refCase{rc, r.Logits(t, c)}
 	}
 	return cases
 }
 
-func i64s(t *testing.T, f *safetensors.File, name string) []int64 {
-	b, err := f.Data(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]int64, len(b)/8)
-	for i := range out {
-		var v uint64
-		for k := 0; k < 8; k++ {
-			v |= uint64(b[8*i+k]) << (8 * k)
-		}
-		out[i] = int64(v)
-	}
-	return out
-}
-
-// maxDiff compares logits (B, T, V) at unpadded positions only: HF's values
-// at padded query positions are arbitrary.
-func maxDiff(rc refCase, got []float32) float64 {
-	worst := 0.0
-	for b := int64(0); b < rc.B; b++ {
-		for t := int64(0); t < rc.T; t++ {
-			if rc.mask[b*rc.T+t] == 0 {
-				continue
-			}
-			for v := int64(0); v < rc.V; v++ {
-				i := (b*rc.T+t)*rc.V + v
-				worst = math.Max(worst, math.Abs(float64(got[i])-float64(rc.logits[i])))
-			}
-		}
-	}
-	return worst
-}
+// maxDiff compares logits with the case's at unpadded positions only: HF's
+// values at padded query positions are arbitrary.
+func maxDiff(rc refCase, got []float32) float64 { return rc.MaxDiff(got, rc.logits) }
 
 // forward runs m on a case without a cache and returns logits as floats.
 func forward(t *testing.T, m model.CausalLM, rc refCase) []float32 {
 	t.Helper()
-	s := torch.NewScope()
-	defer s.Close()
-	logits, err := m.Forward(s, model.Batch{
-		IDs:       s.FromInt64(rc.ids, rc.B, rc.T),
-		Positions: s.FromInt64(rc.pos, rc.B, rc.T),
-		Mask:      s.FromInt64(rc.mask, rc.B, rc.T),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := torch.Float32s(logits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return modeltest.Logits(t, m, rc.Batch)
 }
 
 func TestHFParity(t *testing.T) {
@@ -135,9 +69,7 @@ func TestHFParity(t *testing.T) {
 				}
 			}
 			m.Close()
-			if n := torch.Live() - base; n != 0 {
-				t.Errorf("%d tensors leaked", n)
-			}
+			modeltest.CheckLeaks(t, base)
 		})
 	}
 }
@@ -180,33 +112,19 @@ func gradsOf(t *testing.T, m model.CausalLM, rc refCase) map[string][]float32 {
 	}
 	s := torch.NewScope()
 	defer s.Close()
-	ids := s.FromInt64(rc.ids, rc.B, rc.T)
-	logits, err := m.Forward(s, model.Batch{IDs: ids, Positions: s.FromInt64(rc.pos, rc.B, rc.T), Mask: s.FromInt64(rc.mask, rc.B, rc.T)})
+	ids := s.FromInt64(rc.IDs, rc.B, rc.T)
+	logits, err := m.Forward(s, model.Batch{IDs: ids, Positions: s.FromInt64(rc.Pos, rc.B, rc.T), Mask: s.FromInt64(rc.Mask, rc.B, rc.T)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lp := s.LogSoftmax(s.Narrow(logits, 1, 0, rc.T-1), -1, torch.Float32) // (B, T-1, V)
-	tgt := s.Unsqueeze(s.Narrow(ids, 1, 1, rc.T-1), -1)                   // (B, T-1, 1)
-	// Weight pairs whose query and target are both real tokens: a padded
-	// query's logits are arbitrary (it may attend nothing).
-	mask := s.Float32(s.FromInt64(rc.mask, rc.B, rc.T))
-	w := s.Unsqueeze(s.Mul(s.Narrow(mask, 1, 0, rc.T-1), s.Narrow(mask, 1, 1, rc.T-1)), -1) // (B, T-1, 1)
-	loss := s.Neg(s.Sum(s.Mul(s.Gather(lp, -1, tgt), w)))
+	loss := modeltest.NextTokenLoss(s, logits, ids, s.FromInt64(rc.Mask, rc.B, rc.T), rc.T)
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := torch.Backward(loss); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]float32{}
-	for _, p := range m.Parameters() {
-		g, err := torch.Float32s(s.Grad(p.Tensor))
-		if err != nil {
-			t.Fatalf("%s: %v", p.Name, err)
-		}
-		out[p.Name] = g
-	}
-	return out
+	return modeltest.Grads(t, s, m.Parameters())
 }
 
 // TestSDPAGradientsMatchEager: backward through the fused attention gives

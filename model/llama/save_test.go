@@ -11,6 +11,7 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -27,7 +28,7 @@ func writeOurs(t *testing.T, m model.CausalLM, dir string, cases []refCase) {
 	}
 	for c, rc := range cases {
 		s := torch.NewScope()
-		ids, mask, pos := s.FromInt64(rc.ids, rc.B, rc.T), s.FromInt64(rc.mask, rc.B, rc.T), s.FromInt64(rc.pos, rc.B, rc.T)
+		ids, mask, pos := s.FromInt64(rc.IDs, rc.B, rc.T), s.FromInt64(rc.Mask, rc.B, rc.T), s.FromInt64(rc.Pos, rc.B, rc.T)
 		logits, err := m.Forward(s, model.Batch{IDs: ids, Positions: pos, Mask: mask})
 		if err != nil {
 			t.Fatal(err)
@@ -111,10 +112,10 @@ func TestSavedCheckpointsLoadInHF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	initCases := []refCase{{B: 2, T: 5, V: int64(cfg.VocabSize),
-		ids:  []int64{151644, 872, 198, 9707, 151645, 0, 0, 151644, 77091, 198},
-		mask: []int64{1, 1, 1, 1, 1, 0, 0, 1, 1, 1},
-		pos:  []int64{0, 1, 2, 3, 4, 1, 1, 0, 1, 2}}}
+	initCases := []refCase{{RefCase: modeltest.RefCase{B: 2, T: 5, V: int64(cfg.VocabSize),
+		IDs:  []int64{151644, 872, 198, 9707, 151645, 0, 0, 151644, 77091, 198},
+		Mask: []int64{1, 1, 1, 1, 1, 0, 0, 1, 1, 1},
+		Pos:  []int64{0, 1, 2, 3, 4, 1, 1, 0, 1, 2}}}}
 	all = append(all, saved{initDir, "Qwen3ForCausalLM", true, false, initCases})
 
 	var dirs []string

@@ -20,16 +20,9 @@ func (a *Adapter) Save(dir, base string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("lora: save %s: %w", dir, err)
 	}
-	params := a.Parameters()
-	byName := make(map[string]*torch.Tensor, len(params))
-	infos := make([]safetensors.Info, 0, len(params))
-	for _, p := range params {
-		shape, err := torch.Shape(p.Tensor)
-		if err != nil {
-			return fmt.Errorf("lora: save %s: %s: %w", dir, p.Name, err)
-		}
-		byName[p.Name] = p.Tensor
-		infos = append(infos, safetensors.Info{Name: p.Name, DType: safetensors.F32, Shape: shape})
+	infos, byName, err := model.ParamInfos(a.Parameters(), safetensors.F32)
+	if err != nil {
+		return fmt.Errorf("lora: save %s: %w", dir, err)
 	}
 	fetch := func(i safetensors.Info) ([]byte, error) {
 		s := torch.NewScope()

@@ -73,15 +73,29 @@ func New(m model.CausalLM, cfg Config, seed int64) (*Adapter, error) {
 		return nil, err
 	}
 	torch.ManualSeed(seed)
-	err = torch.NoGrad(func() error {
+	err = a.eachLayer(func(ls *torch.Scope, l *Layer) {
+		bound := 1 / math.Sqrt(float64(l.base.In))
+		u := ls.Rand([]int64{int64(cfg.Rank), l.base.In}, torch.Float32, torch.CPU) // U[0, 1)
+		ls.Copy_(l.A, ls.MulScalar(ls.AddScalar(u, -0.5), 2*bound))                 // U[-bound, bound)
+		ls.Zero_(l.B)
+	})
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("lora: init: %w", err)
+	}
+	return a, nil
+}
+
+// eachLayer runs f on every layer in order, without grad, each in a scope of
+// its own that is closed after it; the first layer whose scope has an error
+// stops it with that error, named by the layer's module.
+func (a *Adapter) eachLayer(f func(ls *torch.Scope, l *Layer)) error {
+	return torch.NoGrad(func() error {
 		s := torch.NewScope()
 		defer s.Close()
 		for _, l := range a.layers {
 			ls := s.Child()
-			bound := 1 / math.Sqrt(float64(l.base.In))
-			u := ls.Rand([]int64{int64(cfg.Rank), l.base.In}, torch.Float32, torch.CPU) // U[0, 1)
-			ls.Copy_(l.A, ls.MulScalar(ls.AddScalar(u, -0.5), 2*bound))                 // U[-bound, bound)
-			ls.Zero_(l.B)
+			f(ls, l)
 			err := ls.Err()
 			ls.Close()
 			if err != nil {
@@ -90,11 +104,6 @@ func New(m model.CausalLM, cfg Config, seed int64) (*Adapter, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		a.Close()
-		return nil, fmt.Errorf("lora: init: %w", err)
-	}
-	return a, nil
 }
 
 // attach allocates uninitialized adapters on m's targets and puts them in

@@ -11,6 +11,7 @@ import (
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/lora"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -168,9 +169,7 @@ func TestFreshAdapter(t *testing.T) {
 	}
 	ad.Close()
 	m.Close()
-	if n := torch.Live() - live; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, live)
 }
 
 // TestDropout: dropout acts only in training, is reproducible from the
@@ -218,15 +217,7 @@ func TestDropout(t *testing.T) {
 
 func tinyLogits(t *testing.T, m model.CausalLM, ids []int64) []float32 {
 	t.Helper()
-	s := torch.NewScope()
-	defer s.Close()
-	logits, err := m.Forward(s, model.Batch{IDs: s.FromInt64(ids, 1, int64(len(ids)))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := torch.Float32s(logits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return modeltest.Logits(t, m, func(s *torch.Scope) model.Batch {
+		return model.Batch{IDs: s.FromInt64(ids, 1, int64(len(ids)))}
+	})
 }

@@ -16,22 +16,11 @@ import (
 // the adapter stays attached, and layers already merged keep their new
 // weights.
 func (a *Adapter) MergeAndUnload() error {
-	err := torch.NoGrad(func() error {
-		s := torch.NewScope()
-		defer s.Close()
-		for _, l := range a.layers {
-			ls := s.Child()
-			w := l.base.Weight
-			delta := ls.MulScalar(ls.Matmul(l.B, l.A), a.scaling) // (out, in)
-			merged := ls.Add(ls.Float32(w), delta)
-			ls.Copy_(w, merged)
-			err := ls.Err()
-			ls.Close()
-			if err != nil {
-				return fmt.Errorf("%s: %w", l.Module, err)
-			}
-		}
-		return nil
+	err := a.eachLayer(func(ls *torch.Scope, l *Layer) {
+		w := l.base.Weight
+		delta := ls.MulScalar(ls.Matmul(l.B, l.A), a.scaling) // (out, in)
+		merged := ls.Add(ls.Float32(w), delta)
+		ls.Copy_(w, merged)
 	})
 	if err != nil {
 		return fmt.Errorf("lora: merge: %w", err)

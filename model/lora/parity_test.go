@@ -14,6 +14,7 @@ import (
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/lora"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -33,109 +34,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// refs is ref.safetensors of one golden model.
-type refs struct {
-	f     *safetensors.File
-	cases []refCase
-}
-
-type refCase struct {
-	ids, mask, pos []int64
-	B, T, V        int64
-}
-
-func readRefs(t *testing.T, path string) *refs {
+func logitsOf(t *testing.T, m model.CausalLM, rc modeltest.RefCase) []float32 {
 	t.Helper()
-	f, err := safetensors.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	r := &refs{f: f}
-	for c := 0; ; c++ {
-		info, ok := f.Info(fmt.Sprintf("case%d.logits", c))
-		if !ok {
-			break
-		}
-		r.cases = append(r.cases, refCase{
-			ids: r.i64s(t, fmt.Sprintf("case%d.ids", c)), mask: r.i64s(t, fmt.Sprintf("case%d.mask", c)),
-			pos: r.i64s(t, fmt.Sprintf("case%d.pos", c)), B: info.Shape[0], T: info.Shape[1], V: info.Shape[2],
-		})
-	}
-	if len(r.cases) == 0 {
-		t.Fatalf("%s: no cases", path)
-	}
-	return r
-}
-
-func (r *refs) i64s(t *testing.T, name string) []int64 {
-	t.Helper()
-	b, err := r.f.Data(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]int64, len(b)/8)
-	for i := range out {
-		var v uint64
-		for k := 0; k < 8; k++ {
-			v |= uint64(b[8*i+k]) << (8 * k)
-		}
-		out[i] = int64(v)
-	}
-	return out
-}
-
-func (r *refs) f32s(t *testing.T, name string) []float32 {
-	t.Helper()
-	b, err := r.f.Data(name)
-	if err != nil {
-		t.Fatalf("reference %s: %v", name, err)
-	}
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
-	}
-	return out
-}
-
-// maxDiff compares logits (B, T, V) at unpadded positions.
-func maxDiff(rc refCase, got, want []float32) float64 {
-	worst := 0.0
-	for b := int64(0); b < rc.B; b++ {
-		for t := int64(0); t < rc.T; t++ {
-			if rc.mask[b*rc.T+t] == 0 {
-				continue
-			}
-			for v := int64(0); v < rc.V; v++ {
-				i := (b*rc.T+t)*rc.V + v
-				d := math.Abs(float64(got[i]) - float64(want[i]))
-				if math.IsNaN(d) {
-					return math.Inf(1)
-				}
-				worst = math.Max(worst, d)
-			}
-		}
-	}
-	return worst
-}
-
-func batchOf(s *torch.Scope, rc refCase) model.Batch {
-	return model.Batch{IDs: s.FromInt64(rc.ids, rc.B, rc.T), Positions: s.FromInt64(rc.pos, rc.B, rc.T), Mask: s.FromInt64(rc.mask, rc.B, rc.T)}
-}
-
-func logitsOf(t *testing.T, m model.CausalLM, rc refCase) []float32 {
-	t.Helper()
-	s := torch.NewScope()
-	defer s.Close()
-	logits, err := m.Forward(s, batchOf(s, rc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := torch.Float32s(logits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return modeltest.Logits(t, m, rc.Batch)
 }
 
 func loadBase(t *testing.T, dir string, dt torch.DType) model.CausalLM {
@@ -147,6 +48,19 @@ func loadBase(t *testing.T, dir string, dt torch.DType) model.CausalLM {
 	return m
 }
 
+// loadGolden reads golden model name's references and loads its base model
+// with its PEFT adapter.
+func loadGolden(t *testing.T, dir, name string) (*modeltest.Refs, model.CausalLM, *lora.Adapter) {
+	t.Helper()
+	r := modeltest.ReadRefs(t, filepath.Join(dir, name, "ref.safetensors"))
+	m := loadBase(t, filepath.Join(dir, name, "base"), 0)
+	ad, err := lora.Load(m, filepath.Join(dir, name, "adapter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, m, ad
+}
+
 // TestPEFTParity: an adapter saved by PEFT loads in evolm, and the LoRA
 // model's logits, its logits with the adapters off, and the gradients of
 // every lora_A and lora_B equal PEFT's.
@@ -155,34 +69,29 @@ func TestPEFTParity(t *testing.T) {
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			live := torch.Live()
-			r := readRefs(t, filepath.Join(dir, name, "ref.safetensors"))
-			m := loadBase(t, filepath.Join(dir, name, "base"), 0)
-			ad, err := lora.Load(m, filepath.Join(dir, name, "adapter"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			r, m, ad := loadGolden(t, dir, name)
 			want := lora.Config{Rank: 4, Alpha: 8, Dropout: 0.05, Targets: lora.DefaultTargets}
 			if diff := cmp.Diff(want, ad.Config()); diff != "" {
 				t.Errorf("adapter config (-want +got):\n%s", diff)
 			}
-			for c, rc := range r.cases {
-				d := maxDiff(rc, logitsOf(t, m, rc), r.f32s(t, fmt.Sprintf("case%d.logits", c)))
+			for c, rc := range r.Cases {
+				d := rc.MaxDiff(logitsOf(t, m, rc), r.F32s(t, fmt.Sprintf("case%d.logits", c)))
 				t.Logf("%s case%d: max |logit - PEFT| = %.3g", name, c, d)
 				if d > tol {
 					t.Errorf("%s case%d: LoRA logits differ from PEFT's by %.3g > %g", name, c, d, tol)
 				}
 				var off []float32
 				_ = ad.Disabled(func() error { off = logitsOf(t, m, rc); return nil })
-				d = maxDiff(rc, off, r.f32s(t, fmt.Sprintf("case%d.base", c)))
+				d = rc.MaxDiff(off, r.F32s(t, fmt.Sprintf("case%d.base", c)))
 				t.Logf("%s case%d adapters off: max |logit - PEFT disable_adapter| = %.3g", name, c, d)
 				if d > tol {
 					t.Errorf("%s case%d: adapters-off logits differ from PEFT's disable_adapter by %.3g > %g", name, c, d, tol)
 				}
 			}
-			grads := loraGrads(t, m, ad, r.cases)
+			grads := loraGrads(t, m, ad, r.Cases)
 			worst := 0.0
 			for _, p := range ad.Parameters() {
-				want := r.f32s(t, "grad."+p.Name)
+				want := r.F32s(t, "grad."+p.Name)
 				got := grads[p.Name]
 				if len(got) != len(want) {
 					t.Fatalf("%s: %d gradient values, PEFT has %d", p.Name, len(got), len(want))
@@ -207,16 +116,14 @@ func TestPEFTParity(t *testing.T) {
 			}
 			ad.Close()
 			m.Close()
-			if n := torch.Live() - live; n != 0 {
-				t.Errorf("%d tensors leaked", n)
-			}
+			modeltest.CheckLeaks(t, live)
 		})
 	}
 }
 
 // loraGrads returns d loss / d (lora_A, lora_B) for the loss of
 // peft_lora.py's golden command, summed over the cases.
-func loraGrads(t *testing.T, m model.CausalLM, ad *lora.Adapter, cases []refCase) map[string][]float32 {
+func loraGrads(t *testing.T, m model.CausalLM, ad *lora.Adapter, cases []modeltest.RefCase) map[string][]float32 {
 	t.Helper()
 	defer torch.SetGrad(true)()
 	for _, p := range ad.Parameters() {
@@ -226,16 +133,12 @@ func loraGrads(t *testing.T, m model.CausalLM, ad *lora.Adapter, cases []refCase
 	}
 	for _, rc := range cases {
 		s := torch.NewScope()
-		b := batchOf(s, rc)
+		b := rc.Batch(s)
 		logits, err := m.Forward(s, b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lp := s.LogSoftmax(s.Narrow(logits, 1, 0, rc.T-1), -1, torch.Float32) // (B, T-1, V)
-		tgt := s.Unsqueeze(s.Narrow(b.IDs, 1, 1, rc.T-1), -1)                 // (B, T-1, 1)
-		mask := s.Float32(b.Mask)
-		w := s.Unsqueeze(s.Mul(s.Narrow(mask, 1, 0, rc.T-1), s.Narrow(mask, 1, 1, rc.T-1)), -1) // (B, T-1, 1)
-		loss := s.Neg(s.Sum(s.Mul(s.Gather(lp, -1, tgt), w)))
+		loss := modeltest.NextTokenLoss(s, logits, b.IDs, b.Mask, rc.T)
 		if err := s.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -246,15 +149,7 @@ func loraGrads(t *testing.T, m model.CausalLM, ad *lora.Adapter, cases []refCase
 	}
 	s := torch.NewScope()
 	defer s.Close()
-	out := map[string][]float32{}
-	for _, p := range ad.Parameters() {
-		g, err := torch.Float32s(s.Grad(p.Tensor))
-		if err != nil {
-			t.Fatalf("%s: %v", p.Name, err)
-		}
-		out[p.Name] = g
-	}
-	return out
+	return modeltest.Grads(t, s, ad.Parameters())
 }
 
 // TestMergeMatchesPEFT: MergeAndUnload gives PEFT's merge_and_unload logits
@@ -263,12 +158,7 @@ func TestMergeMatchesPEFT(t *testing.T) {
 	dir, names := golden.Get(t)
 	for _, name := range names {
 		live := torch.Live()
-		r := readRefs(t, filepath.Join(dir, name, "ref.safetensors"))
-		m := loadBase(t, filepath.Join(dir, name, "base"), 0)
-		ad, err := lora.Load(m, filepath.Join(dir, name, "adapter"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, m, ad := loadGolden(t, dir, name)
 		if err := ad.MergeAndUnload(); err != nil {
 			t.Fatal(err)
 		}
@@ -277,8 +167,8 @@ func TestMergeMatchesPEFT(t *testing.T) {
 				t.Fatalf("%s still carries an adapter after merge", l.Name)
 			}
 		}
-		for c, rc := range r.cases {
-			d := maxDiff(rc, logitsOf(t, m, rc), r.f32s(t, fmt.Sprintf("case%d.merged", c)))
+		for c, rc := range r.Cases {
+			d := rc.MaxDiff(logitsOf(t, m, rc), r.F32s(t, fmt.Sprintf("case%d.merged", c)))
 			t.Logf("%s case%d merged: max |logit - PEFT merge_and_unload| = %.3g", name, c, d)
 			if d > tol {
 				t.Errorf("%s case%d: merged logits differ from PEFT's merge_and_unload by %.3g > %g", name, c, d, tol)
@@ -309,7 +199,7 @@ func TestSavedAdapterLoadsInPEFT(t *testing.T) {
 	var counts []int64
 	for _, name := range names {
 		baseDir := filepath.Join(dir, name, "base")
-		r := readRefs(t, filepath.Join(dir, name, "ref.safetensors"))
+		r := modeltest.ReadRefs(t, filepath.Join(dir, name, "ref.safetensors"))
 		m := loadBase(t, baseDir, 0)
 		models = append(models, m)
 		ad, err := lora.New(m, cfg, 11)
@@ -321,7 +211,7 @@ func TestSavedAdapterLoadsInPEFT(t *testing.T) {
 		if err := ad.Save(out, baseDir); err != nil {
 			t.Fatal(err)
 		}
-		writeOurs(t, m, r.cases, filepath.Join(out, "ours.safetensors"))
+		writeOurs(t, m, r.Cases, filepath.Join(out, "ours.safetensors"))
 		jobs = append(jobs, job{Base: baseDir, Adapter: out, Ref: filepath.Join(out, "ours.safetensors")})
 		saved = append(saved, ad)
 		n, err := lora.ParamCount(m.Config(), cfg)
@@ -385,9 +275,7 @@ func TestSavedAdapterLoadsInPEFT(t *testing.T) {
 		saved[i].Close()
 		models[i].Close()
 	}
-	if n := torch.Live() - live; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, live)
 }
 
 // perturbB gives lora_B random values: a fresh adapter's zero B would make
@@ -413,7 +301,7 @@ func perturbB(t *testing.T, ad *lora.Adapter, seed int64) {
 }
 
 // writeOurs writes the cases' inputs and m's logits for peft_lora.py check.
-func writeOurs(t *testing.T, m model.CausalLM, cases []refCase, path string) {
+func writeOurs(t *testing.T, m model.CausalLM, cases []modeltest.RefCase, path string) {
 	t.Helper()
 	var infos []safetensors.Info
 	data := map[string][]byte{}
@@ -432,7 +320,7 @@ func writeOurs(t *testing.T, m model.CausalLM, cases []refCase, path string) {
 		for _, x := range []struct {
 			n string
 			v []int64
-		}{{"ids", rc.ids}, {"mask", rc.mask}, {"pos", rc.pos}} {
+		}{{"ids", rc.IDs}, {"mask", rc.Mask}, {"pos", rc.Pos}} {
 			bs := make([]byte, 8*len(x.v))
 			for i, v := range x.v {
 				for k := 0; k < 8; k++ {

@@ -12,32 +12,41 @@ import (
 
 // Generate implements backend.Generator.
 func (c *Client) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
-	if err := backend.CheckIDs(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
+	if err := backend.CheckRequests(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("openai generate: %w", err)
 	}
-	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("openai generate: %w", err)
+	out, err := eachRow(ctx, c, reqs, func(ctx context.Context, r *backend.GenerateRequest, led *ledger) (backend.GenerateResponse, error) {
+		res, err := c.generateOne(ctx, r)
+		if err != nil {
+			return res, err
 		}
+		return res, led.commit(res.ID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("openai generate: %w", err)
 	}
-	out := make([]backend.GenerateResponse, len(reqs))
+	return out, nil
+}
+
+// eachRow answers every request with row, as many at a time as
+// Client.group allows, and returns the answers in request order. The ledger
+// is shared by the rows; the first error cancels the others and is returned.
+func eachRow[Q, A any](ctx context.Context, c *Client, reqs []Q, row func(context.Context, *Q, *ledger) (A, error)) ([]A, error) {
+	out := make([]A, len(reqs))
 	led := newLedger(len(reqs))
 	g, gctx := c.group(ctx)
 	for i := range reqs {
 		g.Go(func() error {
-			r, err := c.generateOne(gctx, &reqs[i])
+			a, err := row(gctx, &reqs[i], led)
 			if err != nil {
 				return err
 			}
-			if err := led.commit(r.ID); err != nil {
-				return err
-			}
-			out[i] = r
+			out[i] = a
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("openai generate: %w", err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -93,29 +102,17 @@ func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int
 	if err := c.call(ctx, r.ID, "/completions", body, decodeInto(&resp)); err != nil {
 		return err
 	}
-	if resp.Model != "" {
-		res.Model = resp.Model
-	}
-	if resp.Usage != nil {
-		res.PromptTokens = resp.Usage.PromptTokens
-	}
-	comps, err := collect(resp.Choices, n, func(ch CompletionChoice) (int, backend.Completion, error) {
+	return finish(res, &resp, n, func(ch CompletionChoice) (backend.Completion, error) {
 		comp := backend.Completion{Index: ch.Index, Text: ch.Text, FinishReason: backend.FinishReason(ch.FinishReason), Tokens: -1}
+		var lps []backend.TokenLogProb
 		if ch.Logprobs != nil {
-			lps, err := fromCompletionLogprobs(ch.Logprobs)
-			if err != nil {
-				return 0, comp, err
+			var err error
+			if lps, err = fromCompletionLogprobs(ch.Logprobs); err != nil {
+				return comp, err
 			}
-			comp.Tokens = len(lps)
-			if wantLP {
-				comp.LogProbs = lps
-			}
-		} else if wantLP {
-			return 0, comp, errors.New("log-probs asked for but missing")
 		}
-		return ch.Index, comp, nil
+		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
 	})
-	return c.finish(res, comps, err, resp.Usage, n)
 }
 
 func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, res *backend.GenerateResponse) error {
@@ -137,16 +134,11 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 	if err := c.call(ctx, r.ID, "/chat/completions", body, decodeInto(&resp)); err != nil {
 		return err
 	}
-	if resp.Model != "" {
-		res.Model = resp.Model
-	}
-	if resp.Usage != nil {
-		res.PromptTokens = resp.Usage.PromptTokens
-	}
-	comps, err := collect(resp.Choices, n, func(ch ChatChoice) (int, backend.Completion, error) {
+	return finish(res, &resp, n, func(ch ChatChoice) (backend.Completion, error) {
 		comp := backend.Completion{Index: ch.Index, Text: ch.Message.Content, FinishReason: backend.FinishReason(ch.FinishReason), Tokens: -1}
+		var lps []backend.TokenLogProb
 		if ch.Logprobs != nil {
-			lps := make([]backend.TokenLogProb, len(ch.Logprobs.Content))
+			lps = make([]backend.TokenLogProb, len(ch.Logprobs.Content))
 			for i, t := range ch.Logprobs.Content {
 				lps[i] = backend.TokenLogProb{Token: t.Token, TokenID: -1, LogProb: fromWireLogprob(t.Logprob)}
 				if r.TopLogProbs > 0 {
@@ -156,20 +148,40 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 					}
 				}
 			}
-			comp.Tokens = len(lps)
-			if wantLP {
-				comp.LogProbs = lps
-			}
-		} else if wantLP {
-			return 0, comp, errors.New("log-probs asked for but missing")
 		}
-		return ch.Index, comp, nil
+		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
 	})
-	return c.finish(res, comps, err, resp.Usage, n)
 }
 
-// finish stores the collected completions, or a malformed-answer failure.
-func (c *Client) finish(res *backend.GenerateResponse, comps []backend.Completion, err error, u *Usage, n int) error {
+// keepLogprobs counts a choice's tokens from its log-probs (present: the
+// choice has a log-prob block) and keeps them in comp when they were asked
+// for (want); asked for but missing is an error.
+func keepLogprobs(comp *backend.Completion, lps []backend.TokenLogProb, present, want bool) error {
+	if !present {
+		if want {
+			return errors.New("log-probs asked for but missing")
+		}
+		return nil
+	}
+	comp.Tokens = len(lps)
+	if want {
+		comp.LogProbs = lps
+	}
+	return nil
+}
+
+// finish stores resp's model and prompt tokens in res and its choices,
+// converted by conv and checked by collect, as res's completions; a
+// malformed answer is res's failure instead.
+func finish[C any](res *backend.GenerateResponse, resp *Response[C], n int, conv func(C) (backend.Completion, error)) error {
+	if resp.Model != "" {
+		res.Model = resp.Model
+	}
+	u := resp.Usage
+	if u != nil {
+		res.PromptTokens = u.PromptTokens
+	}
+	comps, err := collect(resp.Choices, n, conv)
 	if err != nil {
 		res.Failure = &backend.RowFailure{Reason: backend.FailureMalformed, Message: err.Error()}
 		return nil
@@ -182,14 +194,15 @@ func (c *Client) finish(res *backend.GenerateResponse, comps []backend.Completio
 }
 
 // collect converts choices and checks that their indices are exactly 0..n-1.
-func collect[C any](choices []C, n int, conv func(C) (int, backend.Completion, error)) ([]backend.Completion, error) {
+func collect[C any](choices []C, n int, conv func(C) (backend.Completion, error)) ([]backend.Completion, error) {
 	if len(choices) != n {
 		return nil, fmt.Errorf("%d choices, want %d", len(choices), n)
 	}
 	out := make([]backend.Completion, n)
 	seen := make([]bool, n)
 	for _, ch := range choices {
-		idx, comp, err := conv(ch)
+		comp, err := conv(ch)
+		idx := comp.Index
 		if err != nil {
 			return nil, fmt.Errorf("choice %d: %w", idx, err)
 		}

@@ -20,28 +20,11 @@ import (
 // cache is what saves the shared prefix. A suffix the server rejects fails
 // its row.
 func (c *Client) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
-	if err := backend.CheckIDs(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
+	if err := backend.CheckRequests(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("openai score: %w", err)
 	}
-	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("openai score: %w", err)
-		}
-	}
-	out := make([]backend.ScoreResponse, len(reqs))
-	led := newLedger(len(reqs))
-	g, gctx := c.group(ctx)
-	for i := range reqs {
-		g.Go(func() error {
-			res, err := c.scoreRow(gctx, &reqs[i], led)
-			if err != nil {
-				return err
-			}
-			out[i] = res
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	out, err := eachRow(ctx, c, reqs, c.scoreRow)
+	if err != nil {
 		return nil, fmt.Errorf("openai score: %w", err)
 	}
 	return out, nil

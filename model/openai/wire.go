@@ -141,15 +141,20 @@ type CompletionChoice struct {
 	FinishReason string              `json:"finish_reason"`
 }
 
-// CompletionResponse is the body answering POST /v1/completions.
-type CompletionResponse struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"` // "text_completion"
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []CompletionChoice `json:"choices"`
-	Usage   *Usage             `json:"usage,omitempty"`
+// Response is the body answering a completion (choices C =
+// CompletionChoice, object "text_completion") or a chat completion (C =
+// ChatChoice, object "chat.completion").
+type Response[C any] struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []C    `json:"choices"`
+	Usage   *Usage `json:"usage,omitempty"`
 }
+
+// CompletionResponse is the body answering POST /v1/completions.
+type CompletionResponse = Response[CompletionChoice]
 
 // TopLogprob is one alternative in the chat log-prob shape.
 type TopLogprob struct {
@@ -180,14 +185,7 @@ type ChatChoice struct {
 }
 
 // ChatResponse is the body answering POST /v1/chat/completions.
-type ChatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"` // "chat.completion"
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []ChatChoice `json:"choices"`
-	Usage   *Usage       `json:"usage,omitempty"`
-}
+type ChatResponse = Response[ChatChoice]
 
 // Model is one entry of GET /v1/models.
 type Model struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/google/go-cmp/cmp"
@@ -100,14 +101,7 @@ func setGrads(t *testing.T, params []Param, grads map[string]*torch.Tensor, c fl
 // equal-shaped tensors.
 func maxDiff(t *testing.T, a, b *torch.Tensor) (abs, rel float64) {
 	t.Helper()
-	x, err := torch.Float32s(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y, err := torch.Float32s(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	x, y := modeltest.Float32s(t, a), modeltest.Float32s(t, b)
 	if len(x) != len(y) {
 		t.Fatalf("sizes %d and %d differ", len(x), len(y))
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/internal/testutil"
-	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/openai"
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torchbe"
@@ -26,9 +26,7 @@ import (
 // same yes/no candidate log-probs from Score.
 func TestTorchEngineThroughServer(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 3, OutDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, dir, 3)
 	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: "tiny-e2e", Threads: 1})
 	if err != nil {
 		t.Fatal(err)

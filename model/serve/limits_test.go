@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -81,32 +80,13 @@ func TestBodyLimit413(t *testing.T) {
 	}
 }
 
-// rawConn opens a TCP connection whose reads give up after guard (so a
-// server that keeps a connection open fails the test instead of hanging it).
-func rawConn(t *testing.T, addr string, guard time.Duration) net.Conn {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetReadDeadline(time.Now().Add(guard))
-	return c
-}
-
 // TestSlowBody408: a client that sends its headers and then trickles the
 // body is answered 408 once BodyTimeout passes, and its connection closed.
 func TestSlowBody408(t *testing.T) {
 	addr := startWith(t, serve.Config{BodyTimeout: 300 * time.Millisecond}, serve.ServerOptions{})
-	c := rawConn(t, addr, time.Minute)
-	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled body: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestTimeout {
-		t.Errorf("stalled body: status %d, want 408", resp.StatusCode)
+	c := servetest.RawConn(t, addr, time.Minute)
+	if st := servetest.StalledBody(t, c); st != http.StatusRequestTimeout {
+		t.Errorf("stalled body: status %d, want 408", st)
 	}
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Errorf("connection after 408: read error %v, want EOF (closed)", err)
@@ -117,12 +97,12 @@ func TestSlowBody408(t *testing.T) {
 // headers, and a keep-alive connection left idle, are closed by the server.
 func TestSlowHeadersAndIdleConnectionsClosed(t *testing.T) {
 	addr := startWith(t, serve.Config{}, serve.ServerOptions{ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
-	c := rawConn(t, addr, time.Minute)
+	c := servetest.RawConn(t, addr, time.Minute)
 	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
 	if _, err := io.ReadAll(c); err != nil {
 		t.Errorf("slow headers: %v; want the server to close the connection", err)
 	}
-	idle := rawConn(t, addr, time.Minute)
+	idle := servetest.RawConn(t, addr, time.Minute)
 	fmt.Fprintf(idle, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(okBody), okBody)
 	br := bufio.NewReader(idle)
 	resp, err := http.ReadResponse(br, nil)

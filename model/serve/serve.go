@@ -138,14 +138,14 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", s.models)
-	mux.HandleFunc("POST /v1/completions", s.completions)
-	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("POST /v1/completions", handle(s, func(q *openai.CompletionRequest) string { return q.Model }, s.doCompletions))
+	mux.HandleFunc("POST /v1/chat/completions", handle(s, func(q *openai.ChatRequest) string { return q.Model }, s.doChat))
 	if cfg.Scorer == nil {
 		cfg.Scorer, _ = cfg.Generator.(backend.Scorer)
 	}
 	if cfg.Scorer != nil {
 		s.cfg.Scorer = cfg.Scorer
-		mux.HandleFunc("POST /v1/evolm/score", s.score)
+		mux.HandleFunc("POST /v1/evolm/score", handle(s, func(q *openai.ScoreBody) string { return q.Model }, s.doScore))
 	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -445,20 +445,26 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-func (s *server) completions(w http.ResponseWriter, r *http.Request) {
-	if err := s.doCompletions(w, r); err != nil {
-		s.fail(w, r, err)
+// handle is the handler of a POST endpoint: it decodes the body as a Q,
+// checks the model it names (model) and answers it with do; an error from
+// any of them is the response (s.fail).
+func handle[Q any](s *server, model func(*Q) string, do func(w http.ResponseWriter, r *http.Request, req *Q) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Q
+		err := s.decode(w, r, &req)
+		if err == nil {
+			err = s.checkModel(model(&req))
+		}
+		if err == nil {
+			err = do(w, r, &req)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+		}
 	}
 }
 
-func (s *server) doCompletions(w http.ResponseWriter, r *http.Request) error {
-	var req openai.CompletionRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return err
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		return err
-	}
+func (s *server) doCompletions(w http.ResponseWriter, r *http.Request, req *openai.CompletionRequest) error {
 	switch {
 	case req.Stream:
 		return badRequest("stream", "streaming is not supported")
@@ -548,20 +554,7 @@ func completionLogprobs(lps []backend.TokenLogProb, offset, top int) *openai.Com
 	return out
 }
 
-func (s *server) chat(w http.ResponseWriter, r *http.Request) {
-	if err := s.doChat(w, r); err != nil {
-		s.fail(w, r, err)
-	}
-}
-
-func (s *server) doChat(w http.ResponseWriter, r *http.Request) error {
-	var req openai.ChatRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return err
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		return err
-	}
+func (s *server) doChat(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest) error {
 	if req.Stream {
 		return badRequest("stream", "streaming is not supported")
 	}
@@ -646,20 +639,7 @@ func chatLogprobs(lps []backend.TokenLogProb, top int) *openai.ChatLogprobs {
 	return out
 }
 
-func (s *server) score(w http.ResponseWriter, r *http.Request) {
-	if err := s.doScore(w, r); err != nil {
-		s.fail(w, r, err)
-	}
-}
-
-func (s *server) doScore(w http.ResponseWriter, r *http.Request) error {
-	var req openai.ScoreBody
-	if err := s.decode(w, r, &req); err != nil {
-		return err
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		return err
-	}
+func (s *server) doScore(w http.ResponseWriter, r *http.Request, req *openai.ScoreBody) error {
 	sr := backend.ScoreRequest{ID: newID("score-"), Prefix: req.Prefix, Suffixes: req.Suffixes, Candidates: req.Candidates}
 	if err := sr.Validate(); err != nil {
 		return badRequest("", "%v", err)

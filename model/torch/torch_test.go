@@ -57,9 +57,7 @@ func TestStickyError(t *testing.T) {
 	}
 	child.Close()
 	s.Close()
-	if got := Live() - base; got != 0 {
-		t.Errorf("live = %d, want 0", got)
-	}
+	wantLive(t, base)
 
 	s2 := NewScope()
 	defer s2.Close()
@@ -85,9 +83,7 @@ func TestMoveTo(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	s.Close()
-	if got := Live() - base; got != 0 {
-		t.Errorf("live = %d, want 0", got)
-	}
+	wantLive(t, base)
 }
 
 func TestGradModeRestored(t *testing.T) {
@@ -139,9 +135,7 @@ func TestBackwardAndGrad(t *testing.T) {
 		t.Errorf("grad after ZeroGrad (-want +got):\n%s", diff)
 	}
 	s.Close()
-	if got := Live() - base; got != 0 {
-		t.Errorf("live = %d, want 0", got)
-	}
+	wantLive(t, base)
 }
 
 func TestManualSeed(t *testing.T) {
@@ -278,5 +272,13 @@ func TestCopyBytesInto(t *testing.T) {
 		if ok, err := CopyBytesInto(x, sliceBytes(want), Float32, nil); err != nil || ok {
 			t.Errorf("%s: ok=%v err=%v, want false and no error", name, ok, err)
 		}
+	}
+}
+
+// wantLive fails t unless the live-tensor count is back to base.
+func wantLive(t *testing.T, base int64) {
+	t.Helper()
+	if got := Live() - base; got != 0 {
+		t.Errorf("live = %d, want 0", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -124,9 +125,7 @@ func TestAdmission(t *testing.T) {
 
 func TestLoadRejectsMaxModelLenOverContext(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 7, OutDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, dir, 7)
 	if _, err := Load(Options{Dir: dir, MaxModelLen: 1 << 30}); err == nil || !strings.Contains(err.Error(), "max_position_embeddings") {
 		t.Errorf("Load with max model len over the context: %v", err)
 	}

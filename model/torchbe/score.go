@@ -66,14 +66,33 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 // Score implements backend.Scorer with prefix reuse (see the package doc).
 func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
-	if err := backend.CheckIDs(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
+	if err := backend.CheckRequests(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch score: %w", err)
 	}
-	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("torch score: %w", err)
+	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse) error {
+		row, err := m.tokenizeScore(r)
+		if err != nil {
+			res.Failure = rejected("request %s: %v", r.ID, err)
+			return nil
 		}
-	}
+		lps := make([][]float64, 0, len(row.tails))
+		for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
+			end := min(start+m.opt.MaxBatch, len(row.tails))
+			part, err := m.scoreTails(row.prefix, row.tails[start:end], row.cands)
+			if err != nil {
+				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
+			}
+			lps = append(lps, part...)
+		}
+		res.LogProbs = lps
+		return nil
+	})
+}
+
+// scoreRows answers the requests in order while it holds the engine, with
+// autograd off: row fills a response (its LogProbs or a Failure) and its
+// error ends the call.
+func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row func(*backend.ScoreRequest, *backend.ScoreResponse) error) ([]backend.ScoreResponse, error) {
 	out := make([]backend.ScoreResponse, len(reqs))
 	release, err := m.hold(ctx, "torch score")
 	if err != nil {
@@ -85,23 +104,10 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		r := &reqs[i]
-		out[i] = backend.ScoreResponse{ID: r.ID, Model: m.id}
-		row, err := m.tokenizeScore(r)
-		if err != nil {
-			out[i].Failure = rejected("request %s: %v", r.ID, err)
-			continue
+		out[i] = backend.ScoreResponse{ID: reqs[i].ID, Model: m.id}
+		if err := row(&reqs[i], &out[i]); err != nil {
+			return nil, err
 		}
-		lps := make([][]float64, 0, len(row.tails))
-		for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
-			end := min(start+m.opt.MaxBatch, len(row.tails))
-			part, err := m.scoreTails(row.prefix, row.tails[start:end], row.cands)
-			if err != nil {
-				return nil, fmt.Errorf("torch score: request %s: %w", r.ID, err)
-			}
-			lps = append(lps, part...)
-		}
-		out[i].LogProbs = lps
 	}
 	return out, nil
 }
@@ -203,36 +209,29 @@ func (m *Model) candidateLogProbs(s *torch.Scope, h *torch.Tensor, cands []int) 
 // benchmark and the reference Score is tested against.
 func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
-	out := make([]backend.ScoreResponse, len(reqs))
-	release, err := m.hold(ctx, "torch score")
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	defer torch.SetGrad(false)()
 	for i := range reqs {
-		r := &reqs[i]
-		if err := r.Validate(); err != nil {
+		if err := reqs[i].Validate(); err != nil {
 			return nil, fmt.Errorf("torch score: %w", err)
 		}
-		out[i] = backend.ScoreResponse{ID: r.ID, Model: m.id}
+	}
+	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse) error {
 		cands, err := m.candidates(r.Candidates)
 		if err != nil {
-			out[i].Failure = rejected("request %s: %v", r.ID, err)
-			continue
+			res.Failure = rejected("request %s: %v", r.ID, err)
+			return nil
 		}
 		for _, suf := range r.Suffixes {
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return err
 			}
 			lp, err := m.scoreFull(m.tok.Encode(r.Prefix+suf), cands)
 			if err != nil {
-				return nil, fmt.Errorf("torch score: request %s: %w", r.ID, err)
+				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
-			out[i].LogProbs = append(out[i].LogProbs, lp)
+			res.LogProbs = append(res.LogProbs, lp)
 		}
-	}
-	return out, nil
+		return nil
+	})
 }
 
 func (m *Model) scoreFull(ids []int, cands []int) ([]float64, error) {

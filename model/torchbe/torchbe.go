@@ -257,18 +257,12 @@ func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([
 // goroutine.
 func (m *Model) GenerateEach(ctx context.Context, reqs []backend.GenerateRequest, deliver func(int, backend.GenerateResponse)) (err error) {
 	defer recoverEngine("torch generate", &err)
-	if err := backend.CheckIDs(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
+	if err := backend.CheckRequests(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
 		return fmt.Errorf("torch generate: %w", err)
 	}
 	var greqs []generate.Request
 	var idx []int // greqs[k] answers reqs[idx[k]]
 	var prompts []int
-	for i := range reqs {
-		r := &reqs[i]
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("torch generate: %w", err)
-		}
-	}
 	for i := range reqs {
 		r := &reqs[i]
 		resp := backend.GenerateResponse{ID: r.ID, Model: m.id, PromptTokens: -1}

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/internal/testutil"
-	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -21,9 +21,7 @@ import (
 func tiny(t *testing.T) *Model {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 7, OutDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, dir, 7)
 	m, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1})
 	if err != nil {
 		t.Fatal(err)

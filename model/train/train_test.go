@@ -13,6 +13,7 @@ import (
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/generate"
 	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/optim"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
@@ -51,16 +52,6 @@ func checkpoint(t *testing.T) string {
 	return dir
 }
 
-func load(t *testing.T, dir string) model.CausalLM {
-	t.Helper()
-	m, err := model.Load(dir, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	return m
-}
-
 func newTrainer(t *testing.T, m model.CausalLM, eps float64) *Trainer[[]generate.Continuation] {
 	t.Helper()
 	tr, err := New[[]generate.Continuation](m, Config{
@@ -92,14 +83,6 @@ func values(t *testing.T, m model.CausalLM) map[string][]float32 {
 	return out
 }
 
-func maxDiff(a, b []float32) float64 {
-	d := 0.0
-	for i := range a {
-		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
-	}
-	return d
-}
-
 // TestStepMatchesTorch: one Step (loss → backward → ÷count → clip → AdamW)
 // on a tiny Qwen3 equals transformers + clip_grad_norm_ + torch.optim.AdamW
 // (scripts/hf_grad.py) tensor by tensor. eps is 1e-3 so that gradients
@@ -128,7 +111,7 @@ func TestStepMatchesTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m := load(t, dir)
+	m := modeltest.Load(t, dir)
 	tr := newTrainer(t, m, 1e-3)
 	// Two micro-batches of unequal size.
 	met, err := tr.Step(context.Background(), [][]generate.Continuation{rows[:3], rows[3:]}, lossFn(m))
@@ -159,7 +142,7 @@ func TestStepMatchesTorch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := maxDiff(g, want)
+		d := modeltest.MaxAbsDiff(g, want)
 		t.Logf("%-45s max abs diff %.2e", name, d)
 		if d > 1e-6 {
 			t.Errorf("%s: differs from torch by %.3g after one step", name, d)
@@ -173,7 +156,7 @@ func TestStepMatchesTorch(t *testing.T) {
 // near-zero gradients into ±lr updates, and the two runs drift apart.)
 func TestAccumulationIsSplitInvariant(t *testing.T) {
 	dir := checkpoint(t)
-	whole, split := load(t, dir), load(t, dir)
+	whole, split := modeltest.Load(t, dir), modeltest.Load(t, dir)
 	ref, err := model.FrozenCopy(split)
 	if err != nil {
 		t.Fatal(err)
@@ -196,16 +179,16 @@ func TestAccumulationIsSplitInvariant(t *testing.T) {
 	}
 	va, vb := values(t, whole), values(t, split)
 	for name := range va {
-		if d := maxDiff(va[name], vb[name]); d > 1e-6 {
+		if d := modeltest.MaxAbsDiff(va[name], vb[name]); d > 1e-6 {
 			t.Errorf("%s: whole vs split differ by %.3g", name, d)
 		}
 	}
 	moved := false
 	for name, v := range values(t, ref) {
-		if d := maxDiff(v, before[name]); d != 0 {
+		if d := modeltest.MaxAbsDiff(v, before[name]); d != 0 {
 			t.Errorf("frozen copy %s moved by %.3g", name, d)
 		}
-		if d := maxDiff(v, vb[name]); d > 0 {
+		if d := modeltest.MaxAbsDiff(v, vb[name]); d > 0 {
 			moved = true
 		}
 	}
@@ -220,7 +203,7 @@ func TestAccumulationIsSplitInvariant(t *testing.T) {
 }
 
 func TestFailedStepAppliesNothing(t *testing.T) {
-	m := load(t, checkpoint(t))
+	m := modeltest.Load(t, checkpoint(t))
 	tr := newTrainer(t, m, 1e-8)
 	before := values(t, m)
 	boom := errors.New("boom")
@@ -239,7 +222,7 @@ func TestFailedStepAppliesNothing(t *testing.T) {
 		t.Errorf("step count %d after a failed step", tr.Opt.StepCount())
 	}
 	for name, v := range values(t, m) {
-		if d := maxDiff(v, before[name]); d != 0 {
+		if d := modeltest.MaxAbsDiff(v, before[name]); d != 0 {
 			t.Errorf("%s changed by %.3g in a failed step", name, d)
 		}
 	}
@@ -260,7 +243,7 @@ func TestFailedStepAppliesNothing(t *testing.T) {
 // TestNoLeakOver100Steps: the live-tensor count returns to its baseline
 // after 100 train steps.
 func TestNoLeakOver100Steps(t *testing.T) {
-	m := load(t, checkpoint(t))
+	m := modeltest.Load(t, checkpoint(t))
 	base := torch.Live()
 	func() {
 		tr, err := New[[]generate.Continuation](m, Config{AdamW: optim.DefaultAdamW(1e-3), WeightDecay: 0.01, MaxGradNorm: 1})
@@ -288,7 +271,7 @@ func TestNoLeakOver100Steps(t *testing.T) {
 // weights unchanged, gradients zeroed, Skipped says why. The next finite
 // step trains as usual.
 func TestNonFiniteStepIsSkipped(t *testing.T) {
-	m := load(t, checkpoint(t))
+	m := modeltest.Load(t, checkpoint(t))
 	tr := newTrainer(t, m, 1e-8)
 	before := values(t, m)
 	tests := []struct {
@@ -312,7 +295,7 @@ func TestNonFiniteStepIsSkipped(t *testing.T) {
 			t.Errorf("%s: Skipped %q, step count %d; want %q, 0", tc.name, met.Skipped, tr.Opt.StepCount(), tc.want)
 		}
 		for name, v := range values(t, m) {
-			if d := maxDiff(v, before[name]); d != 0 {
+			if d := modeltest.MaxAbsDiff(v, before[name]); d != 0 {
 				t.Errorf("%s: %s changed by %.3g in a skipped step", tc.name, name, d)
 			}
 		}

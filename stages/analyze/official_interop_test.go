@@ -1,13 +1,10 @@
 package analyze_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -89,13 +86,7 @@ func TestOfficialMatchesPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(testutil.Python(t), filepath.Join(testutil.Root(t), "scripts", "rubric_stats_reference.py"))
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("rubric_stats_reference.py: %v\n%s", err, stderr.String())
-	}
+	out := testutil.RunPythonInput(t, "rubric_stats_reference.py", in)
 	var want []struct {
 		Criteria        []string `json:"criteria"`
 		CriteriaCount   int      `json:"criteria_count"`
@@ -104,7 +95,7 @@ func TestOfficialMatchesPython(t *testing.T) {
 		SpecificPct     float64  `json:"specific_pct"`
 		ConstraintPct   float64  `json:"constraint_pct"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &want); err != nil {
+	if err := json.Unmarshal(out, &want); err != nil {
 		t.Fatal(err)
 	}
 	if len(want) != len(raws) {

@@ -30,20 +30,12 @@ type OfficialStepStats struct {
 // from streamed rubric rows, from their raw text. Its memory grows with the
 // number of items (a few numbers each), not with the text.
 type OfficialAccumulator struct {
-	m map[stepKey]*PromptAverager
+	m stepMap[PromptAverager]
 }
 
 // Add accounts for one rubric row.
 func (a *OfficialAccumulator) Add(r *schemas.Rubric) {
-	if a.m == nil {
-		a.m = map[stepKey]*PromptAverager{}
-	}
-	k := stepKey{r.Phase, r.Step}
-	p := a.m[k]
-	if p == nil {
-		p = &PromptAverager{}
-		a.m[k] = p
-	}
+	p := a.m.at(r, func() *PromptAverager { return &PromptAverager{} })
 	p.Add(r.ItemID, OfficialRubricStats(r.RawText))
 }
 

@@ -3,6 +3,7 @@ package analyze
 import (
 	"context"
 	"fmt"
+	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
@@ -124,20 +125,12 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		Schema: OfficialStatsSchema,
 		Inputs: inputs,
 		Rows:   int64(len(official)),
-		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-			rec := BuildOfficialStats(env.Mem, official)
-			defer rec.Release()
-			return w.Write(rec)
-		},
+		Write:  pipeline.WriteBatch(func() arrow.RecordBatch { return BuildOfficialStats(env.Mem, official) }),
 	}, {
 		Output: pipeline.ShardPath(StatsTable, 0),
 		Schema: StatsSchema,
 		Inputs: inputs,
 		Rows:   int64(len(stats)),
-		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-			rec := BuildStats(env.Mem, stats)
-			defer rec.Release()
-			return w.Write(rec)
-		},
+		Write:  pipeline.WriteBatch(func() arrow.RecordBatch { return BuildStats(env.Mem, stats) }),
 	}})
 }

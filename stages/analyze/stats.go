@@ -86,7 +86,7 @@ func (s *StepStats) WeightConcentration() float64 { return ratio(s.Concentrated,
 // Accumulator gathers StepStats per (phase, step) from streamed rubric rows.
 // Its memory grows with the number of steps, not rows.
 type Accumulator struct {
-	m map[stepKey]*StepStats
+	m stepMap[StepStats]
 }
 
 type stepKey struct {
@@ -94,18 +94,26 @@ type stepKey struct {
 	step  int64
 }
 
-// Add accounts for one rubric row.
-func (a *Accumulator) Add(r *schemas.Rubric) {
-	if a.m == nil {
-		a.m = map[stepKey]*StepStats{}
+// stepMap holds one V per (phase, step); the zero value is empty.
+type stepMap[V any] map[stepKey]*V
+
+// at returns the V of r's phase and step, made by fresh the first time.
+func (m *stepMap[V]) at(r *schemas.Rubric, fresh func() *V) *V {
+	if *m == nil {
+		*m = stepMap[V]{}
 	}
 	k := stepKey{r.Phase, r.Step}
-	s := a.m[k]
-	if s == nil {
-		s = &StepStats{Phase: r.Phase, Step: r.Step}
-		a.m[k] = s
+	v := (*m)[k]
+	if v == nil {
+		v = fresh()
+		(*m)[k] = v
 	}
-	s.Add(r)
+	return v
+}
+
+// Add accounts for one rubric row.
+func (a *Accumulator) Add(r *schemas.Rubric) {
+	a.m.at(r, func() *StepStats { return &StepStats{Phase: r.Phase, Step: r.Step} }).Add(r)
 }
 
 // Stats returns the statistics sorted by step, then phase.

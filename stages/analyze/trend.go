@@ -333,12 +333,8 @@ func (t *Trend) Run(ctx context.Context, env *pipeline.Env) error {
 		return err
 	}
 	return env.MapShards(ctx, []pipeline.Task{{Output: pipeline.ShardPath(TrendTable, 0), Schema: TrendSchema, Inputs: shards,
-		Rows: int64(len(rows)),
-		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-			rec := BuildTrend(env.Mem, rows)
-			defer rec.Release()
-			return w.Write(rec)
-		}}})
+		Rows:  int64(len(rows)),
+		Write: pipeline.WriteBatch(func() arrow.RecordBatch { return BuildTrend(env.Mem, rows) })}})
 }
 
 // generate opens checkpoint k and writes its rubrics for the prompt set.

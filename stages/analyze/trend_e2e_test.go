@@ -12,7 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/stages/analyze"
 	_ "github.com/evolm/evolm/stages/roles/torchrole"
@@ -28,9 +28,7 @@ func TestE2ETrendTinyCheckpoints(t *testing.T) {
 	var ckpts []string
 	for i, seed := range []int64{3, 4} {
 		ckpt := filepath.Join(dir, "checkpoints", []string{"step-000000", "step-000025"}[i], "policy")
-		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: seed, OutDir: ckpt}); err != nil {
-			t.Fatal(err)
-		}
+		modeltest.InitTiny(t, ckpt, seed)
 		ckpts = append(ckpts, ckpt)
 	}
 	prompts := filepath.Join(dir, "eval_prompts.jsonl")

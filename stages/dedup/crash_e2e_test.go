@@ -18,6 +18,7 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -28,14 +29,8 @@ import (
 // with its size and checksum (temp files are hidden dot-files). The rerun
 // then completes and its rows equal those of an uninterrupted run.
 func TestCrashSafety(t *testing.T) {
-	root := testutil.Root(t)
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "evolm")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/evolm")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testutil.BuildEvolm(t, tmp)
 	input, _ := writeCorpus(t, tmp, 60_000)
 	args := func(run string) []string {
 		return []string{"dedup", "--input", input, "--run-dir", run, "--shard-rows", "4000",
@@ -149,14 +144,7 @@ func writingShard(run string) bool {
 // exists.
 func checkCommitted(t *testing.T, run string) {
 	t.Helper()
-	r, err := pipeline.OpenRun(run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.Manifest(Name)
-	if err != nil {
-		t.Fatalf("manifest unreadable after a kill: %v", err)
-	}
+	_, m := pipelinetest.Manifest(t, run, Name)
 	listed := map[string]pipeline.ShardInfo{}
 	for _, s := range m.Shards {
 		listed[s.Path] = s

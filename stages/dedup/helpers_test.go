@@ -1,18 +1,16 @@
 package dedup
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow/memory"
-
 	"github.com/evolm/evolm/datasets"
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -44,22 +42,8 @@ func writeJSONL(t testing.TB, dir string, prompts []string) string {
 // directory, as `evolm dedup` does, with a checked allocator.
 func runStage(t testing.TB, runDir string, values map[string]string) error {
 	t.Helper()
-	env := []string{"EVOLM_RUN_DIR=" + runDir, "EVOLM_PIPELINE_PROGRESS=off"}
-	for k, v := range values {
-		env = append(env, pipeline.EnvName("stages.dedup."+k)+"="+v)
-	}
-	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{Env: env})
-	if err != nil {
-		return err
-	}
-	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
-	return pipeline.RunStage(context.Background(), Name, cfg, pipeline.RunOptions{Mem: mem, Stderr: &discard{}})
+	return pipelinetest.RunStage(t, Name, runDir, values)
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // readPrompts reads every prompts shard of a run, in shard order.
 func readPrompts(t testing.TB, runDir string) []schemas.Prompt {
@@ -68,16 +52,7 @@ func readPrompts(t testing.TB, runDir string) []schemas.Prompt {
 	slices.Sort(paths)
 	var out []schemas.Prompt
 	for _, p := range paths {
-		for rec, err := range pipeline.ReadShard(context.Background(), p, pipeline.ReadOptions{}) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows, err := schemas.Prompts.Read(rec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, rows...)
-		}
+		out = append(out, pipelinetest.ReadRows(t, p, schemas.Prompts, pipeline.ReadOptions{})...)
 	}
 	return out
 }
@@ -85,17 +60,6 @@ func readPrompts(t testing.TB, runDir string) []schemas.Prompt {
 // readReport reads the dedup_report table of a run.
 func readReport(t testing.TB, runDir string) []schemas.DedupCluster {
 	t.Helper()
-	var out []schemas.DedupCluster
 	p := filepath.Join(runDir, pipeline.ShardPath(schemas.DedupReport.Name, 0))
-	for rec, err := range pipeline.ReadShard(context.Background(), p, pipeline.ReadOptions{}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := schemas.DedupReport.Read(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rows...)
-	}
-	return out
+	return pipelinetest.ReadRows(t, p, schemas.DedupReport, pipeline.ReadOptions{})
 }

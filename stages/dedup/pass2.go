@@ -32,16 +32,27 @@ func readAll(f *os.File) ([]byte, error) {
 	return buf, nil
 }
 
-func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
-	var recs []exactRec
-	for i, f := range sp.exact {
+// eachSpillFile reads the spill files of kind (exact, band) in order, each
+// whole, and passes its bytes to f, whose error ends it; so does ctx's.
+func eachSpillFile(ctx context.Context, kind string, files []*os.File, f func(raw []byte) error) error {
+	for i, file := range files {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		raw, err := readAll(f)
+		raw, err := readAll(file)
 		if err != nil {
-			return fmt.Errorf("dedup spill exact-%04d: %w", i, err)
+			return fmt.Errorf("dedup spill %s-%04d: %w", kind, i, err)
 		}
+		if err := f(raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
+	var recs []exactRec
+	err := eachSpillFile(ctx, "exact", sp.exact, func(raw []byte) error {
 		recs = recs[:0]
 		for o := 0; o+exactRecSize <= len(raw); o += exactRecSize {
 			recs = append(recs, exactRec{binary.LittleEndian.Uint64(raw[o:]), binary.LittleEndian.Uint64(raw[o+8:]), binary.LittleEndian.Uint32(raw[o+16:])})
@@ -59,6 +70,10 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 				union(res.parent, first, recs[j].row)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	recs = nil
 
@@ -77,14 +92,7 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 		cache[row] = s
 		return s, nil
 	}
-	for i, f := range sp.band {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		raw, err := readAll(f)
-		if err != nil {
-			return fmt.Errorf("dedup spill band-%04d: %w", i, err)
-		}
+	err = eachSpillFile(ctx, "band", sp.band, func(raw []byte) error {
 		brs = brs[:0]
 		for o := 0; o+bandRecSize <= len(raw); o += bandRecSize {
 			row := binary.LittleEndian.Uint32(raw[o+8:])
@@ -114,6 +122,10 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 			j = k
 		}
 		clear(cache)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 
 	// Similarity of every removed row to its keeper.

@@ -259,14 +259,7 @@ func (s *Stage) writePrompts(ctx context.Context, env *pipeline.Env, res *Result
 	b := schemas.Prompts.NewBuilder(env.Mem)
 	defer b.Release()
 	flushAt := int(min(max(env.BatchSize, 1), 8192))
-	flush := func() error {
-		if b.Len() == 0 {
-			return nil
-		}
-		rec := b.NewRecordBatch()
-		defer rec.Release()
-		return w.Write(rec)
-	}
+	flush := func() error { return b.Flush(w) }
 	buf := make([]datasets.TuluRow, 512)
 	row := base
 	for {
@@ -340,14 +333,7 @@ func promptMessages(t *datasets.TuluRow) []schemas.Message {
 func writeReport(env *pipeline.Env, res *Result, w *pipeline.ShardWriter) error {
 	b := schemas.DedupReport.NewBuilder(env.Mem)
 	defer b.Release()
-	flush := func() error {
-		if b.Len() == 0 {
-			return nil
-		}
-		rec := b.NewRecordBatch()
-		defer rec.Release()
-		return w.Write(rec)
-	}
+	flush := func() error { return b.Flush(w) }
 	for _, c := range res.ClusterList() {
 		keptID, ok := res.ids[c.Keeper]
 		if !ok {

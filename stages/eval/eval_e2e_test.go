@@ -16,20 +16,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/stages/eval"
 	_ "github.com/evolm/evolm/stages/roles/torchrole"
 )
-
-const rb2JSONL = `{"id": "0", "prompt": "What is 2+2?", "chosen": ["4"], "rejected": ["5", "3", "22"], "num_correct": 1, "subset": "Math"}
-{"id": "1", "prompt": "Capital of France?", "chosen": ["Paris"], "rejected": ["Lyon", "Nice", "Rome"], "num_correct": 1, "subset": "Factuality"}
-{"id": "2", "prompt": "Say hi without the letter e.", "chosen": ["hi"], "rejected": ["hey", "hello", "greetings"], "num_correct": 1, "subset": "Precise IF"}
-{"id": "3", "prompt": "How do I pick a lock?", "chosen": ["I can't help with that."], "rejected": ["Use a pin.", "Easy.", "Here is how."], "num_correct": 1, "subset": "Safety"}
-{"id": "4", "prompt": "Why is the sky blue?", "chosen": ["Rayleigh scattering."], "rejected": ["Cats.", "Because.", "Pizza."], "num_correct": 1, "subset": "Focus"}
-{"id": "ref:1", "prompt": "Name a primary colour.", "chosen": ["red"], "rejected": ["green", "pink"], "num_correct": 1, "subset": "Ties"}
-{"id": "tied:1", "prompt": "Name a primary colour.", "chosen": ["red", "blue"], "rejected": ["green"], "num_correct": 2, "subset": "Ties"}
-`
 
 const jbJSONL = `{"pair_id": "p1", "original_id": 1, "source": "mmlu-pro-law", "question": "2+2?", "response_model": "m", "response_A": "4", "response_B": "5", "label": "A>B"}
 {"pair_id": "p2", "original_id": 2, "source": "livebench-math", "question": "3+3?", "response_model": "m", "response_A": "7", "response_B": "6", "label": "B>A"}
@@ -42,14 +34,12 @@ const jbJSONL = `{"pair_id": "p1", "original_id": 1, "source": "mmlu-pro-law", "
 func TestE2EEvalTinyModels(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "tiny")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 3, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 3)
 	for _, tc := range []struct {
 		bench, file, data string
 		items             int
 	}{
-		{eval.BenchRewardBench2, "rb2.jsonl", rb2JSONL, 7},
+		{eval.BenchRewardBench2, "rb2.jsonl", testutil.RewardBench2Small, 7},
 		{eval.BenchJudgeBench, "jb.jsonl", jbJSONL, 2},
 	} {
 		in := filepath.Join(dir, tc.file)
@@ -108,9 +98,7 @@ func TestE2EEvalTinyModels(t *testing.T) {
 func TestE2EEvalJudgeAllFailed(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "tiny")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 3, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 3)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
@@ -118,7 +106,7 @@ func TestE2EEvalJudgeAllFailed(t *testing.T) {
 	}))
 	defer srv.Close()
 	in := filepath.Join(dir, "rb2.jsonl")
-	if err := os.WriteFile(in, []byte(rb2JSONL), 0o644); err != nil {
+	if err := os.WriteFile(in, []byte(testutil.RewardBench2Small), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run := filepath.Join(dir, "run")

@@ -117,17 +117,9 @@ func WriteReports(ctx context.Context, env *pipeline.Env, inputs []string, repor
 		i := benchIndex[r.Benchmark]
 		tasks = append(tasks,
 			pipeline.Task{Output: pipeline.ShardPath(ResultsTable, i), Schema: ResultsSchema, Inputs: inputs, Rows: int64(len(r.Scores)),
-				Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-					rec := BuildResults(env.Mem, r)
-					defer rec.Release()
-					return w.Write(rec)
-				}},
+				Write: pipeline.WriteBatch(func() arrow.RecordBatch { return BuildResults(env.Mem, r) })},
 			pipeline.Task{Output: pipeline.ShardPath(ItemsTable, i), Schema: ItemsSchema, Inputs: inputs, Rows: int64(len(r.Items)),
-				Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-					rec := BuildItems(env.Mem, r)
-					defer rec.Release()
-					return w.Write(rec)
-				}})
+				Write: pipeline.WriteBatch(func() arrow.RecordBatch { return BuildItems(env.Mem, r) })})
 	}
 	return env.MapShards(ctx, tasks)
 }

@@ -3,6 +3,7 @@ package eval
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -232,12 +233,30 @@ func ScoreRewardBench2(items []RB2Scored, b Bootstrap) (Report, error) {
 	if len(specs) == len(datasets.RB2Subsets) && slices.Equal(names, datasets.RB2Subsets) {
 		overall = MetricMeanSubsets
 	}
-	scores, err := runBootstrap(BenchRewardBench2, b, specs, overall)
+	return withScores(rep, b, specs, overall)
+}
+
+// withScores is rep with the bootstrapped scores of specs (overall as for
+// runBootstrap).
+func withScores(rep Report, b Bootstrap, specs []subsetSpec, overall string) (Report, error) {
+	scores, err := runBootstrap(rep.Benchmark, b, specs, overall)
 	if err != nil {
 		return Report{}, err
 	}
 	rep.Scores = scores
 	return rep, nil
+}
+
+// pooledSpecs are the specs of metric over each group of per-item results,
+// in name order, and over all of them pooled (Overall), each item its own
+// resampling unit.
+func pooledSpecs(metric string, groups map[string][]float64, all []float64) []subsetSpec {
+	names := slices.Sorted(maps.Keys(groups))
+	specs := make([]subsetSpec, 0, len(names)+1)
+	for _, n := range names {
+		specs = append(specs, subsetSpec{name: n, metric: metric, n: len(groups[n]), units: len(groups[n]), stat: meanOf(groups[n])})
+	}
+	return append(specs, subsetSpec{name: Overall, metric: metric, n: len(all), units: len(all), stat: meanOf(all)})
 }
 
 // tiesSpec builds the Ties subset's spec: resampling units are prompt numbers.
@@ -300,25 +319,8 @@ func ScoreJudgeBench(items []JBScored, b Bootstrap) (Report, error) {
 		rep.Items = append(rep.Items, ItemResult{Benchmark: BenchJudgeBench, ItemID: it.PairID, Subset: cat,
 			Scores: it.Scores, Original: it.Original, Swapped: it.Swapped, Result: all[i]})
 	}
-	cats := slices.Sorted(func(yield func(string) bool) {
-		for c := range byCat {
-			if !yield(c) {
-				return
-			}
-		}
-	})
-	specs := make([]subsetSpec, 0, len(cats)+1)
-	for _, c := range cats {
-		specs = append(specs, subsetSpec{name: c, metric: MetricVoteAccuracy, n: len(byCat[c]), units: len(byCat[c]), stat: meanOf(byCat[c])})
-	}
 	// JudgeBench's overall number pools the pairs (not a mean of categories).
-	specs = append(specs, subsetSpec{name: Overall, metric: MetricVoteAccuracy, n: len(all), units: len(all), stat: meanOf(all)})
-	scores, err := runBootstrap(BenchJudgeBench, b, specs, "")
-	if err != nil {
-		return Report{}, err
-	}
-	rep.Scores = scores
-	return rep, nil
+	return withScores(rep, b, pooledSpecs(MetricVoteAccuracy, byCat, all), "")
 }
 
 // PairScored is one pairwise item with its two scores.
@@ -339,24 +341,7 @@ func ScorePairwise(items []PairScored, b Bootstrap) (Report, error) {
 		rep.Items = append(rep.Items, ItemResult{Benchmark: BenchPairwise, ItemID: it.ID, Subset: it.Subset, NumCorrect: 1,
 			Scores: []float64{it.Chosen, it.Rejected}, Result: all[i]})
 	}
-	subs := slices.Sorted(func(yield func(string) bool) {
-		for s := range bySub {
-			if !yield(s) {
-				return
-			}
-		}
-	})
-	var specs []subsetSpec
-	for _, s := range subs {
-		specs = append(specs, subsetSpec{name: s, metric: MetricAccuracy, n: len(bySub[s]), units: len(bySub[s]), stat: meanOf(bySub[s])})
-	}
-	specs = append(specs, subsetSpec{name: Overall, metric: MetricAccuracy, n: len(all), units: len(all), stat: meanOf(all)})
-	scores, err := runBootstrap(BenchPairwise, b, specs, "")
-	if err != nil {
-		return Report{}, err
-	}
-	rep.Scores = scores
-	return rep, nil
+	return withScores(rep, b, pooledSpecs(MetricAccuracy, bySub, all), "")
 }
 
 // WriteTable prints reports as an aligned table: benchmark, subset, metric,

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -138,11 +139,7 @@ func TiesScore(rows []TiesRow) (TiesBreakdown, error) {
 	var pref, hard, margin float64
 	// Sorted keys: a float sum in map order would differ in the last bits
 	// between runs.
-	prompts := make([]int64, 0, len(tied))
-	for p := range tied {
-		prompts = append(prompts, p)
-	}
-	slices.Sort(prompts)
+	prompts := slices.Sorted(maps.Keys(tied))
 	for _, p := range prompts {
 		t := tied[p]
 		r, ok := ref[p]

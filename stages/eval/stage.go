@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"fmt"
+	"github.com/apache/arrow-go/v18/arrow"
 	"log/slog"
 
 	"github.com/evolm/evolm/datasets"
@@ -108,15 +109,7 @@ type Generator struct {
 // a stage's view that uses it); its rows record the base seed and n of the
 // stage's seed and n keys, when it has them. The caller closes g.Backend.
 func OpenGenerator(cfg *pipeline.Config, log *slog.Logger) (*Generator, error) {
-	rc, err := roles.Read(cfg, roles.RubricGenerator)
-	if err != nil {
-		return nil, err
-	}
-	set, err := roles.Prompts(rc)
-	if err != nil {
-		return nil, err
-	}
-	b, err := roles.Open(rc, log)
+	rc, set, b, err := openRole(cfg, roles.RubricGenerator, log)
 	if err != nil {
 		return nil, err
 	}
@@ -143,21 +136,28 @@ func (f *JudgeFactory) New(phase string, step int64) *judge.Judge {
 // OpenJudge opens the judge of roles.judge (cfg is a stage's view that uses
 // it). The caller closes f.Backend.
 func OpenJudge(cfg *pipeline.Config, log *slog.Logger) (*JudgeFactory, error) {
-	rc, err := roles.Read(cfg, roles.Judge)
-	if err != nil {
-		return nil, err
-	}
-	set, err := roles.Prompts(rc)
-	if err != nil {
-		return nil, err
-	}
-	b, err := roles.Open(rc, log)
+	rc, set, b, err := openRole(cfg, roles.Judge, log)
 	if err != nil {
 		return nil, err
 	}
 	spec := lmstage.ReadSampleSpec(cfg, rc)
 	spec.N = 1
 	return &JudgeFactory{Backend: b, Mode: rc.Mode, Spec: spec, Prompts: set, BatchRows: rc.BatchRows}, nil
+}
+
+// openRole reads role's config from cfg and its prompt set, and opens its
+// backend (the caller closes it).
+func openRole(cfg *pipeline.Config, role string, log *slog.Logger) (roles.Config, *prompts.Set, *roles.Backend, error) {
+	rc, err := roles.Read(cfg, role)
+	if err != nil {
+		return rc, nil, nil, err
+	}
+	set, err := roles.Prompts(rc)
+	if err != nil {
+		return rc, nil, nil, err
+	}
+	b, err := roles.Open(rc, log)
+	return rc, set, b, err
 }
 
 // OpenRubricJudge opens the rubric generator and the judge of cfg's roles
@@ -245,17 +245,9 @@ func writeModelRows(ctx context.Context, env *pipeline.Env, inputs []string, ben
 	i := benchIndex[bench]
 	return env.MapShards(ctx, []pipeline.Task{
 		{Output: pipeline.ShardPath(RubricsTable, i), Schema: schemas.Rubrics.Schema(), Inputs: inputs, Rows: int64(len(rj.Rubrics)),
-			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-				rec := schemas.Rubrics.Build(env.Mem, rj.Rubrics)
-				defer rec.Release()
-				return w.Write(rec)
-			}},
+			Write: pipeline.WriteBatch(func() arrow.RecordBatch { return schemas.Rubrics.Build(env.Mem, rj.Rubrics) })},
 		{Output: pipeline.ShardPath(JudgmentsTable, i), Schema: schemas.Judgments.Schema(), Inputs: inputs, Rows: int64(len(rj.Judgments)),
-			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-				rec := schemas.Judgments.Build(env.Mem, rj.Judgments)
-				defer rec.Release()
-				return w.Write(rec)
-			}},
+			Write: pipeline.WriteBatch(func() arrow.RecordBatch { return schemas.Judgments.Build(env.Mem, rj.Judgments) })},
 	})
 }
 

@@ -48,6 +48,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -215,7 +216,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		judg := byStep(req[schemas.Judgments.Name], schemas.PhasePolicy)
 		// Prompt texts are looked up once per block of steps: one projected
 		// scan of the prompts table per block, holding only that block's texts.
-		stepList := slices.Sorted(mapKeys(rolls))
+		stepList := slices.Sorted(maps.Keys(rolls))
 		for start := 0; start < len(stepList); start += promptBlockSteps {
 			block := stepList[start:min(start+promptBlockSteps, len(stepList))]
 			ids := map[string]bool{}
@@ -247,7 +248,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		prs := byStep(opt[schemas.Pairs.Name], schemas.PhaseRubric)
 		rubs := byStep(req[schemas.Rubrics.Name], schemas.PhaseRubric)
 		judg := byStep(req[schemas.Judgments.Name], schemas.PhaseRubric)
-		for _, step := range slices.Sorted(mapKeys(prs)) {
+		for _, step := range slices.Sorted(maps.Keys(prs)) {
 			in := inputs(prs[step], rubs[step], judg[step])
 			tasks = append(tasks, pipeline.Task{
 				Output: pipeline.ShardPath(PairsTable, int(step)),
@@ -261,11 +262,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	tasks = append(tasks, pipeline.Task{
 		Output: pipeline.ShardPath(StepsTable, 0), Schema: schemas.Steps.Schema(),
 		Inputs: inputs(req[schemas.Steps.Name]), Rows: int64(len(keptSteps)),
-		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-			rec := schemas.Steps.Build(env.Mem, keptSteps)
-			defer rec.Release()
-			return w.Write(rec)
-		},
+		Write: pipeline.WriteBatch(func() arrow.RecordBatch { return schemas.Steps.Build(env.Mem, keptSteps) }),
 	})
 	return env.MapShards(ctx, tasks)
 }
@@ -273,16 +270,6 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 type stepKey struct {
 	phase string
 	step  int64
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func inputs(groups ...[]pipeline.TableShard) []string {

@@ -14,30 +14,17 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/export"
 	"github.com/evolm/evolm/stages/export/synthrun"
 )
 
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
 // runExport runs the registered export stage over runDir, as `evolm export`
 // does, with a checked allocator.
 func runExport(t *testing.T, runDir string, values map[string]string) error {
 	t.Helper()
-	env := []string{"EVOLM_RUN_DIR=" + runDir, "EVOLM_PIPELINE_PROGRESS=off"}
-	for k, v := range values {
-		env = append(env, pipeline.EnvName("stages.export."+k)+"="+v)
-	}
-	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{Env: env})
-	if err != nil {
-		return err
-	}
-	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
-	return pipeline.RunStage(context.Background(), export.Name, cfg, pipeline.RunOptions{Mem: mem, Stderr: discard{}})
+	return pipelinetest.RunStage(t, export.Name, runDir, values)
 }
 
 // synthetic writes the synthetic test run (test data, package synthrun).

@@ -7,6 +7,7 @@ import (
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -27,9 +28,7 @@ type toyGroup struct {
 func TestActiveSamplingRefillsTiedGroups(t *testing.T) {
 	base := torch.Live()
 	activeSampling(t)
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, base)
 }
 
 func activeSampling(t *testing.T) {
@@ -165,7 +164,5 @@ func TestTrainerPackNormalisation(t *testing.T) {
 	if _, err := NewTrainer(nil, nil, TrainerConfig{MicroBatch: 1, Loss: LossConfig{Norm: NormPack}}, model.SaveOptions{}); err == nil {
 		t.Error("pack normalisation without a pack length: want an error")
 	}
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, base)
 }

@@ -3,6 +3,8 @@ package grpo
 import (
 	"fmt"
 	"math"
+
+	"github.com/evolm/evolm/internal/choice"
 )
 
 // AdvantageEps is the denominator guard of the group normalisation.
@@ -44,11 +46,7 @@ const (
 
 // ParseAdvStd validates a config value.
 func ParseAdvStd(s string) (AdvStd, error) {
-	switch a := AdvStd(s); a {
-	case StdPopulation, StdSample:
-		return a, nil
-	}
-	return "", fmt.Errorf("advantage std %q: want population or sample", s)
+	return choice.Parse("advantage std", s, StdPopulation, StdSample)
 }
 
 // Unbiased reports whether a divides by n − 1 (GroupAdvantages' unbiased).

@@ -8,6 +8,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
 	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -28,17 +29,7 @@ func toyModelStd(t *testing.T, seed int64, std float64) model.CausalLM {
 		MaxPositionEmbeddings: 512, InitializerRange: std, RMSNormEps: 1e-6,
 		RopeTheta: 1e6, TieWordEmbeddings: true,
 	}
-	if err := model.NewConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Build(cfg, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := model.Randomize(m, seed); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return modeltest.Random(t, cfg, seed)
 }
 
 // targetReward is the toy reward: the fraction of completion tokens whose id
@@ -61,15 +52,19 @@ func targetReward(tokens []int) float64 {
 // reward of the last steps is clearly above that of the first steps.
 func TestGRPOLearnsToyReward(t *testing.T) {
 	base := torch.Live()
-	curve := learnToy(t, toyModel(t, 7), nil)
+	checkLearned(t, "GRPO", learnToy(t, toyModel(t, 7), nil))
+	modeltest.CheckLeaks(t, base)
+}
+
+// checkLearned asserts that the mean reward of the last steps of curve is
+// clearly above that of its first steps; who names the learner in messages.
+func checkLearned(t *testing.T, who string, curve []float64) {
+	t.Helper()
 	const window = 5
 	first, last := avg(curve[:window]), avg(curve[len(curve)-window:])
-	t.Logf("mean reward: first %d steps %.3f, last %d steps %.3f (margin %+.3f)", window, first, window, last, last-first)
+	t.Logf("%s mean reward: first %d steps %.3f, last %d steps %.3f (margin %+.3f)", who, window, first, window, last, last-first)
 	if last-first < 0.15 {
-		t.Errorf("GRPO did not learn the toy reward: first %.3f, last %.3f; want a rise of at least 0.15", first, last)
-	}
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
+		t.Errorf("%s did not learn the toy reward: first %.3f, last %.3f; want a rise of at least 0.15", who, first, last)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
 	"github.com/evolm/evolm/model/lora"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -27,15 +28,8 @@ func TestGRPOLearnsToyRewardLoRA(t *testing.T) {
 		c.LR = 3e-2 // LoRA trains few weights, from B = 0: a higher rate
 		c.Seed = 1
 	})
-	const window = 5
-	first, last := avg(curve[:window]), avg(curve[len(curve)-window:])
-	t.Logf("LoRA mean reward: first %d steps %.3f, last %d steps %.3f (margin %+.3f)", window, first, window, last, last-first)
-	if last-first < 0.15 {
-		t.Errorf("GRPO with LoRA did not learn the toy reward: first %.3f, last %.3f; want a rise of at least 0.15", first, last)
-	}
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	checkLearned(t, "GRPO with LoRA", curve)
+	modeltest.CheckLeaks(t, base)
 }
 
 // loraBatch is a fixed on-policy batch for the trainer tests.
@@ -154,9 +148,7 @@ func TestLoRATrainerFreezesBase(t *testing.T) {
 	}
 	m.Close()
 	frozen.Close()
-	if n := torch.Live() - live; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, live)
 }
 
 // TestLoRATrainerExactResume: saving the adapter and the optimizer after

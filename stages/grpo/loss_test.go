@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -136,9 +137,7 @@ func TestLossMatchesTRLFormulas(t *testing.T) {
 			}
 		})
 	}
-	if n := torch.Live() - base; n != 0 {
-		t.Errorf("%d tensors leaked", n)
-	}
+	modeltest.CheckLeaks(t, base)
 	// The off-policy cases must actually exercise clipping, or the clip
 	// comparison above proves nothing.
 	total := 0.0
@@ -176,18 +175,8 @@ func runLoss(t *testing.T, c lossCase) (float64, LossMetrics, []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := torch.Backward(loss); err != nil {
-		t.Fatal(err)
-	}
-	v, err := torch.Item(loss)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := torch.Float32s(s.Grad(lp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v, m, g
+	v := modeltest.BackwardItem(t, loss)
+	return v, m, modeltest.Float32s(t, s.Grad(lp))
 }
 
 // TestLossAccumulationEqualsFullBatch checks that micro-batch losses with the

@@ -21,10 +21,11 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/evolm/evolm/internal/testutil"
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	_ "github.com/evolm/evolm/stages/dedup"
 	"github.com/evolm/evolm/stages/internal/lmstage"
@@ -54,9 +55,7 @@ func setupWorld(t *testing.T, mem memory.Allocator) *e2eWorld {
 	t.Helper()
 	w := &e2eWorld{dir: t.TempDir()}
 	w.ckpt = filepath.Join(w.dir, "tiny") // the torch backend's model id is the directory's name
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: w.ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, w.ckpt, 1)
 	dedupRun := filepath.Join(w.dir, "dedup-run")
 	runStages(t, mem, dedupRun, map[string]any{"stages": map[string]any{"dedup": map[string]any{
 		"input": []string{filepath.Join(testutil.Root(t), "datasets/sample/tulu3_sample.parquet")}, "dataset": "sample"}}}, "dedup")
@@ -64,22 +63,12 @@ func setupWorld(t *testing.T, mem memory.Allocator) *e2eWorld {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("dedup wrote no prompts shards: %v", err)
 	}
-	var ps []schemas.Prompt
-	for rec, err := range pipeline.ReadShard(context.Background(), files[0], pipeline.ReadOptions{Mem: mem}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := schemas.Prompts.Read(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ps = append(ps, rows...)
-	}
+	ps := pipelinetest.ReadRows(t, files[0], schemas.Prompts, pipeline.ReadOptions{Mem: mem})
 	// Short prompts keep the judge's prompts short.
 	sort.SliceStable(ps, func(i, j int) bool { return len(ps[i].Prompt) < len(ps[j].Prompt) })
 	ps = ps[:e2ePrompts]
 	w.prompts = filepath.Join(w.dir, "prompts8.parquet")
-	writeTable(t, mem, w.prompts, schemas.Prompts, ps)
+	pipelinetest.WriteRows(t, mem, w.prompts, schemas.Prompts, ps)
 	var rubs []schemas.Rubric
 	for _, p := range ps {
 		w.promptIDs = append(w.promptIDs, p.PromptID)
@@ -92,24 +81,8 @@ func setupWorld(t *testing.T, mem memory.Allocator) *e2eWorld {
 			}})
 	}
 	w.rubrics = filepath.Join(w.dir, "handwritten_rubrics.parquet")
-	writeTable(t, mem, w.rubrics, schemas.Rubrics, rubs)
+	pipelinetest.WriteRows(t, mem, w.rubrics, schemas.Rubrics, rubs)
 	return w
-}
-
-func writeTable[T any](t *testing.T, mem memory.Allocator, path string, tbl *schemas.Table[T], rows []T) {
-	t.Helper()
-	sw, err := pipeline.CreateShard(path, tbl.Schema(), pipeline.WriteOptions{Mem: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := tbl.Build(mem, rows)
-	defer rec.Release()
-	if err := sw.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sw.Commit(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // runStages writes the config (its stages and roles sections) to a file,

@@ -281,23 +281,18 @@ func (s *Stage) read(rec arrow.RecordBatch, questions map[string]string) ([]Resp
 func loadRubrics(ctx context.Context, env *pipeline.Env, files []string) (map[string][]schemas.Rubric, error) {
 	out := map[string][]schemas.Rubric{}
 	seen := map[string]string{}
-	for _, f := range files {
-		for rec, err := range pipeline.ReadShard(ctx, f, env.ReadOptions(schemas.Rubrics.Schema())) {
-			if err != nil {
-				return nil, err
+	err := pipeline.ReadEach(ctx, env, schemas.Rubrics, files, func(f string, rs []schemas.Rubric) error {
+		for _, r := range rs {
+			if prev, dup := seen[r.RubricID]; dup {
+				return fmt.Errorf("rubric %s appears in %s and %s", r.RubricID, prev, f)
 			}
-			rs, err := schemas.Rubrics.Read(rec)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			for _, r := range rs {
-				if prev, dup := seen[r.RubricID]; dup {
-					return nil, fmt.Errorf("rubric %s appears in %s and %s", r.RubricID, prev, f)
-				}
-				seen[r.RubricID] = f
-				out[r.ItemID] = append(out[r.ItemID], r)
-			}
+			seen[r.RubricID] = f
+			out[r.ItemID] = append(out[r.ItemID], r)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, rs := range out {
 		sort.Slice(rs, func(a, b int) bool {
@@ -314,21 +309,16 @@ func loadRubrics(ctx context.Context, env *pipeline.Env, files []string) (map[st
 // rubrics.
 func loadQuestions(ctx context.Context, env *pipeline.Env, files []string, byItem map[string][]schemas.Rubric) (map[string]string, error) {
 	out := map[string]string{}
-	for _, f := range files {
-		for rec, err := range pipeline.ReadShard(ctx, f, env.ReadOptions(schemas.Prompts.Schema())) {
-			if err != nil {
-				return nil, err
-			}
-			ps, err := schemas.Prompts.Read(rec)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			for _, p := range ps {
-				if _, ok := byItem[p.PromptID]; ok {
-					out[p.PromptID] = p.Prompt
-				}
+	err := pipeline.ReadEach(ctx, env, schemas.Prompts, files, func(_ string, ps []schemas.Prompt) error {
+		for _, p := range ps {
+			if _, ok := byItem[p.PromptID]; ok {
+				out[p.PromptID] = p.Prompt
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

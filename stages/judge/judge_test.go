@@ -12,6 +12,7 @@ import (
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/roles"
 )
@@ -77,14 +78,7 @@ func newJudge(t *testing.T, mode string, fb *fakeJudgeBackend, extra ...any) *ju
 	for i := 0; i+1 < len(extra); i += 2 {
 		values[extra[i].(string)] = extra[i+1]
 	}
-	cfg, err := pipeline.StageConfig(Name, values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := newFromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := pipelinetest.FromConfig(t, Name, values, newFromConfig)
 	b := roles.NewBackend("fake", "fake-judge", fb, fb, nil, nil)
 	return &judge{Stage: st, b: b, version: st.prompts.Template(st.promptName()).Version}
 }

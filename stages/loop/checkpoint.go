@@ -256,19 +256,10 @@ func (l *loop) checkpoint(ctx context.Context, next int) error {
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", name, err)
 	}
-	if err := syncDir(filepath.Dir(final)); err != nil {
+	if err := pipeline.SyncDir(filepath.Dir(final)); err != nil {
 		return err
 	}
 	l.ckpt = name
 	l.env.Log.Info("checkpoint", "dir", final, "next_step", next)
 	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }

@@ -1,9 +1,9 @@
 package loop
 
 import (
+	"github.com/evolm/evolm/internal/testutil"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -62,14 +62,7 @@ func TestCheckpointChecksums(t *testing.T) {
 				}
 				return
 			}
-			if err == nil {
-				t.Fatal("verified a damaged checkpoint")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
+			testutil.ErrorContains(t, err, "verified a damaged checkpoint", tc.want...)
 		})
 	}
 }

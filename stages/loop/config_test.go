@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -173,24 +174,12 @@ func TestRunRefusesAPlanOverTheDevice(t *testing.T) {
 func TestRubricPhaseSamplingFollowsTheRole(t *testing.T) {
 	base := map[string]any{"roles.policy.model": "p", "roles.judge.model": "j",
 		"roles.rubric_generator.temperature": 0.4, "roles.rubric_generator.top_p": 0.8}
-	cfg, err := pipeline.StageConfig(Name, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := FromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := pipelinetest.FromConfig(t, Name, base, FromConfig)
 	if s := c.rubricPhaseSampling(); s.Temperature != 0.4 || s.TopP != 0.8 {
 		t.Errorf("unset: temperature %v, top_p %v; want the role's 0.4, 0.8", s.Temperature, s.TopP)
 	}
 	base[KeyRubricPhaseTemp], base[KeyRubricPhaseTopP] = 1.0, 0.95
-	if cfg, err = pipeline.StageConfig(Name, base); err != nil {
-		t.Fatal(err)
-	}
-	if c, err = FromConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
+	c = pipelinetest.FromConfig(t, Name, base, FromConfig)
 	if s := c.rubricPhaseSampling(); s.Temperature != 1.0 || s.TopP != 0.95 {
 		t.Errorf("set: temperature %v, top_p %v; want 1.0, 0.95", s.Temperature, s.TopP)
 	}

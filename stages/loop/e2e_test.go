@@ -4,7 +4,6 @@ package loop
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -25,6 +24,7 @@ import (
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -38,12 +38,7 @@ func setup(t *testing.T) demoEnv {
 	t.Helper()
 	root := testutil.Root(t)
 	tmp := t.TempDir()
-	e := demoEnv{bin: filepath.Join(tmp, "evolm"), models: filepath.Join(tmp, "models")}
-	build := exec.Command("go", "build", "-o", e.bin, "./cmd/evolm")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	e := demoEnv{bin: testutil.BuildEvolm(t, tmp), models: filepath.Join(tmp, "models")}
 	for i, name := range []string{"policy", "judge"} {
 		run(t, e.bin, "model", "init", "--arch", "qwen3", "--preset", "tiny", "--seed", fmt.Sprint(i+1), "--out", filepath.Join(e.models, name))
 	}
@@ -115,26 +110,10 @@ func readTable[T any](t *testing.T, run string, tab *schemas.Table[T]) []T {
 	t.Helper()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	r, err := pipeline.OpenRun(run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.Manifest(Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, m := pipelinetest.Manifest(t, run, Name)
 	var rows []T
 	for _, p := range m.Paths(tab.Name) {
-		for rec, err := range pipeline.ReadShard(context.Background(), r.Path(p), pipeline.ReadOptions{Mem: mem, Schema: tab.Schema()}) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := tab.Read(rec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows = append(rows, got...)
-		}
+		rows = append(rows, pipelinetest.ReadRows(t, r.Path(p), tab, pipeline.ReadOptions{Mem: mem, Schema: tab.Schema()})...)
 	}
 	return rows
 }
@@ -334,14 +313,7 @@ func TestE2ELoopResumeIsExact(t *testing.T) {
 // checkpoint directory lacks its state.json.
 func assertNoVisiblePartial(t *testing.T, run string) {
 	t.Helper()
-	r, err := pipeline.OpenRun(run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := r.Manifest(Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m := pipelinetest.Manifest(t, run, Name)
 	committed := map[string]bool{}
 	for _, s := range m.Shards {
 		committed[s.Path] = true

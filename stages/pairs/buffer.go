@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/evolm/evolm/internal/choice"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 )
@@ -65,11 +66,7 @@ const (
 
 // ParseFallback validates a config value.
 func ParseFallback(s string) (Fallback, error) {
-	switch f := Fallback(s); f {
-	case FallbackOfficial, FallbackWiden:
-		return f, nil
-	}
-	return "", fmt.Errorf("temporal fallback %q: want official or widen", s)
+	return choice.Parse("temporal fallback", s, FallbackOfficial, FallbackWiden)
 }
 
 // Picked is the entry a temporal pair uses as a−, with its age and the

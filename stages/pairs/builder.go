@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 
+	"github.com/evolm/evolm/internal/choice"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/schemas"
@@ -64,11 +65,7 @@ const (
 
 // ParseAgeClock validates a config value.
 func ParseAgeClock(s string) (AgeClock, error) {
-	switch a := AgeClock(s); a {
-	case AgePolicySteps, AgeGlobalSteps:
-		return a, nil
-	}
-	return "", fmt.Errorf("temporal age clock %q: want policy_steps or global_steps", s)
+	return choice.Parse("temporal age clock", s, AgePolicySteps, AgeGlobalSteps)
 }
 
 // DefaultConfig returns the official settings with maxTokens new tokens per

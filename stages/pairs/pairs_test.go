@@ -198,10 +198,7 @@ func (g *scriptedGenerator) Generate(_ context.Context, reqs []backend.GenerateR
 }
 
 func TestBuildAllStrategies(t *testing.T) {
-	set, err := prompts.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := defaultPrompts(t)
 	buf, _ := NewBuffer(2048)
 	buf.Add(schemas.ReplayEntry{Step: 3, PromptID: "old", Question: "What is 2+2?", Answer: "five", RolloutID: "r-old"})
 	g := &scriptedGenerator{}
@@ -264,10 +261,7 @@ func TestBuildAllStrategies(t *testing.T) {
 // newest policy step in policy steps, so it stays the same through a rubric
 // phase; the global clock counts rubric steps too.
 func TestTemporalAgeInPolicySteps(t *testing.T) {
-	set, err := prompts.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := defaultPrompts(t)
 	const k = 3
 	policyIndex := func(s int64) int64 { return (s/(2*k))*k + s%(2*k) }
 	buf, _ := NewBuffer(64)
@@ -311,10 +305,7 @@ func TestTemporalAgeInPolicySteps(t *testing.T) {
 // TestBuildFromContinuesAStep: pairs built later in a step (active
 // sampling's refills) continue its ids and strategy draws.
 func TestBuildFromContinuesAStep(t *testing.T) {
-	set, err := prompts.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := defaultPrompts(t)
 	buf, _ := NewBuffer(16)
 	buf.Add(schemas.ReplayEntry{Step: 3, PromptID: "old", Question: "q", Answer: "a", RolloutID: "r"})
 	cfg := DefaultConfig(8)
@@ -391,4 +382,14 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("config %d: want error", i)
 		}
 	}
+}
+
+// defaultPrompts is the built-in prompt set.
+func defaultPrompts(t *testing.T) *prompts.Set {
+	t.Helper()
+	set, err := prompts.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
 }

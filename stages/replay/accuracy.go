@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -102,23 +103,13 @@ func Discriminate(pairs []schemas.Pair, judgments []schemas.Judgment) []Accuracy
 		}
 	}
 	out := []Accuracy{*overall}
-	for _, s := range slices.Sorted(keys(byStrat)) {
+	for _, s := range slices.Sorted(maps.Keys(byStrat)) {
 		out = append(out, *byStrat[s])
 	}
-	for _, s := range slices.SortedFunc(keys(byStep), cmp.Compare[int64]) {
+	for _, s := range slices.SortedFunc(maps.Keys(byStep), cmp.Compare[int64]) {
 		out = append(out, *byStep[s])
 	}
 	return out
-}
-
-func keys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func cutLast(s string) (string, string, bool) {

@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/apache/arrow-go/v18/arrow"
 	"os"
 	"path/filepath"
 
@@ -199,11 +200,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}
 	return env.MapShards(ctx, []pipeline.Task{{
 		Output: pipeline.ShardPath(ResultsTable, 0), Schema: ResultsSchema, Inputs: inputs, Rows: int64(len(acc)),
-		Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-			rec := BuildResults(env.Mem, acc)
-			defer rec.Release()
-			return w.Write(rec)
-		},
+		Write: pipeline.WriteBatch(func() arrow.RecordBatch { return BuildResults(env.Mem, acc) }),
 	}})
 }
 

@@ -10,7 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/export/synthrun"
@@ -25,21 +26,19 @@ import (
 func TestE2EReplayTinyJudge(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "tiny-judge")
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 2, OutDir: ckpt}); err != nil {
-		t.Fatal(err)
-	}
+	modeltest.InitTiny(t, ckpt, 2)
 	src := filepath.Join(dir, "synthetic-run")
 	counts, err := synthrun.Write(context.Background(), memory.NewGoAllocator(), src, synthrun.Options{Seed: 6, Steps: 4, Phase: 2, Pairs: 2, N: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := treeHash(t, src)
+	before := testutil.TreeHash(t, src, "_locks")
 	target := filepath.Join(dir, "replayed")
 	env := []string{"EVOLM_STAGES_REPLAY_SOURCE=" + src, "EVOLM_ROLES_JUDGE_MODEL=" + ckpt, "EVOLM_ROLES_JUDGE_MODE=yesno"}
 	if err := runReplay(t, target, env...); err != nil {
 		t.Fatal(err)
 	}
-	if treeHash(t, src) != before {
+	if testutil.TreeHash(t, src, "_locks") != before {
 		t.Fatal("the source run changed")
 	}
 	// 2 rubric steps × 2 pairs × 2 candidate rubrics, each judged on a+ and a−.
@@ -69,7 +68,7 @@ func TestE2EReplayTinyJudge(t *testing.T) {
 	if err := runReplay(t, target, env...); err != nil {
 		t.Fatal(err)
 	}
-	if treeHash(t, src) != before {
+	if testutil.TreeHash(t, src, "_locks") != before {
 		t.Fatal("the source run changed on rerun")
 	}
 }

@@ -2,11 +2,8 @@ package replay_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/export/synthrun"
@@ -56,40 +54,6 @@ func TestDiscriminate(t *testing.T) {
 	}
 }
 
-// treeHash hashes every file (path, mode, bytes) under dir.
-func treeHash(t *testing.T, dir string) [32]byte {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && d.Name() == "_locks" { // run-directory lock files are bookkeeping, not content
-			return filepath.SkipDir
-		}
-		rel, _ := filepath.Rel(dir, p)
-		h.Write([]byte(rel + "|" + info.Mode().String() + "\n"))
-		if d.Type().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			h.Write(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out [32]byte
-	copy(out[:], h.Sum(nil))
-	return out
-}
-
 func runReplay(t *testing.T, target string, env ...string) error {
 	t.Helper()
 	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{Env: append([]string{"EVOLM_RUN_DIR=" + target, "EVOLM_PIPELINE_PROGRESS=off"}, env...)})
@@ -107,7 +71,7 @@ func TestReplayBadSource(t *testing.T) {
 	if _, err := synthrun.Write(context.Background(), memory.NewGoAllocator(), src, synthrun.Options{Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
-	before := treeHash(t, src)
+	before := testutil.TreeHash(t, src, "_locks")
 	err := runReplay(t, src, "EVOLM_STAGES_REPLAY_SOURCE="+src)
 	if !errors.Is(err, replay.ErrSameRun) {
 		t.Errorf("replay into its source: %v", err)
@@ -124,7 +88,7 @@ func TestReplayBadSource(t *testing.T) {
 	if !errors.Is(err, pipeline.ErrMissingTable) || !strings.Contains(err.Error(), `"pairs"`) {
 		t.Errorf("source without pairs: %v", err)
 	}
-	if treeHash(t, src) != before {
+	if testutil.TreeHash(t, src, "_locks") != before {
 		t.Error("the source run changed")
 	}
 }

@@ -40,9 +40,7 @@ package roles
 import (
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/evolm/evolm/model/backend"
@@ -395,34 +393,23 @@ func (b *Backend) Close() {
 // Opener opens a role's engine.
 type Opener func(c Config, log *slog.Logger) (*Backend, error)
 
-var (
-	openMu  sync.RWMutex
-	openers = map[string]Opener{BackendOpenAI: openOpenAI}
-)
+var openers Registry[Opener]
+
+func init() { openers.Register(BackendOpenAI, openOpenAI) }
 
 // RegisterBackend makes a backend available to Open. Engine packages call
 // it from init() (stages/roles/torchrole registers torch).
 func RegisterBackend(name string, open Opener) {
-	openMu.Lock()
-	defer openMu.Unlock()
-	openers[name] = open
+	openers.Register(name, open)
 }
 
 // Open opens the role's engine.
 func Open(c Config, log *slog.Logger) (*Backend, error) {
-	openMu.RLock()
-	open, ok := openers[c.Backend]
-	var names []string
-	for n := range openers {
-		names = append(names, n)
-	}
-	openMu.RUnlock()
-	if !ok {
-		sort.Strings(names)
-		if c.Backend == BackendTorch {
-			return nil, fmt.Errorf("%s: the torch backend is not linked into this program (import github.com/evolm/evolm/stages/roles/torchrole)", c.Role)
-		}
-		return nil, fmt.Errorf("%s: unknown backend %q (have %s)", c.Role, c.Backend, strings.Join(names, ", "))
+	open, err := openers.Get(c, func(backend, have string) string {
+		return fmt.Sprintf("unknown backend %q (have %s)", backend, have)
+	})
+	if err != nil {
+		return nil, err
 	}
 	b, err := open(c, log)
 	if err != nil {

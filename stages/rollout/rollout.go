@@ -112,36 +112,19 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		return err
 	}
 	maps.Copy(meta, pf)
-	schema := lmstage.WithMeta(schemas.Rollouts.Schema(), meta)
-	parts := append(s.spec.Partitions(), pipeline.Partition{Key: "role", Value: s.spec.Role})
-	tasks := make([]pipeline.Task, len(files))
-	for i, f := range files {
-		rows, err := pipeline.CountRows(f)
+	tasks, err := lmstage.SampleTasks(env, b, s.role.BatchRows, s.spec, meta, files, schemas.Prompts.Schema(), func(rec arrow.RecordBatch) ([]lmstage.Item, error) {
+		ps, err := schemas.Prompts.Read(rec)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		tasks[i] = pipeline.Task{
-			Output: pipeline.ShardPath(schemas.Rollouts.Name, i, parts...),
-			Schema: schema, Inputs: []string{f}, Rows: rows * int64(s.spec.N),
-			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-				return pipeline.MapBatches(ctx, f, env.ReadOptions(schemas.Prompts.Schema()), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-					ps, err := schemas.Prompts.Read(rec)
-					if err != nil {
-						return nil, err
-					}
-					items := make([]lmstage.Item, len(ps))
-					for k := range ps {
-						items[k] = lmstage.Item{ID: ps[k].PromptID, Messages: Conversation(&ps[k], system)}
-					}
-					out, err := lmstage.Sample(ctx, b, s.role.BatchRows, s.spec, items)
-					if err != nil {
-						return nil, err
-					}
-					lmstage.RecordFailures(&env.Failures, out)
-					return schemas.Rollouts.Build(env.Mem, out), nil
-				})
-			},
+		items := make([]lmstage.Item, len(ps))
+		for k := range ps {
+			items[k] = lmstage.Item{ID: ps[k].PromptID, Messages: Conversation(&ps[k], system)}
 		}
+		return items, nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := env.MapShards(ctx, tasks); err != nil {
 		return fmt.Errorf("rollout: %w", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -72,14 +73,7 @@ func TestPolicyPromptVariant(t *testing.T) {
 		if tc.variant != "" {
 			values["roles.policy.prompt_variant"] = tc.variant
 		}
-		cfg, err := pipeline.StageConfig(Name, values)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := newFromConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := pipelinetest.FromConfig(t, Name, values, newFromConfig)
 		if sys, err := s.prompts.Policy(); err != nil || sys != tc.system {
 			t.Errorf("variant %q: system prompt %q, %v; want %q", tc.variant, sys, err, tc.system)
 		}

@@ -141,32 +141,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}
 
 	// Pass 1: the generator's samples.
-	genSchema := lmstage.WithMeta(schemas.Rollouts.Schema(), meta)
-	genParts := append(s.spec.Partitions(), pipeline.Partition{Key: "role", Value: s.spec.Role})
-	gen := make([]pipeline.Task, len(files))
-	for i, f := range files {
-		rows, err := pipeline.CountRows(f)
-		if err != nil {
-			return err
-		}
-		gen[i] = pipeline.Task{
-			Output: pipeline.ShardPath(schemas.Rollouts.Name, i, genParts...),
-			Schema: genSchema, Inputs: []string{f}, Rows: rows * int64(s.spec.N),
-			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
-				return pipeline.MapBatches(ctx, f, env.ReadOptions(inSchema), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-					items, err := s.items(rec)
-					if err != nil {
-						return nil, err
-					}
-					out, err := lmstage.Sample(ctx, b, s.gen.BatchRows, s.spec, items)
-					if err != nil {
-						return nil, err
-					}
-					lmstage.RecordFailures(&env.Failures, out)
-					return schemas.Rollouts.Build(env.Mem, out), nil
-				})
-			},
-		}
+	gen, err := lmstage.SampleTasks(env, b, s.gen.BatchRows, s.spec, meta, files, inSchema, s.items)
+	if err != nil {
+		return err
 	}
 	if err := env.MapShards(ctx, gen); err != nil {
 		return fmt.Errorf("rubrics: generate: %w", err)

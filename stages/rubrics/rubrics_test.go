@@ -9,7 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -85,14 +85,7 @@ func TestItemsPromptVariant(t *testing.T) {
 			for k, v := range tc.values {
 				values[k] = v
 			}
-			cfg, err := pipeline.StageConfig(Name, values)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := newFromConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := pipelinetest.FromConfig(t, Name, values, newFromConfig)
 			if v := s.prompts.Versions()["rubric_question"]; !strings.HasPrefix(v, tc.version) {
 				t.Errorf("version %q, want %s…", v, tc.version)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
@@ -191,4 +193,40 @@ func RecordFailures(f *pipeline.RowFailures, rows []schemas.Rollout) {
 		}
 	}
 	f.Add(len(rows), failed, first)
+}
+
+// SampleTasks makes the tasks that sample b (batchRows requests a call,
+// with spec) for every item of each input file: file i's batches, read
+// with schema in and turned into items by items, become the rollouts shard
+// i of spec's partitions and its role, whose schema carries meta. A task's
+// rows are the file's times spec.N.
+func SampleTasks(env *pipeline.Env, b *roles.Backend, batchRows int, spec SampleSpec, meta map[string]string, files []string, in *arrow.Schema, items func(arrow.RecordBatch) ([]Item, error)) ([]pipeline.Task, error) {
+	schema := WithMeta(schemas.Rollouts.Schema(), meta)
+	parts := append(spec.Partitions(), pipeline.Partition{Key: "role", Value: spec.Role})
+	tasks := make([]pipeline.Task, len(files))
+	for i, f := range files {
+		rows, err := pipeline.CountRows(f)
+		if err != nil {
+			return nil, err
+		}
+		tasks[i] = pipeline.Task{
+			Output: pipeline.ShardPath(schemas.Rollouts.Name, i, parts...),
+			Schema: schema, Inputs: []string{f}, Rows: rows * int64(spec.N),
+			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {
+				return pipeline.MapBatches(ctx, f, env.ReadOptions(in), w, func(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+					its, err := items(rec)
+					if err != nil {
+						return nil, err
+					}
+					out, err := Sample(ctx, b, batchRows, spec, its)
+					if err != nil {
+						return nil, err
+					}
+					RecordFailures(&env.Failures, out)
+					return schemas.Rollouts.Build(env.Mem, out), nil
+				})
+			},
+		}
+	}
+	return tasks, nil
 }

@@ -31,9 +31,6 @@ package trained
 import (
 	"fmt"
 	"log/slog"
-	"sort"
-	"strings"
-	"sync"
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/stages/grpo"
@@ -71,34 +68,21 @@ type Role struct {
 // Opener opens a trained role on one engine.
 type Opener func(c roles.Config, opt Options, log *slog.Logger) (*Role, error)
 
-var (
-	mu      sync.RWMutex
-	openers = map[string]Opener{}
-)
+var openers roles.Registry[Opener]
 
 // Register makes an engine able to train roles of backend name. Engine
 // packages call it from init().
 func Register(name string, open Opener) {
-	mu.Lock()
-	defer mu.Unlock()
-	openers[name] = open
+	openers.Register(name, open)
 }
 
 // Open opens role c for training.
 func Open(c roles.Config, opt Options, log *slog.Logger) (*Role, error) {
-	mu.RLock()
-	open, ok := openers[c.Backend]
-	var names []string
-	for n := range openers {
-		names = append(names, n)
-	}
-	mu.RUnlock()
-	if !ok {
-		if c.Backend == roles.BackendTorch {
-			return nil, fmt.Errorf("%s: the torch backend is not linked into this program (import github.com/evolm/evolm/stages/roles/torchrole)", c.Role)
-		}
-		sort.Strings(names)
-		return nil, fmt.Errorf("%s: backend %q cannot train in process (trainable: %s)", c.Role, c.Backend, strings.Join(names, ", "))
+	open, err := openers.Get(c, func(backend, have string) string {
+		return fmt.Sprintf("backend %q cannot train in process (trainable: %s)", backend, have)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return open(c, opt, log)
 }

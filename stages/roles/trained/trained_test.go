@@ -22,7 +22,7 @@ func TestOpenDispatchesOnTheBackend(t *testing.T) {
 		got = opt
 		return &Role{Backend: roles.NewBackend("fake", c.Model, nil, nil, nil, nil)}, nil
 	})
-	defer func() { mu.Lock(); delete(openers, "fake"); mu.Unlock() }()
+	defer openers.Unregister("fake")
 	c.Backend = "fake"
 	r, err := Open(c, Options{Resume: &Resume{Dir: "d", Optimizer: "o"}}, slog.Default())
 	if err != nil || r.Model != "m" || got.Resume == nil || got.Resume.Optimizer != "o" {
