@@ -35,7 +35,9 @@ func (g *gateGenerator) sizes() []int {
 	return sizes
 }
 
-func (g *gateGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
+// enter records a call's prompts and, for the first call while the gate
+// is set, blocks until released.
+func (g *gateGenerator) enter(reqs []GenerateRequest) {
 	g.mu.Lock()
 	first := len(g.calls) == 0
 	var prompts []string
@@ -48,6 +50,10 @@ func (g *gateGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([
 		g.entered <- struct{}{}
 		<-g.release
 	}
+}
+
+func (g *gateGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
+	g.enter(reqs)
 	if g.fail != nil {
 		return nil, g.fail
 	}
@@ -237,18 +243,7 @@ type eachGate struct {
 }
 
 func (g *eachGate) GenerateEach(ctx context.Context, reqs []GenerateRequest, deliver func(int, GenerateResponse)) error {
-	g.mu.Lock()
-	first := len(g.calls) == 0
-	var prompts []string
-	for _, r := range reqs {
-		prompts = append(prompts, r.Prompt)
-	}
-	g.calls = append(g.calls, prompts)
-	g.mu.Unlock()
-	if first {
-		g.entered <- struct{}{}
-		<-g.release
-	}
+	g.enter(reqs)
 	slow := -1
 	for i, r := range reqs {
 		switch r.Prompt {
