@@ -449,7 +449,34 @@ func (s *Scope) Linear(x, w, b *Tensor) *Tensor {
 	if b == nil {
 		b = ts.None
 	}
-	return s.op("Linear")(ts.Linear(x, w, b))
+	return s.op("Linear")(ts.Linear(s.compact(x), w, b))
+}
+
+// compact returns x with the strides of a fresh tensor of its shape: x
+// itself when it has them, else a view or a contiguous copy. libtorch 2.1's
+// matmul takes a slow path for an input of 3 or more dimensions whose
+// strides are not these, such as the last position (B, 1, C) narrowed from
+// (B, T, C) — even at B = 1, where is_contiguous() holds. For a bf16 lm_head
+// on CPU that path was 30–150× slower and made a temporary copy of the
+// weight (1.2 GB for Qwen3-8B); PyTorch's F.linear does the same.
+func (s *Scope) compact(x *Tensor) *Tensor {
+	defer lockThread()()
+	sh, err := x.Size()
+	if err != nil || len(sh) < 3 {
+		return x
+	}
+	st, err := x.Stride()
+	if err != nil {
+		return x
+	}
+	want := int64(1)
+	for i := len(sh) - 1; i >= 0; i-- {
+		if st[i] != want {
+			return s.View(s.Contiguous(x), sh...) // a view recomputes the strides
+		}
+		want *= sh[i]
+	}
+	return x
 }
 
 // Embedding looks ids (int64, any shape) up in w (V, C): (…, C).

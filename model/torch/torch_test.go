@@ -282,3 +282,49 @@ func wantLive(t *testing.T, base int64) {
 		t.Errorf("live = %d, want 0", got)
 	}
 }
+
+// TestLinearCompactsItsInput: Linear hands libtorch an input with the
+// strides of a fresh tensor (matmul's slow path takes the last position
+// narrowed from (B, T, C) otherwise; see compact), and its values are those
+// of the narrowed input.
+func TestLinearCompactsItsInput(t *testing.T) {
+	base := Live()
+	s := NewScope()
+	const T, C, O = 5, 4, 3
+	w := s.ToDType(s.Arange(0, O*C, Float32, CPU), BFloat16)
+	w = s.View(s.DivScalar(w, 7), O, C)
+	for _, B := range []int64{1, 3} {
+		h := s.ToDType(s.View(s.DivScalar(s.Arange(0, B*T*C, Float32, CPU), 11), B, T, C), BFloat16)
+		last := s.Narrow(h, 1, T-1, 1) // (B, 1, C), strides (T*C, C, 1)
+		st, err := last.Stride()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st[0] != T*C {
+			t.Fatalf("B=%d: narrowed strides %v, want a first stride of %d for this test", B, st, T*C)
+		}
+		got, err := s.compact(last).Stride()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]int64{C, C, 1}, got); diff != "" {
+			t.Errorf("B=%d: compact strides (-want +got):\n%s", B, diff)
+		}
+		y, err := Float32s(s.Float32(s.Linear(last, w, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := Float32s(s.Float32(s.Linear(s.Reshape(last, B, C), w, nil))) // 2-D: not compacted
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(ref, y); diff != "" {
+			t.Errorf("B=%d: Linear of the narrowed input (-2-D +3-D):\n%s", B, diff)
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	wantLive(t, base)
+}
