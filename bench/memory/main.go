@@ -57,6 +57,9 @@ type Result struct {
 	RSSModel   int64 `json:"rss_model_bytes"`
 	RSSTrainer int64 `json:"rss_trainer_bytes"`
 	LoRARank   int   `json:"lora_rank,omitempty"`
+	// MmapThreshold is glibc's M_MMAP_THRESHOLD set for the run (evolm's
+	// torch.mmap_threshold default, 1 MiB); 0: glibc's adaptive default.
+	MmapThreshold int `json:"mmap_threshold"`
 }
 
 func main() {
@@ -70,12 +73,20 @@ func main() {
 	beta := flag.Float64("beta", 0.001, "KL coefficient; ≠ 0 keeps a frozen reference copy and runs it in the step")
 	threads := flag.Int("threads", 2, "libtorch intra-op threads")
 	planOnly := flag.Bool("plan", false, "print the plan's estimate and exit without measuring")
+	mmap := flag.Int("mmap-threshold", 1<<20, "glibc M_MMAP_THRESHOLD in bytes, as evolm's torch.mmap_threshold (default 1 MiB); 0: glibc's adaptive default")
 	flag.Parse()
+	if *mmap > 0 {
+		if err := torch.SetMmapThreshold(*mmap); err != nil {
+			fmt.Fprintln(os.Stderr, "memory-bench:", err)
+			os.Exit(1)
+		}
+	}
 	r, err := run(*preset, *layers, *seq, *prompt, *micro, *mode, *beta, *threads, *rank, *planOnly)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "memory-bench:", err)
 		os.Exit(1)
 	}
+	r.MmapThreshold = *mmap
 	b, _ := json.Marshal(r)
 	fmt.Println(string(b))
 }

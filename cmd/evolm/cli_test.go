@@ -131,6 +131,8 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"clitest", "--run-dir", dir}, "config key stages.clitest.tag: required, not set (flag --tag or env EVOLM_STAGES_CLITEST_TAG)"},
 		{[]string{"clitest", "--run-dir", dir, "--tag", "x", "--rows", "-1"}, "config key stages.clitest.rows (from flag --rows): must be ≥ 0"},
 		{[]string{"--log-level", "loud", "config", "print"}, "config key log.level"},
+		{[]string{"--mmap-threshold", "64MiB", "config", "print"}, `torch.mmap_threshold "64MiB" (--mmap-threshold, EVOLM_TORCH_MMAP_THRESHOLD): want a size up to 32MiB`},
+		{[]string{"--mmap-threshold", "lots", "config", "print"}, `torch.mmap_threshold "lots"`},
 		{[]string{"inspect", filepath.Join(dir, "nope.parquet")}, "nope.parquet"},
 	}
 	for _, tc := range tests {

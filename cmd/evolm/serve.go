@@ -13,7 +13,6 @@ import (
 
 	"github.com/evolm/evolm/model/openai"
 	"github.com/evolm/evolm/model/serve"
-	"github.com/evolm/evolm/model/torch"
 	"github.com/evolm/evolm/model/torchbe"
 )
 
@@ -29,13 +28,11 @@ func newServeCmd() *cobra.Command {
 		runners  int
 		budget   string
 		apiKey   string
-		// mmapThreshold is glibc's M_MMAP_THRESHOLD for the process.
-		mmapThreshold string
-		maxBody       string
-		bodyTO        time.Duration
-		hdrTO         time.Duration
-		idleTO        time.Duration
-		grace         time.Duration
+		maxBody  string
+		bodyTO   time.Duration
+		hdrTO    time.Duration
+		idleTO   time.Duration
+		grace    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --model DIR [--addr 127.0.0.1:8000]",
@@ -63,15 +60,6 @@ every /v1 route needs "Authorization: Bearer <key>", as vLLM's --api-key.`,
 			}
 			if apiKey == "" {
 				apiKey = os.Getenv(openai.APIKeyEnv)
-			}
-			mmapMin, err := parseBytes(mmapThreshold)
-			if err != nil || mmapMin > 1<<30 {
-				return fmt.Errorf("--mmap-threshold %q: want a size up to 1GiB such as 1MiB, or 0", mmapThreshold)
-			}
-			if mmapMin > 0 {
-				if err := torch.SetMmapThreshold(int(mmapMin)); err != nil {
-					return fmt.Errorf("--mmap-threshold: %w", err)
-				}
 			}
 			m, err := torchbe.Load(o)
 			if err != nil {
@@ -106,7 +94,6 @@ every /v1 route needs "Authorization: Bearer <key>", as vLLM's --api-key.`,
 	f.IntVar(&o.MaxModelLen, "max-model-len", 0, "most tokens per sequence, prompt + max_tokens (0: the checkpoint's max_position_embeddings)")
 	f.StringVar(&budget, "memory-budget", "0", "most engine memory that concurrent requests may hold (KV caches, prefill, logits), e.g. 6GiB; a request over it alone gets 400 (0: none)")
 	f.IntVar(&o.PrefillChunk, "prefill-chunk", 512, "most prompt tokens per prefill pass")
-	f.StringVar(&mmapThreshold, "mmap-threshold", "1MiB", "host allocations at least this large are mapped on their own and returned to the OS when freed (glibc M_MMAP_THRESHOLD), so the process does not keep the heap a long prompt's prefill grew; 0: glibc's adaptive default")
 	f.BoolVar(&o.DisableThinking, "disable-thinking", false, "render chats with enable_thinking=False")
 	f.StringVar(&addr, "addr", "127.0.0.1:8000", "listen address (port 0 picks a free one); a non-loopback address without an API key is warned about")
 	f.StringVar(&apiKey, "api-key", "", "require this bearer token on /v1 routes (default: $EVOLM_API_KEY)")
