@@ -68,7 +68,7 @@ while IFS= read -r line; do
 	[[ -z $line ]] && continue
 	get() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" <<<"$line" | tr -d '"'; }
 	l=$(get layers) m=$(get mode) peak=$(get peak_rss_bytes) secs=$(get step_seconds) params=$(get params) mm=$(get mmap_threshold)
-	malloc=$(if [[ ${mm:-0} == 0 ]]; then echo "glibc adaptive"; else echo "mmap ≥ $((mm >> 10)) KiB"; fi)
+	malloc=$(if [[ ${mm:-0} == 0 ]]; then echo "glibc adaptive"; elif ((mm % 1048576 == 0)); then echo "mmap ≥ $((mm >> 20)) MiB"; else echo "mmap ≥ $mm B"; fi)
 	est=$("$bin" "${common[@]}" -layers "$l" -mode "$m" -plan 2>/dev/null | sed -n 's/.*"plan_bytes":\([0-9]*\).*/\1/p')
 	name=$(case $m in
 		full) echo "full FT, unchunked logits" ;;
