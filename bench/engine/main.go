@@ -10,7 +10,9 @@
 // of the prefill prompt), greedy_b1 (batch-1 greedy generation), sampled
 // (every prompt × samples, temperature 1, one shared prefill per prompt) and
 // fwd_bwd (one forward+backward of a log-prob loss), plus the token counts
-// the rates are computed from.
+// the rates are computed from. With -check FILE it also writes what
+// compare.py checks against HF before it prints a ratio: the prefill's
+// last-position logits, the greedy ids and the fwd+bwd loss.
 package main
 
 import (
@@ -30,6 +32,7 @@ func main() {
 	wl := flag.String("workload", "", "workload JSON written by compare.py")
 	threads := flag.Int("threads", 1, "libtorch intra-op threads")
 	passes := flag.Int("passes", 2, "timed passes (the best is reported)")
+	check := flag.String("check", "", "also write the outputs compare.py checks against HF (JSON) to this file")
 	preset := flag.String("init", "", "only create a random Qwen3 checkpoint of this preset (tiny, small) at -model, then exit")
 	flag.Parse()
 	if *preset != "" {
@@ -39,7 +42,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*dir, *wl, *threads, *passes); err != nil {
+	if err := run(*dir, *wl, *threads, *passes, *check); err != nil {
 		fmt.Fprintln(os.Stderr, "engine-bench:", err)
 		os.Exit(1)
 	}
@@ -63,7 +66,7 @@ func best(passes int, f func() error) (float64, error) {
 	return b, nil
 }
 
-func run(dir, wlPath string, threads, passes int) error {
+func run(dir, wlPath string, threads, passes int, checkPath string) error {
 	raw, err := os.ReadFile(wlPath)
 	if err != nil {
 		return err
@@ -98,5 +101,34 @@ func run(dir, wlPath string, threads, passes int) error {
 	if res["fwd_bwd_s"], err = best(passes, func() error { return fwdBwd(m, &w) }); err != nil {
 		return fmt.Errorf("fwd+bwd: %w", err)
 	}
+	if checkPath != "" {
+		if err := writeCheck(m, &w, checkPath); err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+	}
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// writeCheck writes the outputs both sides must agree on.
+func writeCheck(m model.CausalLM, w *Workload, path string) error {
+	var c struct {
+		PrefillLogits []float32 `json:"prefill_logits"`
+		GreedyIDs     []int     `json:"greedy_ids"`
+		Loss          float64   `json:"loss"`
+	}
+	var err error
+	if c.PrefillLogits, err = prefillLogits(m, w, true); err != nil {
+		return err
+	}
+	if c.GreedyIDs, err = greedyIDs(m, w); err != nil {
+		return err
+	}
+	if c.Loss, err = fwdBwdLoss(m, w); err != nil {
+		return err
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }

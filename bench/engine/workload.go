@@ -36,6 +36,13 @@ func (w *Workload) continuations() []generate.Continuation {
 // prefill runs one forward pass over w.Prefill and materializes the last
 // position's logits, as generate's prefill does.
 func prefill(m model.CausalLM, w *Workload) error {
+	_, err := prefillLogits(m, w, false)
+	return err
+}
+
+// prefillLogits is prefill; with values it also returns the last position's
+// logits (the equality check against HF).
+func prefillLogits(m model.CausalLM, w *Workload, values bool) ([]float32, error) {
 	defer torch.SetGrad(false)()
 	s := torch.NewScope()
 	defer s.Close()
@@ -45,25 +52,34 @@ func prefill(m model.CausalLM, w *Workload) error {
 	}
 	h, err := m.Hidden(s, model.Batch{IDs: s.FromInt64(ids, 1, int64(len(ids)))})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lg, err := m.Logits(s, s.Narrow(h, 1, int64(len(ids))-1, 1))
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if values {
+		return torch.Float32s(lg)
 	}
 	_, err = torch.Item(s.Sum(lg)) // wait for the result
-	return err
+	return nil, err
 }
 
 // greedyB1 generates w.GenNew greedy tokens for w.GenPrompt.
 func greedyB1(m model.CausalLM, w *Workload) (int, error) {
+	ids, err := greedyIDs(m, w)
+	return len(ids), err
+}
+
+// greedyIDs is greedyB1's generation, returning the token ids.
+func greedyIDs(m model.CausalLM, w *Workload) ([]int, error) {
 	out, err := generate.New(m, nil, generate.Options{}).Generate(context.Background(), []generate.Request{
 		{Prompt: w.GenPrompt, MaxNewTokens: w.GenNew},
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return len(out[0][0].Tokens), nil
+	return out[0][0].Tokens, nil
 }
 
 // sampled draws w.Samples samples of w.SampledNew tokens for every prompt.
@@ -89,13 +105,19 @@ func sampled(m model.CausalLM, w *Workload) (int, error) {
 // fwdBwd is one forward+backward pass of −mean over rows of the mean
 // completion log-prob; gradients are zeroed afterwards.
 func fwdBwd(m model.CausalLM, w *Workload) error {
+	_, err := fwdBwdLoss(m, w)
+	return err
+}
+
+// fwdBwdLoss is fwdBwd, returning the loss.
+func fwdBwdLoss(m model.CausalLM, w *Workload) (float64, error) {
 	restore := torch.SetGrad(true)
 	defer restore()
 	s := torch.NewScope()
 	defer s.Close()
 	sc, err := generate.Score(s, m, w.continuations(), false)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	lens := make([]float32, len(sc.Lens))
 	for i, n := range sc.Lens {
@@ -103,15 +125,15 @@ func fwdBwd(m model.CausalLM, w *Workload) error {
 	}
 	loss := s.Neg(s.Mean(s.Div(s.SumDim(sc.LogProbs, []int64{1}, false), s.FromFloat32(lens, int64(len(lens))))))
 	if err := s.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := torch.Backward(loss); err != nil {
-		return err
+		return 0, err
 	}
 	for _, p := range m.Parameters() {
 		if err := torch.ZeroGrad(p.Tensor); err != nil {
-			return fmt.Errorf("%s: %w", p.Name, err)
+			return 0, fmt.Errorf("%s: %w", p.Name, err)
 		}
 	}
-	return nil
+	return torch.Item(loss)
 }
