@@ -143,15 +143,7 @@ func TestBatcherBisectsAroundAPoisonRequest(t *testing.T) {
 		runtime.Gosched()
 	}
 	close(g.release)
-	for i, ch := range errs {
-		err := <-ch
-		if i == 5 && (err == nil || err.Error() != `engine broke on "p5"`) {
-			t.Errorf("poison request: err = %v, want the engine's error", err)
-		}
-		if i != 5 && err != nil {
-			t.Errorf("request %d: %v; only the poison request may fail", i, err)
-		}
-	}
+	wantOnlyPoisonFails(t, errs, 5, "p5")
 	sizes := g.sizes()
 	// warm, the batch of 8, then halves down to the poison request, in an
 	// order that depends on the queue's.
@@ -321,18 +313,25 @@ func TestBatcherRetriesOnlyUnanswered(t *testing.T) {
 	g := &eachGate{gateGenerator: &gateGenerator{entered: make(chan struct{}), release: make(chan struct{}), poison: "bad"}}
 	b := NewBatcher(g, 4, 1)
 	errs := parkAndQueue(t, b, g, "a", "bad", "c")
-	for i, ch := range errs {
-		err := <-ch
-		if i == 1 && (err == nil || err.Error() != `engine broke on "bad"`) {
-			t.Errorf("poison request: err = %v, want the engine's error", err)
-		}
-		if i != 1 && err != nil {
-			t.Errorf("request %d: %v; only the poison request may fail", i, err)
-		}
-	}
+	wantOnlyPoisonFails(t, errs, 1, "bad")
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if diff := cmp.Diff([][]string{{"park"}, {"a", "bad", "c"}, {"bad"}, {"c"}}, g.calls); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+}
+
+// wantOnlyPoisonFails reads every caller's result: request poison (whose
+// prompt is prompt) must fail with the engine's error, every other succeed.
+func wantOnlyPoisonFails(t *testing.T, errs []chan error, poison int, prompt string) {
+	t.Helper()
+	for i, ch := range errs {
+		err := <-ch
+		if i == poison && (err == nil || err.Error() != fmt.Sprintf("engine broke on %q", prompt)) {
+			t.Errorf("poison request: err = %v, want the engine's error", err)
+		}
+		if i != poison && err != nil {
+			t.Errorf("request %d: %v; only the poison request may fail", i, err)
+		}
 	}
 }
