@@ -34,6 +34,7 @@ func main() {
 	passes := flag.Int("passes", 2, "timed passes (the best is reported)")
 	check := flag.String("check", "", "also write the outputs compare.py checks against HF (JSON) to this file")
 	preset := flag.String("init", "", "only create a random Qwen3 checkpoint of this preset (tiny, small) at -model, then exit")
+	only := flag.String("only", "", "run only this measurement (prefill, greedy, sampled, fwd_bwd), e.g. under perf or pprof")
 	flag.Parse()
 	if *preset != "" {
 		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: *preset, Seed: 1, OutDir: *dir}); err != nil {
@@ -42,7 +43,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*dir, *wl, *threads, *passes, *check); err != nil {
+	if err := run(*dir, *wl, *threads, *passes, *check, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "engine-bench:", err)
 		os.Exit(1)
 	}
@@ -66,7 +67,7 @@ func best(passes int, f func() error) (float64, error) {
 	return b, nil
 }
 
-func run(dir, wlPath string, threads, passes int, checkPath string) error {
+func run(dir, wlPath string, threads, passes int, checkPath, only string) error {
 	raw, err := os.ReadFile(wlPath)
 	if err != nil {
 		return err
@@ -82,24 +83,38 @@ func run(dir, wlPath string, threads, passes int, checkPath string) error {
 	}
 	defer m.Close()
 	res := map[string]any{"threads": torch.NumThreads()}
-	if res["prefill_s"], err = best(passes, func() error { return prefill(m, &w) }); err != nil {
-		return fmt.Errorf("prefill: %w", err)
+	want := func(name string) bool { return only == "" || only == name }
+	switch only {
+	case "", "prefill", "greedy", "sampled", "fwd_bwd":
+	default:
+		return fmt.Errorf("-only %q: want prefill, greedy, sampled or fwd_bwd", only)
 	}
-	res["prefill_tokens"] = len(w.Prefill)
+	if want("prefill") {
+		if res["prefill_s"], err = best(passes, func() error { return prefill(m, &w) }); err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		res["prefill_tokens"] = len(w.Prefill)
+	}
 	var n int
-	if res["greedy_b1_s"], err = best(passes, func() (e error) { n, e = greedyB1(m, &w); return e }); err != nil {
-		return fmt.Errorf("greedy: %w", err)
+	if want("greedy") {
+		if res["greedy_b1_s"], err = best(passes, func() (e error) { n, e = greedyB1(m, &w); return e }); err != nil {
+			return fmt.Errorf("greedy: %w", err)
+		}
+		res["greedy_b1_tokens"] = n
 	}
-	res["greedy_b1_tokens"] = n
-	if res["sampled_s"], err = best(passes, func() (e error) { n, e = sampled(m, &w); return e }); err != nil {
-		return fmt.Errorf("sampled: %w", err)
+	if want("sampled") {
+		if res["sampled_s"], err = best(passes, func() (e error) { n, e = sampled(m, &w); return e }); err != nil {
+			return fmt.Errorf("sampled: %w", err)
+		}
+		res["sampled_tokens"] = n
 	}
-	res["sampled_tokens"] = n
-	if err := model.SetRequiresGrad(m, true); err != nil {
-		return err
-	}
-	if res["fwd_bwd_s"], err = best(passes, func() error { return fwdBwd(m, &w) }); err != nil {
-		return fmt.Errorf("fwd+bwd: %w", err)
+	if want("fwd_bwd") {
+		if err := model.SetRequiresGrad(m, true); err != nil {
+			return err
+		}
+		if res["fwd_bwd_s"], err = best(passes, func() error { return fwdBwd(m, &w) }); err != nil {
+			return fmt.Errorf("fwd+bwd: %w", err)
+		}
 	}
 	if checkPath != "" {
 		if err := writeCheck(m, &w, checkPath); err != nil {
