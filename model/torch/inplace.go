@@ -78,3 +78,39 @@ func (s *Scope) Lerp_(x, end *Tensor, w float64) {
 func (s *Scope) MaskedFill_(x, mask *Tensor, v float64) {
 	s.inPlaceScalar("MaskedFill_", v, func(out *lib.Ctensor, sc lib.Cscalar) { lib.AtgMaskedFill_(out, ctensor(x), ctensor(mask), sc) }, x, mask)
 }
+
+// Out variants: libtorch writes the result into dst, a tensor of the
+// result's shape and dtype (a view of a reused buffer), instead of
+// allocating one. A decode step's vocabulary-sized tensors are megabytes;
+// writing them into buffers kept across steps saves their page faults and
+// zeroing (the kernel clears every fresh page), which were a third of a
+// batched sampling step on the CPU.
+
+// LinearOut writes x @ w.T (F.linear without bias) into dst. The result is
+// bit-identical to Linear: both run libtorch's matmul.
+func (s *Scope) LinearOut(dst, x, w *Tensor) {
+	s.inPlace("LinearOut", func(out *lib.Ctensor) {
+		lib.AtgLinearOut(out, ctensor(dst), ctensor(s.compact(x)), ctensor(w), nil)
+	}, dst, x, w)
+}
+
+// SubOut writes a − b (broadcasting) into dst.
+func (s *Scope) SubOut(dst, a, b *Tensor) {
+	s.inPlace("SubOut", func(out *lib.Ctensor) { lib.AtgSubOut(out, ctensor(dst), ctensor(a), ctensor(b)) }, dst, a, b)
+}
+
+// Exp_ is x = exp(x) in place.
+func (s *Scope) Exp_(x *Tensor) {
+	s.inPlace("Exp_", func(out *lib.Ctensor) { lib.AtgExp_(out, ctensor(x)) }, x)
+}
+
+// Div_ is x /= y in place (broadcasting y).
+func (s *Scope) Div_(x, y *Tensor) {
+	s.inPlace("Div_", func(out *lib.Ctensor) { lib.AtgDiv_(out, ctensor(x), ctensor(y)) }, x, y)
+}
+
+// Cumsum_ is the inclusive cumulative sum of x along dim, in place, in x's
+// dtype.
+func (s *Scope) Cumsum_(x *Tensor, dim int64) {
+	s.inPlace("Cumsum_", func(out *lib.Ctensor) { lib.AtgCumsum_(out, ctensor(x), dim, -1) }, x)
+}
