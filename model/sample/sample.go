@@ -21,7 +21,12 @@
 //     shapes; that flips a sample only when u lands within that much of a
 //     boundary.) Tokens of exactly equal probability are ordered as
 //     torch.sort/topk order them.
-//   - Cost. Top-k rows use torch.topk. Top-p-only rows first try the top
+//   - Cost. Greedy and temperature-only rows (the common case) take a few
+//     passes over one (B, V) buffer that a decode loop reuses every step
+//     (Workspace, sampleSimple): logsumexp as libtorch computes it, then
+//     the unnormalised temperature distribution's running sum in place.
+//     They take that path in every batch, so a row's token never depends
+//     on its neighbours. Top-k rows use torch.topk. Top-p-only rows first try the top
 //     1024 tokens and fall back to a full sort only when their nucleus is
 //     larger (plan); both paths yield identical kept sets and probabilities.
 //   - Log-probs. Result.LogProbs are the log-softmax of the raw model logits
@@ -219,6 +224,14 @@ func dist(s *torch.Scope, x *torch.Tensor, ps []Params, k kind, vocab int64) (pr
 // uniform. The returned Result lives in Go memory; s only hosts temporaries
 // (they are freed before Sample returns).
 func Sample(s *torch.Scope, logits *torch.Tensor, rows []Row) (Result, error) {
+	return SampleWith(s, nil, logits, rows)
+}
+
+// SampleWith is Sample working in ws's reused buffers (nil: temporary
+// ones), as a decode loop calls it every step. Batches of greedy and
+// temperature-only rows take sampleSimple's few passes over one buffer;
+// batches with top-k or top-p rows the general path.
+func SampleWith(s *torch.Scope, ws *Workspace, logits *torch.Tensor, rows []Row) (Result, error) {
 	b, vocab, err := check(logits, rows)
 	if err != nil {
 		return Result{}, err
@@ -229,11 +242,19 @@ func Sample(s *torch.Scope, logits *torch.Tensor, rows []Row) (Result, error) {
 	if x.DType() != torch.Float32 {
 		x = c.Float32(logits)
 	}
-	lse := c.Logsumexp(x, []int64{1}, true) // (B, 1): raw log-prob = x − lse
 	dev, err := torch.DeviceOf(logits)
 	if err != nil {
 		return Result{}, fmt.Errorf("sample: %w", err)
 	}
+	if ws == nil {
+		ws = &Workspace{}
+		defer ws.Close()
+	}
+	if simple(rows, vocab) {
+		tokens, lse := sampleSimple(c, ws, x, rows, b, vocab, dev)
+		return result(c, x, tokens, lse, b)
+	}
+	lse := c.Logsumexp(x, []int64{1}, true) // (B, 1): raw log-prob = x − lse (the value sampleSimple computes)
 	params := make([]Params, len(rows))
 	for i, r := range rows {
 		params[i] = r.Params
@@ -242,13 +263,21 @@ func Sample(s *torch.Scope, logits *torch.Tensor, rows []Row) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("sample: %w", err)
 	}
-	var tokens *torch.Tensor // (B)
-	if len(gs[kindGreedy]) > 0 {
-		tokens = c.Argmax(x, -1, false) // sampled rows are overwritten below
-	} else {
-		tokens = c.Zeros([]int64{b}, torch.Int64, dev)
+	tokens := c.Zeros([]int64{b}, torch.Int64, dev) // (B)
+	// Greedy and temperature-only rows take sampleSimple's arithmetic in
+	// every batch, so that their tokens never depend on the batch's other
+	// rows.
+	if idx := append(gs[kindGreedy], gs[kindPlain]...); len(idx) > 0 {
+		g := int64(len(idx))
+		sub := make([]Row, g)
+		for i, r := range idx {
+			sub[i] = rows[r]
+		}
+		ix := c.To(c.FromInt64(idx, g), dev, torch.Int64)
+		tok, _ := sampleSimple(c, ws, c.IndexSelect(x, 0, ix), sub, g, vocab, dev)
+		tokens = c.Track(tokens.IndexCopy(0, ix, tok, false))
 	}
-	for _, k := range []kind{kindPlain, kindNucleus, kindSorted, kindTopK} {
+	for _, k := range []kind{kindNucleus, kindSorted, kindTopK} {
 		idx := gs[k]
 		if len(idx) == 0 {
 			continue
@@ -292,16 +321,38 @@ func Sample(s *torch.Scope, logits *torch.Tensor, rows []Row) (Result, error) {
 			tokens = c.Track(tokens.IndexCopy(0, ix, c.Reshape(tok, g), false))
 		}
 	}
+	return result(c, x, tokens, lse, b)
+}
+
+// result copies the tokens (B) and their raw log-probs x[token] − lse to
+// Go memory, in one device-to-host copy: ids below 2^24 are exact in
+// float32, so both travel as one (B, 2) float32 tensor.
+func result(c *torch.Scope, x, tokens, lse *torch.Tensor, b int64) (Result, error) {
 	lp := c.Sub(c.Gather(x, 1, c.Unsqueeze(tokens, 1)), lse) // (B, 1)
 	if err := c.Err(); err != nil {
 		return Result{}, fmt.Errorf("sample: %w", err)
 	}
-	res := Result{}
-	if res.Tokens, err = torch.Int64s(tokens); err != nil {
+	var res Result
+	sh, err := torch.Shape(x)
+	if err != nil {
 		return Result{}, fmt.Errorf("sample: %w", err)
 	}
-	if res.LogProbs, err = torch.Float32s(lp); err != nil {
-		return Result{}, fmt.Errorf("sample: %w", err)
+	if sh[1] <= 1<<24 {
+		both, err := torch.Float32s(c.Cat([]*torch.Tensor{c.Float32(c.Unsqueeze(tokens, 1)), lp}, 1)) // (B, 2)
+		if err != nil {
+			return Result{}, fmt.Errorf("sample: %w", err)
+		}
+		res.Tokens, res.LogProbs = make([]int64, len(both)/2), make([]float32, len(both)/2)
+		for i := range res.Tokens {
+			res.Tokens[i], res.LogProbs[i] = int64(both[2*i]), both[2*i+1]
+		}
+	} else {
+		if res.Tokens, err = torch.Int64s(tokens); err != nil {
+			return Result{}, fmt.Errorf("sample: %w", err)
+		}
+		if res.LogProbs, err = torch.Float32s(lp); err != nil {
+			return Result{}, fmt.Errorf("sample: %w", err)
+		}
 	}
 	if int64(len(res.Tokens)) != b {
 		return Result{}, fmt.Errorf("sample: got %d tokens for %d rows", len(res.Tokens), b)
