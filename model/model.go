@@ -22,6 +22,17 @@ import (
 	"github.com/evolm/evolm/model/torch"
 )
 
+// LogitsWriter is implemented by a CausalLM that can write lm_head(h)
+// straight into a caller's float32 tensor: a decode loop's logits buffer,
+// reused every step (sample.Workspace). WriteLogits writes exactly what
+// Logits returns (the same libtorch matmul, bit for bit) into out (…, V),
+// which has h's leading shape. It reports false and writes nothing when it
+// cannot (an adapter on lm_head, a head in another dtype); callers then use
+// Logits.
+type LogitsWriter interface {
+	WriteLogits(s *torch.Scope, h, out *torch.Tensor) (bool, error)
+}
+
 // CausalLM is a decoder-only language model.
 type CausalLM interface {
 	// Config is the model's configuration (do not modify).

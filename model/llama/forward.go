@@ -241,6 +241,20 @@ func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, er
 	return out, nil
 }
 
+// WriteLogits implements model.LogitsWriter for a float32 lm_head without
+// an adapter or bias.
+func (m *ForCausalLM) WriteLogits(s *torch.Scope, h, out *torch.Tensor) (bool, error) {
+	w := m.LMHead.Weight
+	if m.LMHead.Adapter != nil || m.LMHead.Bias != nil || w.DType() != torch.Float32 || h.DType() != torch.Float32 {
+		return false, nil
+	}
+	s.LinearOut(out, h, w)
+	if err := s.Err(); err != nil {
+		return false, fmt.Errorf("%s lm_head: %w", m.cfg.Architectures[0], err)
+	}
+	return true, nil
+}
+
 // Forward implements model.CausalLM: logits (B, T, V) in float32.
 func (m *ForCausalLM) Forward(s *torch.Scope, b model.Batch) (*torch.Tensor, error) {
 	h, err := m.Hidden(s, b)
