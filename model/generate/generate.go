@@ -375,6 +375,8 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request, deliver func(int,
 		return err
 	}
 
+	ws := &sample.Workspace{}
+	defer ws.Close()
 	active := rows
 	for step := 0; ; step++ {
 		if err := ctx.Err(); err != nil {
@@ -391,7 +393,7 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request, deliver func(int,
 		for i, r := range active {
 			srows[i] = sample.Row{Params: reqs[r.req].Sampling, RNG: r.rng}
 		}
-		res, err := sample.Sample(prev, next, srows)
+		res, err := sample.SampleWith(prev, ws, next, srows)
 		if err != nil {
 			prev.Close()
 			return fmt.Errorf("step %d: %w", step, err)
@@ -454,15 +456,14 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request, deliver func(int,
 				stepMask = append(stepMask, 1)
 			}
 		}
-		lg, err := g.m.Forward(cur, model.Batch{
+		h, err := g.m.Hidden(cur, model.Batch{
 			IDs:       cur.To(cur.FromInt64(stepIDs, A, 1), dev, torch.Int64),
 			Positions: cur.To(cur.FromInt64(stepPos, A, 1), dev, torch.Int64),
 			Mask:      cur.To(cur.FromInt64(stepMask, A, Tk), dev, torch.Int64),
 			Cache:     cache,
 		})
 		if err == nil {
-			next = cur.Reshape(lg, A, V) // (A, V)
-			err = cur.Err()
+			next, err = g.logits(cur, ws, h, A, V, dev) // (A, V)
 		}
 		prev.Close()
 		prev = cur
@@ -473,6 +474,31 @@ func (g *Generator) chunk(ctx context.Context, reqs []Request, deliver func(int,
 	}
 
 	return nil
+}
+
+// logits projects a decode step's hidden states h (A, 1, C) onto the
+// vocabulary: (A, V) float32, written into ws's logits buffer when the model
+// can (model.LogitsWriter), which saves a fresh (A, V) tensor per step.
+func (g *Generator) logits(s *torch.Scope, ws *sample.Workspace, h *torch.Tensor, A, V int64, dev torch.Device) (*torch.Tensor, error) {
+	if w, ok := g.m.(model.LogitsWriter); ok {
+		out, err := ws.Logits(s, A, V, dev)
+		if err != nil {
+			return nil, err
+		}
+		ok, err := w.WriteLogits(s, h, s.View(out, A, 1, V))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return out, nil
+		}
+	}
+	lg, err := g.m.Logits(s, h)
+	if err != nil {
+		return nil, err
+	}
+	next := s.Reshape(lg, A, V)
+	return next, s.Err()
 }
 
 // finish decides whether r ended with its newest token and, if so, fills
