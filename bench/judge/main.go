@@ -4,7 +4,7 @@
 // without prefix reuse (ScoreNaive: full forward passes over question,
 // response and criterion), on the same checkpoint, and prints the speed-up:
 //
-//	go run ./bench/judge -preset small -response-words 300 -criteria 4 -reps 3 -runs 3
+//	go run ./bench/judge -preset small -threads 1 -response-words 300 -criteria 4 -reps 3 -runs 3
 //
 // Fairness: both sides tokenize the same full prompts and batch the criteria
 // of a request the same way (up to the backend's MaxBatch rows, right-padded,
