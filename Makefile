@@ -108,8 +108,14 @@ fuzz: deps
 		go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $(if $(FUZZPARALLEL),-parallel $(FUZZPARALLEL)) ./$$pkg || exit 1; \
 	done
 
+# Every benchmark (scripts/bench.sh): the Go benchmarks and each side-by-side
+# script under bench/, one after the other under a header with the load
+# average; ratios as min / median / max over BENCH_RUNS runs. BENCH_ONLY
+# picks some: make bench BENCH_ONLY="judge engine".
+BENCH_RUNS ?= 3
+BENCH_ONLY ?=
 bench: deps build
-	go test -run '^$$' -bench . -benchmem ./...
+	BENCH_RUNS=$(BENCH_RUNS) $(if $(BENCH_ONLY),BENCH_ONLY="$(BENCH_ONLY)") scripts/bench.sh
 
 clean:
 	rm -rf build bin

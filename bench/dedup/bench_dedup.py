@@ -10,7 +10,11 @@ One invocation:
      14 bands x 8 hashes, seed 1, numbers not normalized;
   3. runs `evolm dedup` with the same parameters and no Jaccard verification
      (datatrove has none), then again with its default verification;
-  4. prints throughput (rows/s, wall clock, each side), the ratio, peak RSS
+  4. repeats steps 3 and 2 (ours both ways, then datatrove) --runs times,
+     each from a clean work directory;
+  5. prints throughput (rows/s, wall clock, each side: the median over the
+     runs), the ratio as min / median / max over the runs with the load
+     average before and after, peak RSS (the largest over the runs)
      (of `evolm dedup`, whose binary links libtorch, and of the same stage in
      bench/dedup/dedupcmd, which does not),
      and cluster agreement with datatrove: precision/recall of our removed
@@ -24,7 +28,7 @@ whitespace, so a whitespace tokenizer is registered for "en". datatrove's
 default shingle hash is xxhash (used when the xxhash package is installed,
 else sha1, which is slower; the output says which).
 
-usage: .venv/bin/python bench/dedup/bench_dedup.py [--n 1000000] [--files 2]
+usage: .venv/bin/python bench/dedup/bench_dedup.py [--n 1000000] [--files 2] [--runs 3]
 """
 
 import argparse
@@ -34,6 +38,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -252,6 +257,7 @@ def main():
     ap.add_argument("--files", type=int, default=2, help="Parquet files (datatrove parallelizes over files)")
     ap.add_argument("--workers", type=int, default=os.cpu_count(), help="datatrove workers")
     ap.add_argument("--work", default=None, help="work directory (default: a temp dir, removed at the end)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs of each side; the ratio is shown as min / median / max")
     ap.add_argument("--json", default=None, help="also write the figures as JSON here")
     ap.add_argument("--datatrove-run", nargs=3, metavar=("CORPUS", "WORK", "WORKERS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -296,43 +302,61 @@ def main():
     results["evolm_baseline_rss_mb"] = base_rss
     print(f"evolm baseline RSS (libtorch linked, `evolm stages`): {base_rss:.0f} MB", flush=True)
 
-    # ours, LSH only (datatrove's parameters), then with verification
-    runs = {}
-    for label, extra in [("ours", ["--verify=false"]), ("ours_verified", [])]:
-        run_dir = os.path.join(work, label)
-        cmd = [
-            os.path.join(bin_dir, "evolm"), "dedup", "--input", corpus, "--run-dir", run_dir,
-            "--messages=false", "--progress", "off", "--log-level", "warn", *extra,
-        ]  # fmt: skip
-        wall, rss = run_measured(cmd, env)
-        removed, cluster = ours_results(run_dir, prompts, ids)
-        runs[label] = (removed, cluster)
-        results[label] = {
-            "wall_s": wall, "rows_per_s": args.n / wall, "peak_rss_mb": rss,
-            "peak_rss_above_baseline_mb": rss - base_rss, "removed": len(removed),
-        }  # fmt: skip
-        print(f"{label}: {wall:.1f}s, {args.n / wall:,.0f} rows/s, peak RSS {rss:.0f} MB "
-              f"({rss - base_rss:.0f} MB above the binary's baseline), removed {len(removed)}", flush=True)  # fmt: skip
-
-    # The same stage without libtorch linked: its own peak RSS.
-    wall, rss = run_measured(
-        [os.path.join(bin_dir, "dedupcmd"), "-run-dir", os.path.join(work, "ours_stage"), "input=" + corpus,
-         "verify=false", "messages=false"], env)  # fmt: skip
-    results["ours"]["stage_only_peak_rss_mb"] = rss
-    results["ours"]["stage_only_wall_s"] = wall
-    print(f"ours (stage only, no libtorch linked): {wall:.1f}s, peak RSS {rss:.0f} MB", flush=True)
-
+    # --runs times: ours, LSH only (datatrove's parameters), then with
+    # verification, then datatrove, each from a clean directory.
+    load0 = os.getloadavg()
+    runs, walls = {}, {"ours": [], "ours_verified": [], "datatrove": []}
     dt_work = os.path.join(work, "datatrove")
-    shutil.rmtree(dt_work, ignore_errors=True)
-    wall, rss = run_measured([sys.executable, os.path.abspath(__file__), "--datatrove-run", corpus, dt_work, str(args.workers)])
-    dt_removed, dt_cluster = datatrove_results(dt_work, offsets)
-    hash_fc = open(os.path.join(dt_work, "hash_fc")).read()
-    results["datatrove"] = {
-        "wall_s": wall, "rows_per_s": args.n / wall, "peak_rss_mb": rss, "removed": len(dt_removed),
-        "hash": hash_fc, "workers": args.workers,
-    }  # fmt: skip
-    print(f"datatrove ({hash_fc}, {args.workers} workers): {wall:.1f}s, {args.n / wall:,.0f} rows/s, "
-          f"peak RSS {rss:.0f} MB (largest process), removed {len(dt_removed)}", flush=True)  # fmt: skip
+    for r in range(args.runs):
+        if args.runs > 1:
+            print(f"run {r + 1} of {args.runs}", flush=True)
+        for label, extra in [("ours", ["--verify=false"]), ("ours_verified", [])]:
+            run_dir = os.path.join(work, label)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            cmd = [
+                os.path.join(bin_dir, "evolm"), "dedup", "--input", corpus, "--run-dir", run_dir,
+                "--messages=false", "--progress", "off", "--log-level", "warn", *extra,
+            ]  # fmt: skip
+            wall, run_rss = run_measured(cmd, env)
+            removed, cluster = ours_results(run_dir, prompts, ids)
+            if label in runs and runs[label][0] != removed:
+                sys.exit(f"{label}: run {r + 1} removed other rows than run 1")
+            runs[label] = (removed, cluster)
+            walls[label].append(wall)
+            prev = results.get(label, {})
+            rss = max(run_rss, prev.get("peak_rss_mb", 0))
+            results[label] = {
+                "wall_s": statistics.median(walls[label]), "rows_per_s": args.n / statistics.median(walls[label]),
+                "walls_s": walls[label], "peak_rss_mb": rss,
+                "peak_rss_above_baseline_mb": rss - base_rss, "removed": len(removed),
+            }  # fmt: skip
+            print(f"{label}: {wall:.1f}s, {args.n / wall:,.0f} rows/s, peak RSS {run_rss:.0f} MB "
+                  f"({run_rss - base_rss:.0f} MB above the binary's baseline), removed {len(removed)}", flush=True)  # fmt: skip
+
+        if r == 0:
+            # The same stage without libtorch linked: its own peak RSS.
+            wall, rss = run_measured(
+                [os.path.join(bin_dir, "dedupcmd"), "-run-dir", os.path.join(work, "ours_stage"), "input=" + corpus,
+                 "verify=false", "messages=false"], env)  # fmt: skip
+            stage = {"stage_only_peak_rss_mb": rss, "stage_only_wall_s": wall}
+            print(f"ours (stage only, no libtorch linked): {wall:.1f}s, peak RSS {rss:.0f} MB", flush=True)
+        results["ours"].update(stage)
+
+        shutil.rmtree(dt_work, ignore_errors=True)
+        wall, run_rss = run_measured([sys.executable, os.path.abspath(__file__), "--datatrove-run", corpus, dt_work, str(args.workers)])
+        dt_removed, dt_cluster = datatrove_results(dt_work, offsets)
+        hash_fc = open(os.path.join(dt_work, "hash_fc")).read()
+        walls["datatrove"].append(wall)
+        rss = max(run_rss, results.get("datatrove", {}).get("peak_rss_mb", 0))
+        results["datatrove"] = {
+            "wall_s": statistics.median(walls["datatrove"]), "rows_per_s": args.n / statistics.median(walls["datatrove"]),
+            "walls_s": walls["datatrove"], "peak_rss_mb": rss, "removed": len(dt_removed),
+            "hash": hash_fc, "workers": args.workers,
+        }  # fmt: skip
+        print(f"datatrove ({hash_fc}, {args.workers} workers): {wall:.1f}s, {args.n / wall:,.0f} rows/s, "
+              f"peak RSS {run_rss:.0f} MB (largest process), removed {len(dt_removed)}", flush=True)  # fmt: skip
+    load1 = os.getloadavg()
+    results["load_before"], results["load_after"] = load0, load1
 
     print()
     print(f"{'':28s}{'ours (LSH)':>14s}{'ours (+Jaccard)':>17s}{'datatrove':>12s}")
@@ -341,19 +365,22 @@ def main():
                      ("removed", "{}")]:  # fmt: skip
         vals = [fmt.format(results[k][key]) if key in results[k] else "-" for k in ("ours", "ours_verified", "datatrove")]
         print(f"{key:28s}{vals[0]:>14s}{vals[1]:>17s}{vals[2]:>12s}")
+    print("\nload average (1, 5, 15 min): before %.2f %.2f %.2f, after %.2f %.2f %.2f; %d runs" % (*load0, *load1, args.runs))
     for label in ("ours", "ours_verified"):
         removed, cluster = runs[label]
-        ratio = results[label]["rows_per_s"] / results["datatrove"]["rows_per_s"]
+        ratios = sorted(d / o for o, d in zip(walls[label], walls["datatrove"]))
+        ratio = statistics.median(ratios)
         p, r = set_pr(removed, dt_removed)
         pp, pr = pairwise(cluster, dt_cluster)
         gp, gr = set_pr(removed, planted)
         results[label].update(
-            throughput_ratio_vs_datatrove=ratio,
+            throughput_ratio_vs_datatrove=ratio, throughput_ratios_vs_datatrove=ratios,
             removed_precision_vs_datatrove=p, removed_recall_vs_datatrove=r,
             pair_precision_vs_datatrove=pp, pair_recall_vs_datatrove=pr,
             removed_precision_vs_planted=gp, removed_recall_vs_planted=gr,
         )  # fmt: skip
-        print(f"\n{label}: throughput {ratio:.2f}x datatrove")
+        print(f"\n{label}: throughput {ratio:.2f}x datatrove (min / median / max over the runs: "
+              f"{ratios[0]:.2f}x / {ratio:.2f}x / {ratios[-1]:.2f}x)")
         print(f"  removed rows vs datatrove: precision {p:.4f} recall {r:.4f}")
         print(f"  same-cluster pairs vs datatrove: precision {pp:.4f} recall {pr:.4f}")
         print(f"  removed rows vs planted duplicates: precision {gp:.4f} recall {gr:.4f}")

@@ -4,7 +4,7 @@ same libtorch), on one checkpoint and one batch.
 
 usage (from the repository root, after `make deps`):
   .venv/bin/python bench/grpo/compare.py [--preset small | --model DIR]
-      [--threads 1] [--warmup 1] [--reps 3] [--micro-batch 8]
+      [--threads 1] [--warmup 1] [--reps 3] [--micro-batch 8] [--runs 3]
 
 One invocation:
   1. builds bench/grpo; creates a random Qwen3 checkpoint of --preset with
@@ -13,11 +13,14 @@ One invocation:
   2. `grpo-bench -make-batch` draws the batch both sides read (batch.go):
      8 prompts x 4 completions, 64 + 64 tokens, group advantages, old and
      reference log-probs = the checkpoint's own log-probs + N(0, 0.1^2);
-  3. runs the Go step as a subprocess, then the PyTorch step in this process,
-     both with --threads intra-op threads (GOMAXPROCS too), each doing
-     --warmup untimed then --reps timed optimizer steps from the same weights;
-  4. prints the median step times, the ratio, and both sides' loss, grad norm
-     and KL at every step; it exits 1 if they disagree (not the same
+  3. --runs times: runs the Go step as a subprocess, then the PyTorch step in
+     this process, both with --threads intra-op threads (GOMAXPROCS too),
+     each doing --warmup untimed then --reps timed optimizer steps from the
+     same weights;
+  4. prints, per run, both sides' step times, loss, grad norm and KL at every
+     step, then the median step times and the ratio torch/evolm as
+     min / median / max over the runs, with the load average before and
+     after; it exits 1 if the sides disagree in any run (not the same
      computation). The first step's loss and KL depend only on the batch (old
      and reference log-probs are the starting weights' own plus noise); its
      grad norm and the later steps' losses depend on the weights each side
@@ -131,6 +134,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=3, help="side-by-side runs; the ratio is shown as min / median / max")
     a = ap.parse_args()
     env = dict(os.environ)
     env.setdefault("GOWORK", os.path.join(ROOT, "build", "go.work"))
@@ -148,30 +152,42 @@ def main():
         subprocess.run([exe, "-model", ckpt, "-make-batch", bpath, "-seed", str(a.seed), "-threads", str(a.threads)],
                        cwd=ROOT, env=env, check=True)
         batch = json.load(open(bpath))
-        out = subprocess.run([exe, "-model", ckpt, "-batch", bpath, "-threads", str(a.threads), "-warmup", str(a.warmup),
-                              "-reps", str(a.reps), "-micro-batch", str(a.micro_batch)],
-                             cwd=ROOT, env=env, check=True, capture_output=True, text=True)
-        ev = json.loads(out.stdout)
-        pt = torch_side(ckpt, batch, a.threads, a.warmup, a.reps, a.micro_batch)
+        load0 = os.getloadavg()
+        runs = []
+        for _ in range(a.runs):
+            out = subprocess.run([exe, "-model", ckpt, "-batch", bpath, "-threads", str(a.threads), "-warmup", str(a.warmup),
+                                  "-reps", str(a.reps), "-micro-batch", str(a.micro_batch)],
+                                 cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+            ev = json.loads(out.stdout)
+            pt = torch_side(ckpt, batch, a.threads, a.warmup, a.reps, a.micro_batch)
+            runs.append((ev, pt))
+        load1 = os.getloadavg()
     sp = batch["spec"]
+    ev, pt = runs[0]
     print(f"checkpoint: {a.model or 'qwen3 preset ' + a.preset}: hidden {cfg['hidden_size']}, "
           f"layers {cfg['num_hidden_layers']}, vocab {cfg['vocab_size']}")
     print(f"batch: {sp['prompts']} prompts x {sp['group']} completions, {sp['prompt_len']} + {sp['completion_len']} "
           f"tokens, micro-batch {a.micro_batch}; threads evolm {ev['threads']} / torch {pt['threads']}; "
-          f"median of {a.reps} steps after {a.warmup} warm-up")
-    print(f"{'step':<6}{'evolm s':>10}{'torch s':>10}{'evolm loss':>14}{'torch loss':>14}"
-          f"{'evolm |g|':>12}{'torch |g|':>12}{'evolm kl':>11}{'torch kl':>11}{'clip e/t':>12}")
+          f"median of {a.reps} steps after {a.warmup} warm-up, {a.runs} runs")
+    print("load average (1, 5, 15 min): before %.2f %.2f %.2f, after %.2f %.2f %.2f" % (*load0, *load1))
     ok = True
-    for i, (e, t) in enumerate(zip(ev["steps"], pt["steps"])):
-        same = (close(e["loss"], t["loss"], 1e-3, 1e-6) and close(e["grad_norm"], t["grad_norm"], 1e-3, 1e-6)
-                and close(e["kl"], t["kl"], 1e-3, 1e-7) and e["tokens"] == t["tokens"])
-        ok = ok and same
-        print(f"{i + 1:<6}{e['seconds']:>10.3f}{t['seconds']:>10.3f}{e['loss']:>14.7f}{t['loss']:>14.7f}"
-              f"{e['grad_norm']:>12.6f}{t['grad_norm']:>12.6f}{e['kl']:>11.6f}{t['kl']:>11.6f}"
-              f"{e['clip_frac']:>6.3f}/{t['clip_frac']:.3f}{'' if same else '  MISMATCH'}")
-    print(f"median step: evolm {ev['step_s']:.3f} s, torch {pt['step_s']:.3f} s; "
-          f"torch/evolm = {pt['step_s'] / ev['step_s']:.2f} (> 1: evolm is faster)")
-    json.dump({"evolm": ev, "torch": pt}, sys.stderr)
+    for r, (ev, pt) in enumerate(runs):
+        print(f"run {r + 1}")
+        print(f"{'step':<6}{'evolm s':>10}{'torch s':>10}{'evolm loss':>14}{'torch loss':>14}"
+              f"{'evolm |g|':>12}{'torch |g|':>12}{'evolm kl':>11}{'torch kl':>11}{'clip e/t':>12}")
+        for i, (e, t) in enumerate(zip(ev["steps"], pt["steps"])):
+            same = (close(e["loss"], t["loss"], 1e-3, 1e-6) and close(e["grad_norm"], t["grad_norm"], 1e-3, 1e-6)
+                    and close(e["kl"], t["kl"], 1e-3, 1e-7) and e["tokens"] == t["tokens"])
+            ok = ok and same
+            print(f"{i + 1:<6}{e['seconds']:>10.3f}{t['seconds']:>10.3f}{e['loss']:>14.7f}{t['loss']:>14.7f}"
+                  f"{e['grad_norm']:>12.6f}{t['grad_norm']:>12.6f}{e['kl']:>11.6f}{t['kl']:>11.6f}"
+                  f"{e['clip_frac']:>6.3f}/{t['clip_frac']:.3f}{'' if same else '  MISMATCH'}")
+    ratio = sorted(pt["step_s"] / ev["step_s"] for ev, pt in runs)
+    print(f"median step: evolm {statistics.median(ev['step_s'] for ev, _ in runs):.3f} s, "
+          f"torch {statistics.median(pt['step_s'] for _, pt in runs):.3f} s; "
+          f"torch/evolm min / median / max = {ratio[0]:.2f} / {statistics.median(ratio):.2f} / {ratio[-1]:.2f} "
+          f"(> 1: evolm is faster)")
+    json.dump({"runs": [{"evolm": ev, "torch": pt} for ev, pt in runs], "load_before": load0, "load_after": load1}, sys.stderr)
     print(file=sys.stderr)
     if not ok:
         print("losses, grad norms or KL differ: the two sides did not compute the same step", file=sys.stderr)

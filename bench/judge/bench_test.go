@@ -5,13 +5,14 @@ import (
 	"testing"
 )
 
-// BenchmarkYesNo compares yes/no judging with prefix reuse against a full
-// forward pass per criterion on a tiny random checkpoint (one op = one
-// (response, rubric) request of 4 criteria over a 300-word response):
+// BenchmarkYesNo compares yes/no judging with prefix reuse against the same
+// batched scoring without it (full forward passes, the criteria batched
+// alike) on a tiny random checkpoint (one op = one (response, rubric) request
+// of 4 criteria over a 300-word response):
 //
 //	go test -run '^$' -bench YesNo -benchtime 5x ./bench/judge
 func BenchmarkYesNo(b *testing.B) {
-	m, err := load("", "tiny", 0, b.TempDir())
+	m, err := load("", "tiny", 0, 64, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -32,6 +33,42 @@ func BenchmarkYesNo(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestSidesAgree checks, on a tiny random checkpoint, that prefix reuse and
+// the naive side give the same log-probs within the benchmark's tolerance,
+// with the criteria in one batch and split over batches of 3, and that
+// maxDiff refuses a larger difference.
+func TestSidesAgree(t *testing.T) {
+	reqs, err := workload(2, 60, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, mb := range []int{64, 3} {
+		m, err := load("", "tiny", 1, mb, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		naive, err := m.ScoreNaive(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reuse, err := m.Score(ctx, reqs)
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := maxDiff(naive, reuse, defaultTol)
+		if err != nil {
+			t.Fatalf("max batch %d: %v", mb, err)
+		}
+		t.Logf("max batch %d: max abs log-prob difference %.3g", mb, d)
+		reuse[1].LogProbs[4][0] += 10 * defaultTol
+		if _, err := maxDiff(naive, reuse, defaultTol); err == nil {
+			t.Fatalf("max batch %d: maxDiff accepted a difference of %g", mb, 10*defaultTol)
+		}
 	}
 }
 

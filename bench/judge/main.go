@@ -1,10 +1,19 @@
 // Command judge-bench measures yes/no judging with prefix reuse (the torch
 // backend's Score: the shared (question, response) prefix is prefilled once
-// and the criteria run as one batch after it) against a naive full forward
-// pass per criterion (ScoreNaive), on the same checkpoint, and prints the
-// speed-up:
+// and the criteria run as one batch after it) against the same scoring
+// without prefix reuse (ScoreNaive: full forward passes over question,
+// response and criterion), on the same checkpoint, and prints the speed-up:
 //
-//	go run ./bench/judge -preset small -response-words 300 -criteria 4 -reps 5
+//	go run ./bench/judge -preset small -threads 1 -response-words 300 -criteria 4 -reps 3 -runs 3
+//
+// Fairness: both sides tokenize the same full prompts and batch the criteria
+// of a request the same way (up to the backend's MaxBatch rows, right-padded,
+// per forward pass), so the one difference measured is the shared prefill.
+// Before printing anything, every run checks that the two sides' candidate
+// log-probs agree within -tol (absolute) and fails otherwise. Each of -runs
+// runs times both sides (the mean of -reps calls after a warm-up call); the
+// speed-up is printed as min / median / max over the runs, with the load
+// average before and after.
 //
 // Without -model it writes a random checkpoint of -preset with model.Init.
 // The prompts are the real judge_yesno role prompt (stages/prompts). The Go
@@ -16,7 +25,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,6 +44,9 @@ type config struct {
 	criteria, reps int
 	requests       int
 	threads        int
+	maxBatch       int
+	runs           int
+	tol            float64
 }
 
 func main() {
@@ -41,9 +55,12 @@ func main() {
 	flag.StringVar(&cfg.preset, "preset", "small", "model.Init preset when -model is empty: tiny or small")
 	flag.IntVar(&cfg.responseWords, "response-words", 300, "words in the judged response")
 	flag.IntVar(&cfg.criteria, "criteria", 4, "criteria per rubric")
-	flag.IntVar(&cfg.requests, "requests", 4, "(response, rubric) requests per repetition")
-	flag.IntVar(&cfg.reps, "reps", 3, "timed repetitions of each method")
+	flag.IntVar(&cfg.requests, "requests", 4, "(response, rubric) requests per call")
+	flag.IntVar(&cfg.reps, "reps", 3, "timed calls of each method per run (their mean is the run's time)")
+	flag.IntVar(&cfg.runs, "runs", 3, "runs; the speed-up is shown as min / median / max over them")
+	flag.Float64Var(&cfg.tol, "tol", defaultTol, "largest allowed absolute difference between the two sides' log-probs")
 	flag.IntVar(&cfg.threads, "threads", 0, "libtorch threads (0: default)")
+	flag.IntVar(&cfg.maxBatch, "max-batch", 64, "criteria per forward pass, on both sides (the backend's MaxBatch)")
 	flag.Parse()
 	if err := run(context.Background(), cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "judge-bench:", err)
@@ -81,39 +98,111 @@ func workload(requests, responseWords, criteria int) ([]backend.ScoreRequest, er
 }
 
 // load opens the checkpoint, writing a random one first when dir is empty.
-func load(dir, preset string, threads int, tmp string) (*torchbe.Model, error) {
+func load(dir, preset string, threads, maxBatch int, tmp string) (*torchbe.Model, error) {
 	if dir == "" {
 		dir = tmp
 		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: preset, Seed: 1, OutDir: dir}); err != nil {
 			return nil, err
 		}
 	}
-	return torchbe.Load(torchbe.Options{Dir: dir, Threads: threads})
+	return torchbe.Load(torchbe.Options{Dir: dir, Threads: threads, MaxBatch: maxBatch})
 }
 
 type scoreFunc func(context.Context, []backend.ScoreRequest) ([]backend.ScoreResponse, error)
 
-// timeIt runs f once to warm up, then reps times, and returns the mean.
-func timeIt(ctx context.Context, f scoreFunc, reqs []backend.ScoreRequest, reps int) (time.Duration, error) {
-	if _, err := f(ctx, reqs); err != nil {
-		return 0, err
+// defaultTol bounds |log-prob(prefix reuse) − log-prob(naive)|: both are
+// fp32 forward passes over the same tokens that differ only in how the
+// attention over the prefix is split (cached keys vs one pass).
+const defaultTol = 1e-5
+
+// timeIt runs f once to warm up, then reps times, and returns the mean and
+// the warm-up call's responses.
+func timeIt(ctx context.Context, f scoreFunc, reqs []backend.ScoreRequest, reps int) (time.Duration, []backend.ScoreResponse, error) {
+	out, err := f(ctx, reqs)
+	if err != nil {
+		return 0, nil, err
 	}
 	start := time.Now()
 	for range reps {
 		if _, err := f(ctx, reqs); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
-	return time.Since(start) / time.Duration(reps), nil
+	return time.Since(start) / time.Duration(max(reps, 1)), out, nil
+}
+
+// maxDiff returns the largest absolute difference between two answers'
+// log-probs, and an error when they differ in shape, in a failure or by
+// more than tol.
+func maxDiff(naive, reuse []backend.ScoreResponse, tol float64) (float64, error) {
+	if len(naive) != len(reuse) {
+		return 0, fmt.Errorf("naive answered %d requests, prefix reuse %d", len(naive), len(reuse))
+	}
+	d := 0.0
+	for i := range naive {
+		a, b := naive[i], reuse[i]
+		if a.Failure != nil || b.Failure != nil {
+			return 0, fmt.Errorf("request %s failed: naive %v, prefix reuse %v", a.ID, a.Failure, b.Failure)
+		}
+		if len(a.LogProbs) != len(b.LogProbs) {
+			return 0, fmt.Errorf("request %s: naive %d suffixes, prefix reuse %d", a.ID, len(a.LogProbs), len(b.LogProbs))
+		}
+		for k := range a.LogProbs {
+			if len(a.LogProbs[k]) != len(b.LogProbs[k]) {
+				return 0, fmt.Errorf("request %s suffix %d: naive %d candidates, prefix reuse %d", a.ID, k, len(a.LogProbs[k]), len(b.LogProbs[k]))
+			}
+			for j, x := range a.LogProbs[k] {
+				y := b.LogProbs[k][j]
+				if math.IsNaN(x) || math.IsNaN(y) || math.IsInf(x, 0) || math.IsInf(y, 0) {
+					return 0, fmt.Errorf("request %s suffix %d candidate %d: log-probs naive %v, prefix reuse %v", a.ID, k, j, x, y)
+				}
+				d = max(d, math.Abs(x-y))
+			}
+		}
+	}
+	if d > tol {
+		return d, fmt.Errorf("the two sides' log-probs differ by %.3g (max abs) > %.3g: they did not compute the same thing", d, tol)
+	}
+	return d, nil
+}
+
+// loadavg returns /proc/loadavg's three load averages ("?" where unreadable).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+// spread formats min / median / max of xs.
+func spread(xs []float64, format string) string {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return fmt.Sprintf(format+" / "+format+" / "+format, s[0], median(s), s[len(s)-1])
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 }
 
 func run(ctx context.Context, cfg config, w io.Writer) error {
+	if cfg.runs < 1 {
+		return fmt.Errorf("-runs %d, want ≥ 1", cfg.runs)
+	}
+	load0 := loadavg()
 	tmp, err := os.MkdirTemp("", "judge-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	m, err := load(cfg.model, cfg.preset, cfg.threads, tmp)
+	m, err := load(cfg.model, cfg.preset, cfg.threads, cfg.maxBatch, tmp)
 	if err != nil {
 		return err
 	}
@@ -124,20 +213,35 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	}
 	prefixTok := len(m.Tokenizer().Encode(reqs[0].Prefix))
 	suffixTok := len(m.Tokenizer().Encode(reqs[0].Suffixes[0]))
-	naive, err := timeIt(ctx, m.ScoreNaive, reqs, cfg.reps)
-	if err != nil {
-		return err
+	var naiveMS, reuseMS, speedup []float64
+	worst := 0.0
+	for r := range cfg.runs {
+		naive, nOut, err := timeIt(ctx, m.ScoreNaive, reqs, cfg.reps)
+		if err != nil {
+			return err
+		}
+		reuse, rOut, err := timeIt(ctx, m.Score, reqs, cfg.reps)
+		if err != nil {
+			return err
+		}
+		d, err := maxDiff(nOut, rOut, cfg.tol)
+		if err != nil {
+			return fmt.Errorf("run %d: %w", r+1, err)
+		}
+		worst = max(worst, d)
+		naiveMS = append(naiveMS, naive.Seconds()*1e3/float64(cfg.requests))
+		reuseMS = append(reuseMS, reuse.Seconds()*1e3/float64(cfg.requests))
+		speedup = append(speedup, naive.Seconds()/reuse.Seconds())
 	}
-	reuse, err := timeIt(ctx, m.Score, reqs, cfg.reps)
-	if err != nil {
-		return err
-	}
-	n := float64(cfg.requests * cfg.criteria)
-	fmt.Fprintf(w, "model %s (%d parameters): %d requests × %d criteria, prefix ≈ %d tokens, suffix ≈ %d tokens\n",
-		m.ID(), m.LM().Config().NumParams(), cfg.requests, cfg.criteria, prefixTok, suffixTok)
+	load1 := loadavg()
+	n := float64(cfg.criteria)
+	fmt.Fprintf(w, "model %s (%d parameters): %d requests × %d criteria, prefix ≈ %d tokens, suffix ≈ %d tokens; both sides batch up to %d criteria per forward pass\n",
+		m.ID(), m.LM().Config().NumParams(), cfg.requests, cfg.criteria, prefixTok, suffixTok, cfg.maxBatch)
+	fmt.Fprintf(w, "log-probs agree in every run: max abs difference %.3g (tolerance %.3g)\n", worst, cfg.tol)
+	fmt.Fprintf(w, "load average (1, 5, 15 min): before %s, after %s; mean of %d calls after a warm-up, %d runs\n", load0, load1, cfg.reps, cfg.runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "method\tms/request\tcriteria/s\tspeed-up\t\n")
-	fmt.Fprintf(tw, "naive forward per criterion\t%.1f\t%.1f\t1.00\t\n", float64(naive.Milliseconds())/float64(cfg.requests), n/naive.Seconds())
-	fmt.Fprintf(tw, "prefix reuse\t%.1f\t%.1f\t%.2f\t\n", float64(reuse.Milliseconds())/float64(cfg.requests), n/reuse.Seconds(), naive.Seconds()/reuse.Seconds())
+	fmt.Fprintf(tw, "method\tms/request (median)\tcriteria/s (median)\tspeed-up min / median / max\t\n")
+	fmt.Fprintf(tw, "naive (no prefix reuse, same batching)\t%.1f\t%.1f\t1.00\t\n", median(naiveMS), n*1e3/median(naiveMS))
+	fmt.Fprintf(tw, "prefix reuse\t%.1f\t%.1f\t%s\t\n", median(reuseMS), n*1e3/median(reuseMS), spread(speedup, "%.2f"))
 	return tw.Flush()
 }

@@ -1,7 +1,7 @@
 """Side-by-side tokenizer throughput: evolm's Go tokenizer vs HF tokenizers.
 
 usage (from the repository root, after `make deps`):
-  .venv/bin/python bench/tokenizer/compare.py [--mb 10] [--threads 1,2] [--passes 3]
+  .venv/bin/python bench/tokenizer/compare.py [--mb 10] [--threads 1,2] [--passes 3] [--runs 3]
 
 It builds a deterministic mixed corpus of about --mb MB (Python standard
 library source for code and English, multilingual text drawn from
@@ -15,9 +15,12 @@ tokens), then for each thread count runs, one after the other:
                  N=1, EncodeBatch otherwise.
 
 Each side does one untimed warm-up pass (both keep a merge cache) and reports
-its best of --passes timed passes. It prints tokens/s and MB/s of wall time,
-MB per CPU-second (all threads; the fairer figure on a shared machine), the
-ratios evolm/HF, and whether the two produced identical ids (SHA-256 over all ids).
+its best of --passes timed passes; the pair runs --runs times. It prints the
+median over the runs of tokens/s and MB/s of wall time and MB per CPU-second
+(all threads; the fairer figure on a shared machine), the ratios evolm/HF as
+min / median / max over the runs, the load average before and after, and
+whether the two produced identical ids (SHA-256 over all ids) in every run;
+it exits 1 when they did not.
 """
 import argparse
 import array
@@ -25,6 +28,7 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -137,6 +141,7 @@ def main():
     ap.add_argument("--mb", type=float, default=10)
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}")
     ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3, help="side-by-side runs; ratios are shown as min / median / max")
     ap.add_argument("--hf-worker", metavar="CORPUS")
     args = ap.parse_args()
     if args.hf_worker:
@@ -157,19 +162,38 @@ def main():
         subprocess.run(["go", "build", "-o", binary, "./bench/tokenizer"], cwd=ROOT, env=env, check=True)
         print(f"corpus: {len(docs)} documents, {nbytes / 1e6:.1f} MB; tokenizer: {TOKENIZER}")
         print(f"reference: HF tokenizers {tokenizers.__version__} (Python {sys.version.split()[0]}); "
-              f"best of {args.passes} passes after a warm-up; CPU count {os.cpu_count()}")
-        print(f"{'threads':>7}  {'impl':<14}{'tokens/s':>12}{'MB/s':>9}{'MB/cpu-s':>10}  ids")
+              f"best of {args.passes} passes after a warm-up, median of {args.runs} runs; CPU count {os.cpu_count()}")
+        load0 = os.getloadavg()
+        rows = []
         for n in [int(x) for x in args.threads.split(",")]:
             hf_env = dict(env, RAYON_NUM_THREADS=str(n), TOKENIZERS_PARALLELISM="false" if n == 1 else "true")
-            hf = run_json([sys.executable, __file__, "--hf-worker", corpus, "--passes", str(args.passes)], hf_env)
-            go = run_json([binary, "-tokenizer", TOKENIZER, "-corpus", corpus, "-passes", str(args.passes)],
-                          dict(env, GOMAXPROCS=str(n)))
-            same = "identical" if hf["ids_sha256"] == go["ids_sha256"] and hf["tokens"] == go["tokens"] else "DIFFERENT"
-            for name, r in (("HF tokenizers", hf), ("evolm (Go)", go)):
-                print(f"{n:>7}  {name:<14}{r['tokens'] / r['seconds']:>12,.0f}{r['bytes'] / r['seconds'] / 1e6:>9.2f}"
-                      f"{r['bytes'] / r['cpu_seconds'] / 1e6:>10.2f}  {same}")
-            print(f"{n:>7}  {'ratio Go/HF':<14}{hf['seconds'] / go['seconds']:>11.2f}x{'':>9}"
-                  f"{hf['cpu_seconds'] / go['cpu_seconds']:>9.2f}x")
+            runs = []
+            for _ in range(args.runs):
+                hf = run_json([sys.executable, __file__, "--hf-worker", corpus, "--passes", str(args.passes)], hf_env)
+                go = run_json([binary, "-tokenizer", TOKENIZER, "-corpus", corpus, "-passes", str(args.passes)],
+                              dict(env, GOMAXPROCS=str(n)))
+                runs.append((hf, go, hf["ids_sha256"] == go["ids_sha256"] and hf["tokens"] == go["tokens"]))
+            rows.append((n, runs))
+        load1 = os.getloadavg()
+    print("load average (1, 5, 15 min): before %.2f %.2f %.2f, after %.2f %.2f %.2f" % (*load0, *load1))
+    print(f"{'threads':>7}  {'impl':<14}{'tokens/s':>12}{'MB/s':>9}{'MB/cpu-s':>10}  ids")
+    med = statistics.median
+    spread = lambda xs: "%.2fx / %.2fx / %.2fx" % (min(xs), med(xs), max(xs))
+    all_same = True
+    for n, runs in rows:
+        same_all = all(r[2] for r in runs)
+        all_same = all_same and same_all
+        same = "identical" if same_all else "DIFFERENT"
+        for name, side in (("HF tokenizers", 0), ("evolm (Go)", 1)):
+            rs = [r[side] for r in runs]
+            print(f"{n:>7}  {name:<14}{med(r['tokens'] / r['seconds'] for r in rs):>12,.0f}"
+                  f"{med(r['bytes'] / r['seconds'] / 1e6 for r in rs):>9.2f}"
+                  f"{med(r['bytes'] / r['cpu_seconds'] / 1e6 for r in rs):>10.2f}  {same}")
+        wall = [hf["seconds"] / go["seconds"] for hf, go, _ in runs]
+        cpu = [hf["cpu_seconds"] / go["cpu_seconds"] for hf, go, _ in runs]
+        print(f"{n:>7}  {'ratio Go/HF':<14} wall {spread(wall)}, per CPU-second {spread(cpu)} (min / median / max)")
+    if not all_same:
+        sys.exit("compare: the two tokenizers produced different ids")
 
 
 if __name__ == "__main__":

@@ -204,9 +204,11 @@ func (m *Model) candidateLogProbs(s *torch.Scope, h *torch.Tensor, cands []int) 
 	return out, nil
 }
 
-// ScoreNaive answers like Score without prefix reuse: one full forward pass
-// over Prefix+Suffix[k] per suffix. It is the baseline of the judge
-// benchmark and the reference Score is tested against.
+// ScoreNaive answers like Score without prefix reuse: it runs full forward
+// passes over Prefix+Suffix[k], the suffixes batched exactly as Score batches
+// them (up to MaxBatch rows per forward pass, right-padded), so that the only
+// difference between the two is the shared prefill. It is the baseline of
+// the judge benchmark and the reference Score is tested against.
 func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
 	for i := range reqs {
@@ -220,37 +222,59 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 			res.Failure = rejected("request %s: %v", r.ID, err)
 			return nil
 		}
-		for _, suf := range r.Suffixes {
+		full := make([][]int, len(r.Suffixes))
+		for k, suf := range r.Suffixes {
+			if full[k] = m.tok.Encode(r.Prefix + suf); len(full[k]) == 0 {
+				res.Failure = rejected("request %s: suffix %d: prompt encodes to no tokens", r.ID, k)
+				return nil
+			}
+		}
+		for start := 0; start < len(full); start += m.opt.MaxBatch {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			lp, err := m.scoreFull(m.tok.Encode(r.Prefix+suf), cands)
+			end := min(start+m.opt.MaxBatch, len(full))
+			part, err := m.scoreFull(full[start:end], cands)
 			if err != nil {
 				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
-			res.LogProbs = append(res.LogProbs, lp)
+			res.LogProbs = append(res.LogProbs, part...)
 		}
 		return nil
 	})
 }
 
-func (m *Model) scoreFull(ids []int, cands []int) ([]float64, error) {
+// scoreFull runs one forward pass, without a cache, over the full prompts as
+// one right-padded batch and returns, per prompt, the candidates' log-probs
+// at its last token (right padding needs no mask, as in scoreTails).
+func (m *Model) scoreFull(rows [][]int, cands []int) ([][]float64, error) {
 	s := torch.NewScope()
 	defer s.Close()
-	T := int64(len(ids))
-	flat := make([]int64, T)
-	for j, id := range ids {
-		flat[j] = int64(id)
+	dev := m.lm.Device()
+	K := int64(len(rows))
+	T := 0
+	for _, r := range rows {
+		T = max(T, len(r))
 	}
-	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(flat, 1, T), m.lm.Device(), torch.Int64)}) // (1, T, C)
+	ids := make([]int64, 0, K*int64(T))
+	last := make([]int64, K) // flat index of each row's last real token in (K*T)
+	for k, r := range rows {
+		for j := 0; j < T; j++ {
+			id := 0
+			if j < len(r) {
+				id = r[j]
+			}
+			ids = append(ids, int64(id))
+		}
+		last[k] = int64(k*T + len(r) - 1)
+	}
+	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(T)), dev, torch.Int64)}) // (K, T, C)
 	if err != nil {
 		return nil, err
 	}
-	lp, err := m.candidateLogProbs(s, s.Squeeze(s.Narrow(h, 1, T-1, 1), 1), cands) // (1, C) → (1, J)
-	if err != nil {
-		return nil, err
-	}
-	return lp[0], nil
+	C := int64(m.lm.Config().HiddenSize)
+	hl := s.IndexSelect(s.Reshape(h, K*int64(T), C), 0, s.To(s.FromInt64(last, K), dev, torch.Int64)) // (K, C)
+	return m.candidateLogProbs(s, hl, cands)
 }
 
 // LogProbs implements backend.LogProber over generate.LogProbs.

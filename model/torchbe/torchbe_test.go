@@ -55,6 +55,20 @@ func TestTorchBackend(t *testing.T) {
 		if d := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-4 })); d != "" {
 			t.Errorf("Score vs ScoreNaive (-want +got):\n%s", d)
 		}
+		// The batched naive pass (right-padded rows) equals one pass per suffix.
+		for i, r := range reqs {
+			for k, suf := range r.Suffixes {
+				one := r
+				one.Suffixes = []string{suf}
+				single, err := m.ScoreNaive(ctx, []backend.ScoreRequest{one})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(want[i].LogProbs[k], single[0].LogProbs[0], cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-5 })); d != "" {
+					t.Errorf("request %s suffix %d: batched vs single ScoreNaive (-batched +single):\n%s", r.ID, k, d)
+				}
+			}
+		}
 		if len(got[0].LogProbs) != 3 || len(got[0].LogProbs[0]) != 2 {
 			t.Fatalf("shape %d×%d, want 3×2", len(got[0].LogProbs), len(got[0].LogProbs[0]))
 		}

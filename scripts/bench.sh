@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, one after the other, each under a header with
+# the time and the load average. The side-by-side ones repeat BENCH_RUNS times
+# (default 3) and print each ratio as min / median / max over the runs with
+# the load average before and after; the Go benchmarks run -count BENCH_RUNS.
+#
+#   scripts/bench.sh                 # all of them (long: tens of minutes on 2 cores)
+#   BENCH_ONLY="judge engine" scripts/bench.sh
+#
+# Names: go judge engine grpo tokenizer dedup parquet. Run from the Makefile
+# (it exports GOWORK/GOFLAGS for gotch) or with the same environment.
+# DEDUP_N (default 1000000) sizes the dedup corpus.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+py=${EVOLM_PYTHON:-$root/.venv/bin/python}
+runs=${BENCH_RUNS:-3}
+only=${BENCH_ONLY:-go judge engine grpo tokenizer dedup parquet}
+
+header() {
+	echo
+	echo "=== $1"
+	echo "=== $(date -u +%Y-%m-%dT%H:%M:%SZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+for b in $only; do
+	case $b in
+	go)
+		header "Go benchmarks (go test -bench, -count $runs; bench/openai's BenchmarkThroughput included)"
+		go test -run '^$' -bench . -benchmem -count "$runs" ./...
+		;;
+	judge)
+		header "bench/judge: yes/no judging, prefix reuse vs the same batching without it"
+		go run ./bench/judge -preset small -threads 1 -runs "$runs"
+		;;
+	engine)
+		header "bench/engine: evolm vs HF transformers"
+		"$py" bench/engine/compare.py --preset small --runs "$runs"
+		;;
+	grpo)
+		header "bench/grpo: one GRPO step, evolm vs TRL's step in PyTorch"
+		"$py" bench/grpo/compare.py --preset small --runs "$runs"
+		;;
+	tokenizer)
+		header "bench/tokenizer: evolm vs HF tokenizers"
+		"$py" bench/tokenizer/compare.py --runs "$runs"
+		;;
+	dedup)
+		header "bench/dedup: evolm dedup vs datatrove MinHash"
+		"$py" bench/dedup/bench_dedup.py --n "${DEDUP_N:-1000000}" --runs "$runs"
+		;;
+	parquet)
+		header "bench/parquet: evolm vs pyarrow (best of its own --iters)"
+		bench/parquet/run.sh
+		;;
+	*)
+		echo "bench.sh: unknown benchmark $b (want go judge engine grpo tokenizer dedup parquet)" >&2
+		exit 2
+		;;
+	esac
+done
