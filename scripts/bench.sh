@@ -34,8 +34,12 @@ for b in $only; do
 		go run ./bench/judge -preset small -threads 1 -runs "$runs"
 		;;
 	engine)
-		header "bench/engine: evolm vs HF transformers"
-		"$py" bench/engine/compare.py --preset small --runs "$runs"
+		for preset in tiny small; do
+			for threads in 1 2; do
+				header "bench/engine: evolm vs HF transformers, preset $preset, $threads thread(s)"
+				"$py" bench/engine/compare.py --preset "$preset" --threads "$threads" --runs "$runs"
+			done
+		done
 		;;
 	grpo)
 		header "bench/grpo: one GRPO step, evolm vs TRL's step in PyTorch"
