@@ -54,8 +54,8 @@ for b in $only; do
 		"$py" bench/dedup/bench_dedup.py --n "${DEDUP_N:-1000000}" --runs "$runs"
 		;;
 	parquet)
-		header "bench/parquet: evolm vs pyarrow (best of its own --iters)"
-		bench/parquet/run.sh
+		header "bench/parquet: evolm vs pyarrow"
+		bench/parquet/run.sh --runs "$runs"
 		;;
 	*)
 		echo "bench.sh: unknown benchmark $b (want go judge engine grpo tokenizer dedup parquet)" >&2

@@ -3,12 +3,13 @@
 // driver run.py runs it and pyarrow on the same file and prints the ratios.
 //
 //	parquet-bench gen   -rows 1000000 -out src.parquet
-//	parquet-bench bench -in src.parquet -dir DIR -iters 3
+//	parquet-bench bench -in src.parquet -dir DIR -iters 3 [-cpuprofile FILE]
 //	parquet-bench read  -in FILE
 //
 // bench loads src.parquet into memory as record batches, then per iteration
-// writes them to DIR/go.parquet (zstd level 3, dictionary, statistics,
-// 128Ki-row row groups) and reads that file back, serially and with
+// writes them to DIR/go.parquet through pipeline.CreateShard, the writer
+// every stage uses (zstd level 3, dictionary, statistics, 128Ki-row row
+// groups), and reads that file back, serially and with
 // parallel column decoding. It prints one JSON object: best-of wall and CPU
 // seconds per phase, sizes and the process's peak RSS. read streams a file
 // in a fresh process and prints its rows and peak RSS: what a stage that
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -113,6 +115,7 @@ func bench(args []string) error {
 	in := fs.String("in", "src.parquet", "source table")
 	dir := fs.String("dir", ".", "output directory")
 	iters := fs.Int("iters", 3, "iterations (best is reported)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the first iteration's write to this file")
 	fs.Parse(args)
 	ctx := context.Background()
 	mem := memory.NewGoAllocator()
@@ -133,7 +136,17 @@ func bench(args []string) error {
 	}
 	out := filepath.Join(*dir, "go.parquet")
 	var write, readSerial, readParallel phase
-	for range *iters {
+	for it := range *iters {
+		if it == 0 && *cpuprofile != "" {
+			f, err := os.Create(*cpuprofile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+		}
 		u := now()
 		w, err := pipeline.CreateShard(out, schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem, CompressionLevel: level})
 		if err != nil {
@@ -148,6 +161,9 @@ func bench(args []string) error {
 			return err
 		}
 		best(&write, u.since())
+		if it == 0 && *cpuprofile != "" {
+			pprof.StopCPUProfile()
+		}
 		for _, par := range []bool{false, true} {
 			u := now()
 			var n int64

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side-by-side Parquet benchmark, evolm against pyarrow, in one invocation:
-#   bench/parquet/run.sh [--rows N] [--iters N]
+#   bench/parquet/run.sh [--rows N] [--runs N]
 # Builds the Go side, then runs run.py with the project's venv (make venv).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
