@@ -30,7 +30,10 @@
 //     Prompts are prefilled Options.PrefillChunk positions at a time (fewer
 //     for long prompts, so that a chunk's scores stay within
 //     PrefillScoreElems), so attention scores never take (prompt × prompt)
-//     memory.
+//     memory. A decode step allocates no vocabulary-sized tensor: it writes
+//     its logits into, and samples in, two (rows, V) buffers the chunk keeps
+//     from step to step (sample.Workspace; docs/engine-speed.md has the
+//     profile that called for them).
 //   - Sharing. With Options.Scheduler, concurrent calls take turns per
 //     prefill chunk and per decode step and stay within a memory budget
 //     (see Scheduler); a row's tokens do not depend on the interleaving.
