@@ -43,9 +43,18 @@ func repeatKV(s *torch.Scope, x *torch.Tensor, groups int64) *torch.Tensor {
 	return s.Reshape(x, B, nkv*groups, Tk, hs)              // (B, nh, Tk, hs)
 }
 
-// Forward maps x (B, T, C) to (B, T, C). blocked (B or 1, 1, T, Tk) is true
-// where a query may not attend a key.
-func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *torch.Tensor, cache *model.Cache) *torch.Tensor {
+// mask says which keys each query may not attend, once per forward pass:
+// blocked (B or 1, 1, T, Tk) is true there, and bias, for eager attention,
+// is the same as a float32 additive mask: 0 where a key is visible and
+// −MaxFloat32 where it is blocked. Adding bias to float32 scores gives
+// exactly what masked_fill(blocked, −MaxFloat32) gives (a score plus
+// −MaxFloat32 rounds to −MaxFloat32 for any score below 2^103), and the add
+// is vectorized where libtorch 2.1's CPU masked_fill is a scalar loop: 9% of
+// a `small` prefill (docs/engine-speed.md).
+type mask struct{ blocked, bias *torch.Tensor }
+
+// Forward maps x (B, T, C) to (B, T, C).
+func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, mk mask, cache *model.Cache) *torch.Tensor {
 	sh, err := torch.Shape(x)
 	if err != nil {
 		s.Fail(err)
@@ -71,8 +80,8 @@ func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *to
 
 	var y *torch.Tensor
 	if a.cfg.AttnImplementation == model.AttnSDPA {
-		bias := s.MaskedFill(s.Zeros([]int64{1}, s.DType(q), devOf(s, q)), blocked, minValue(s.DType(q))) // (B or 1, 1, T, Tk)
-		y = s.ScaledDotProductAttention(q, k, v, bias, a.cfg.AttnScale)                                   // (B, nh, T, hs)
+		bias := s.MaskedFill(s.Zeros([]int64{1}, s.DType(q), devOf(s, q)), mk.blocked, minValue(s.DType(q))) // (B or 1, 1, T, Tk)
+		y = s.ScaledDotProductAttention(q, k, v, bias, a.cfg.AttnScale)                                      // (B, nh, T, hs)
 	} else {
 		// Scaled and masked in place (autograd needs neither the matmul's
 		// output nor the product's), so one (B, nh, T, Tk) float32 tensor
@@ -80,7 +89,7 @@ func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *to
 		att := s.Matmul(q, s.Transpose(k, 2, 3)) // (B, nh, T, Tk)
 		s.MulScalar_(att, a.cfg.AttnScale)
 		att = s.Float32(att)
-		s.MaskedFill_(att, blocked, -math.MaxFloat32)
+		s.Add_(att, mk.bias)                                           // = masked_fill_(blocked, −MaxFloat32), see mask
 		att = s.ToDType(s.Softmax(att, -1, torch.Float32), s.DType(v)) // (B, nh, T, Tk)
 		y = s.Matmul(att, v)                                           // (B, nh, T, hs)
 	}
@@ -113,8 +122,8 @@ func devOf(s *torch.Scope, x *torch.Tensor) torch.Device {
 }
 
 // Forward is one pre-norm block on x (B, T, C).
-func (l *DecoderLayer) Forward(s *torch.Scope, x *torch.Tensor, r rope, blocked *torch.Tensor, cache *model.Cache) *torch.Tensor {
-	h := s.Add(x, l.SelfAttn.Forward(s, l.InputLayernorm.Forward(s, x), r, blocked, cache))
+func (l *DecoderLayer) Forward(s *torch.Scope, x *torch.Tensor, r rope, mk mask, cache *model.Cache) *torch.Tensor {
+	h := s.Add(x, l.SelfAttn.Forward(s, l.InputLayernorm.Forward(s, x), r, mk, cache))
 	return s.Add(h, l.MLP.Forward(s, l.PostAttentionLayernorm.Forward(s, h)))
 }
 
@@ -175,7 +184,10 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 		pad := s.EqScalar(m.onDevice(s, b.Mask, torch.Int64), 0)         // (B, Tk)
 		kpos = s.Add(kpos, s.View(s.MulScalar(pad, 1<<40), B, 1, 1, Tk)) // (B, 1, 1, Tk)
 	}
-	blocked := s.Gt(kpos, qpos) // (B or 1, 1, T, Tk)
+	mk := mask{blocked: s.Gt(kpos, qpos)} // (B or 1, 1, T, Tk)
+	if m.cfg.AttnImplementation != model.AttnSDPA {
+		mk.bias = s.MaskedFill(s.Zeros([]int64{1}, torch.Float32, m.dev), mk.blocked, -math.MaxFloat32) // (B or 1, 1, T, Tk)
+	}
 
 	x := m.Model.EmbedTokens.Forward(s, ids) // (B, T, C)
 	if m.checkpoint && b.Cache == nil && torch.GradEnabled() {
@@ -183,14 +195,17 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 		// gone: keep what they read.
 		s.Hold(r.cos)
 		s.Hold(r.sin)
-		s.Hold(blocked)
+		s.Hold(mk.blocked)
+		if mk.bias != nil {
+			s.Hold(mk.bias)
+		}
 		x = s.Checkpoint(x, len(m.Model.Layers), func(ls *torch.Scope, i int, x *torch.Tensor) *torch.Tensor {
-			return m.Model.Layers[i].Forward(ls, x, r, blocked, nil) // (B, T, C)
+			return m.Model.Layers[i].Forward(ls, x, r, mk, nil) // (B, T, C)
 		})
 	} else {
 		for i := range m.Model.Layers {
 			ls := s.Child()
-			x = ls.MoveTo(s, m.Model.Layers[i].Forward(ls, x, r, blocked, b.Cache)) // (B, T, C)
+			x = ls.MoveTo(s, m.Model.Layers[i].Forward(ls, x, r, mk, b.Cache)) // (B, T, C)
 			ls.Close()
 		}
 	}
