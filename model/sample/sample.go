@@ -26,9 +26,10 @@
 //     (Workspace, sampleSimple): logsumexp as libtorch computes it, then
 //     the unnormalised temperature distribution's running sum in place.
 //     They take that path in every batch, so a row's token never depends
-//     on its neighbours. Top-k rows use torch.topk. Top-p-only rows first try the top
-//     1024 tokens and fall back to a full sort only when their nucleus is
-//     larger (plan); both paths yield identical kept sets and probabilities.
+//     on its neighbours. Top-k rows use torch.topk. Top-p-only rows first
+//     try the top 1024 tokens and fall back to a full sort only when their
+//     nucleus is larger (plan); both paths yield identical kept sets and
+//     probabilities.
 //   - Log-probs. Result.LogProbs are the log-softmax of the raw model logits
 //     (before temperature and filters), as vLLM and TRL report by default.
 //     Probs gives the processed distribution when it is wanted.

@@ -147,25 +147,38 @@ func (m *Model) scoreTails(prefix []int, tails [][]int, cands []int) ([][]float6
 	cache.Close()
 	cache = expanded
 
-	ids := make([]int64, 0, K*int64(Tt))
-	last := make([]int64, K) // flat index of each row's last real token in (K*Tt)
-	for k, t := range tails {
-		for j := 0; j < Tt; j++ {
-			id := 0
-			if j < len(t) {
-				id = t[j]
-			}
-			ids = append(ids, int64(id))
-		}
-		last[k] = int64(k*Tt + len(t) - 1)
-	}
+	ids, last := rightPad(tails, Tt)
 	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(Tt)), dev, torch.Int64), Cache: cache}) // (K, Tt, C)
 	if err != nil {
 		return nil, fmt.Errorf("tails: %w", err)
 	}
+	return m.candidateLogProbs(s, m.lastHidden(s, h, last), cands)
+}
+
+// rightPad lays rows out as one (len(rows), T) batch of ids, right-padded
+// with 0, and returns it with the flat index of each row's last real token.
+func rightPad(rows [][]int, T int) (ids, last []int64) {
+	ids = make([]int64, 0, len(rows)*T)
+	last = make([]int64, len(rows))
+	for k, r := range rows {
+		for j := 0; j < T; j++ {
+			id := 0
+			if j < len(r) {
+				id = r[j]
+			}
+			ids = append(ids, int64(id))
+		}
+		last[k] = int64(k*T + len(r) - 1)
+	}
+	return ids, last
+}
+
+// lastHidden picks, from hidden states h (K, T, C), the rows at the flat
+// indices last: (K, C).
+func (m *Model) lastHidden(s *torch.Scope, h *torch.Tensor, last []int64) *torch.Tensor {
 	C := int64(m.lm.Config().HiddenSize)
-	hl := s.IndexSelect(s.Reshape(h, K*int64(Tt), C), 0, s.To(s.FromInt64(last, K), dev, torch.Int64)) // (K, C)
-	return m.candidateLogProbs(s, hl, cands)
+	K := int64(len(last))
+	return s.IndexSelect(s.Reshape(h, -1, C), 0, s.To(s.FromInt64(last, K), m.lm.Device(), torch.Int64))
 }
 
 // candidateLogProbs turns final hidden states (K, C) into the candidates'
@@ -256,25 +269,12 @@ func (m *Model) scoreFull(rows [][]int, cands []int) ([][]float64, error) {
 	for _, r := range rows {
 		T = max(T, len(r))
 	}
-	ids := make([]int64, 0, K*int64(T))
-	last := make([]int64, K) // flat index of each row's last real token in (K*T)
-	for k, r := range rows {
-		for j := 0; j < T; j++ {
-			id := 0
-			if j < len(r) {
-				id = r[j]
-			}
-			ids = append(ids, int64(id))
-		}
-		last[k] = int64(k*T + len(r) - 1)
-	}
+	ids, last := rightPad(rows, T)
 	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(T)), dev, torch.Int64)}) // (K, T, C)
 	if err != nil {
 		return nil, err
 	}
-	C := int64(m.lm.Config().HiddenSize)
-	hl := s.IndexSelect(s.Reshape(h, K*int64(T), C), 0, s.To(s.FromInt64(last, K), dev, torch.Int64)) // (K, C)
-	return m.candidateLogProbs(s, hl, cands)
+	return m.candidateLogProbs(s, m.lastHidden(s, h, last), cands)
 }
 
 // LogProbs implements backend.LogProber over generate.LogProbs.
