@@ -60,6 +60,7 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/model/generate"
+	"github.com/evolm/evolm/model/lora"
 	_ "github.com/evolm/evolm/model/llama" // registers Qwen3, Qwen2 and Llama
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/tokenizer"
@@ -91,11 +92,16 @@ type Options struct {
 	// PrefillChunk is the most prompt positions per prefill pass (default
 	// 512; see generate.Options).
 	PrefillChunk int
+	// Adapter, when set, is a LoRA adapter directory (PEFT's format, as
+	// evolm's trainer and PEFT's save_pretrained write it) attached to the
+	// loaded model: the model generates as base + adapter.
+	Adapter string
 }
 
 // Model is a loaded checkpoint serving the backend interfaces. Close it.
 type Model struct {
 	lm      model.CausalLM
+	adapter *lora.Adapter // attached adapter (Options.Adapter); nil without one
 	tok     *tokenizer.Tokenizer
 	gen     *generate.Generator
 	id      string
@@ -141,6 +147,13 @@ func Load(opt Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("torch backend: %w", err)
 	}
+	var ad *lora.Adapter
+	if opt.Adapter != "" {
+		if ad, err = lora.Load(lm, opt.Adapter); err != nil {
+			lm.Close()
+			return nil, fmt.Errorf("torch backend: %w", err)
+		}
+	}
 	cfg := lm.Config()
 	stop := append([]int(nil), cfg.EOSTokenID...)
 	if gc, err := model.ReadGenerationConfig(opt.Dir); err == nil && gc != nil {
@@ -154,17 +167,17 @@ func Load(opt Options) (*Model, error) {
 	maxLen := cfg.MaxPositionEmbeddings
 	switch {
 	case opt.MaxModelLen < 0 || opt.MemoryBudget < 0:
-		lm.Close()
+		closeLM(lm, ad)
 		return nil, fmt.Errorf("torch backend: max model len %d and memory budget %d must not be negative", opt.MaxModelLen, opt.MemoryBudget)
 	case opt.MaxModelLen > 0 && maxLen > 0 && opt.MaxModelLen > maxLen:
-		lm.Close()
+		closeLM(lm, ad)
 		return nil, fmt.Errorf("torch backend: max model len %d exceeds the checkpoint's max_position_embeddings %d", opt.MaxModelLen, maxLen)
 	case opt.MaxModelLen > 0:
 		maxLen = opt.MaxModelLen
 	}
 	sched := generate.NewScheduler(opt.MemoryBudget)
 	return &Model{
-		lm: lm, tok: tok, id: opt.ModelID, opt: opt, stop: stop, maxLen: maxLen, sched: sched,
+		lm: lm, adapter: ad, tok: tok, id: opt.ModelID, opt: opt, stop: stop, maxLen: maxLen, sched: sched,
 		gen: generate.New(lm, tok, generate.Options{MaxBatch: opt.MaxBatch, PadID: max(tok.Specials().Pad, 0),
 			PrefillChunk: opt.PrefillChunk, Scheduler: sched}),
 	}, nil
@@ -175,9 +188,17 @@ func (m *Model) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.lm != nil {
-		m.lm.Close()
-		m.lm = nil
+		closeLM(m.lm, m.adapter)
+		m.lm, m.adapter = nil, nil
 	}
+}
+
+// closeLM frees a model and its attached adapter (nil: none).
+func closeLM(lm model.CausalLM, ad *lora.Adapter) {
+	if ad != nil {
+		ad.Close()
+	}
+	lm.Close()
 }
 
 // ID is the model id the backend reports.
