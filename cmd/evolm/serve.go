@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,6 +35,7 @@ func newServeCmd() *cobra.Command {
 		hdrTO    time.Duration
 		idleTO   time.Duration
 		grace    time.Duration
+		loraOn   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --model DIR [--addr 127.0.0.1:8000]",
@@ -47,7 +50,19 @@ Concurrent requests share the engine step by step, so a large request does
 not starve a small one. A request over --max-model-len or the --memory-budget
 is answered 400 before any work; an engine failure (out of memory) fails that
 request with 503 and the server goes on. With --api-key (or EVOLM_API_KEY)
-every /v1 route needs "Authorization: Bearer <key>", as vLLM's --api-key.`,
+every /v1 route needs "Authorization: Bearer <key>", as vLLM's --api-key.
+
+Runtime weight updates, for an RL learner that keeps a fleet of servers in
+step with its weights (evolm run's generation_backend openai):
+  POST /update_weights_from_disk   SGLang's API: {"model_path", "load_format",
+                                   "weight_version"}; the checkpoint replaces the
+                                   served weights without a restart and the
+                                   served model's name becomes model_path
+  POST /v1/load_lora_adapter       vLLM's API (with --enable-lora): {"lora_name",
+  POST /v1/unload_lora_adapter     "lora_path"}; requests naming lora_name run
+                                   on the base model with that adapter
+Requests in flight finish on the weights they started with. Each loaded
+adapter holds its own copy of the base model (vLLM shares one).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -66,9 +81,11 @@ every /v1 route needs "Authorization: Bearer <key>", as vLLM's --api-key.`,
 				return err
 			}
 			defer m.Close()
-			h, err := serve.NewHandler(serve.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat,
+			loader := &torchLoader{opt: o, base: o.Dir}
+			defer loader.close()
+			h, err := serve.NewHandler(serve.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, Root: o.Dir,
 				MaxTopLogprobs: topLP, MaxBatch: maxBatch, BatchRunners: runners, MaxBodyBytes: bodyMax,
-				BodyTimeout: bodyTO, APIKey: apiKey})
+				BodyTimeout: bodyTO, APIKey: apiKey, Loader: loader, RuntimeLoRA: loraOn})
 			if err != nil {
 				return err
 			}
@@ -105,6 +122,7 @@ every /v1 route needs "Authorization: Bearer <key>", as vLLM's --api-key.`,
 	f.DurationVar(&hdrTO, "header-timeout", 10*time.Second, "time to receive request headers")
 	f.DurationVar(&idleTO, "idle-timeout", 120*time.Second, "keep-alive connections idle this long are closed")
 	f.DurationVar(&grace, "grace", 30*time.Second, "how long requests in flight may finish on shutdown")
+	f.BoolVar(&loraOn, "enable-lora", false, "serve vLLM's runtime LoRA routes, /v1/load_lora_adapter and /v1/unload_lora_adapter")
 	_ = cmd.MarkFlagRequired("model")
 	return cmd
 }
@@ -134,4 +152,69 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: want a non-negative number of bytes, optionally with a unit (e.g. 6GiB)", s)
 	}
 	return int64(v * float64(mult)), nil
+}
+
+// torchLoader loads the engines of `evolm serve`'s runtime weight updates
+// with the options the server started with: an adapter attaches to the
+// current base checkpoint (the last update_weights_from_disk's, else
+// --model).
+type torchLoader struct {
+	opt    torchbe.Options
+	mu     sync.Mutex
+	base   string
+	models []*torchbe.Model // loaded and not yet freed, for shutdown
+}
+
+func (l *torchLoader) load(opt torchbe.Options) (*serve.Engine, error) {
+	m, err := torchbe.Load(opt)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.models = append(l.models, m)
+	l.mu.Unlock()
+	return &serve.Engine{Generator: m, Scorer: m, RenderChat: m.RenderChat, Close: func() {
+		m.Close()
+		l.mu.Lock()
+		l.models = slices.DeleteFunc(l.models, func(x *torchbe.Model) bool { return x == m })
+		l.mu.Unlock()
+	}}, nil
+}
+
+func (l *torchLoader) LoadAdapter(path string) (*serve.Engine, error) {
+	opt := l.opt
+	l.mu.Lock()
+	opt.Dir = l.base
+	l.mu.Unlock()
+	opt.Adapter, opt.ModelID = path, path
+	return l.load(opt)
+}
+
+func (l *torchLoader) LoadWeights(path, format string) (*serve.Engine, error) {
+	switch format {
+	case "", "auto", "safetensors":
+	default:
+		return nil, fmt.Errorf("load_format %q: evolm serve reads safetensors checkpoints (auto or safetensors)", format)
+	}
+	opt := l.opt
+	opt.Dir, opt.ModelID = path, path
+	e, err := l.load(opt)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.base = path
+	l.mu.Unlock()
+	return e, nil
+}
+
+// close frees the engines still loaded when the server stops.
+func (l *torchLoader) close() {
+	l.mu.Lock()
+	ms := l.models
+	l.models = nil
+	l.mu.Unlock()
+	for _, m := range ms {
+		m.Close()
+	}
 }

@@ -59,6 +59,9 @@ type CompletionRequest struct {
 	Echo     bool   `json:"echo,omitempty"`
 	Stream   bool   `json:"stream,omitempty"`
 	User     string `json:"user,omitempty"`
+	// ReturnTokensAsTokenIDs is vLLM's extension: every token string of
+	// the log-prob block is "token_id:<id>" instead of its text.
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids,omitempty"`
 }
 
 // ChatMessage is one message of a chat request or response.
@@ -116,6 +119,8 @@ type ChatRequest struct {
 	TopLogprobs         *int          `json:"top_logprobs,omitempty"`
 	Stream              bool          `json:"stream,omitempty"`
 	User                string        `json:"user,omitempty"`
+	// ReturnTokensAsTokenIDs: as CompletionRequest's.
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids,omitempty"`
 }
 
 // Usage counts tokens of one response.
@@ -151,6 +156,14 @@ type Response[C any] struct {
 	Model   string `json:"model"`
 	Choices []C    `json:"choices"`
 	Usage   *Usage `json:"usage,omitempty"`
+	// Metadata is SGLang's: weight_version names the weights that answered
+	// (the label of the last /update_weights_from_disk, "default" before).
+	Metadata *ResponseMetadata `json:"metadata,omitempty"`
+}
+
+// ResponseMetadata is the metadata block of an SGLang answer.
+type ResponseMetadata struct {
+	WeightVersion string `json:"weight_version,omitempty"`
 }
 
 // CompletionResponse is the body answering POST /v1/completions.
@@ -193,6 +206,10 @@ type Model struct {
 	Object  string `json:"object"` // "model"
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Root and Parent are vLLM's: a LoRA adapter's root is its path and its
+	// parent the base model's id; the base model's root is its path.
+	Root   string  `json:"root,omitempty"`
+	Parent *string `json:"parent,omitempty"`
 }
 
 // ModelList is the body answering GET /v1/models.

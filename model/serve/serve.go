@@ -91,13 +91,22 @@ type Config struct {
 	// default 1.
 	BatchRunners int
 	Logger       *slog.Logger
+	// Root is the served model's directory, reported as its root by
+	// /v1/models (as vLLM does); "" leaves it out.
+	Root string
+	// Loader, when set, serves the runtime weight updates (models.go):
+	// POST /update_weights_from_disk (SGLang's) always, and
+	// POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's) when
+	// RuntimeLoRA is set too, as vLLM serves them only with
+	// VLLM_ALLOW_RUNTIME_LORA_UPDATING.
+	Loader      Loader
+	RuntimeLoRA bool
 }
 
 type server struct {
-	cfg     Config
-	gen     backend.Generator
-	log     *slog.Logger
-	created int64
+	cfg Config
+	reg *registry
+	log *slog.Logger
 }
 
 // NewHandler checks cfg and returns the OpenAI-compatible handler.
@@ -129,23 +138,23 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 32
 	}
-	s := &server{cfg: cfg, gen: cfg.Generator, log: cfg.Logger, created: time.Now().Unix()}
-	if cfg.MaxBatch > 1 {
-		s.gen = backend.NewBatcher(cfg.Generator, cfg.MaxBatch, cfg.BatchRunners)
-	}
+	s := &server{cfg: cfg, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.reg = &registry{adapters: map[string]*entry{}, log: s.log}
+	s.reg.base = s.newEntry(cfg.Model, cfg.Root, "", Engine{Generator: cfg.Generator, Scorer: cfg.Scorer, RenderChat: cfg.RenderChat})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("POST /v1/completions", handle(s, func(q *openai.CompletionRequest) string { return q.Model }, s.doCompletions))
 	mux.HandleFunc("POST /v1/chat/completions", handle(s, func(q *openai.ChatRequest) string { return q.Model }, s.doChat))
-	if cfg.Scorer == nil {
-		cfg.Scorer, _ = cfg.Generator.(backend.Scorer)
-	}
-	if cfg.Scorer != nil {
-		s.cfg.Scorer = cfg.Scorer
-		mux.HandleFunc("POST /v1/evolm/score", handle(s, func(q *openai.ScoreBody) string { return q.Model }, s.doScore))
+	mux.HandleFunc("POST /v1/evolm/score", handle(s, func(q *openai.ScoreBody) string { return q.Model }, s.doScore))
+	if cfg.Loader != nil {
+		mux.HandleFunc("POST "+openai.UpdateWeightsFromDiskPath, s.updateWeightsFromDisk)
+		if cfg.RuntimeLoRA {
+			mux.HandleFunc("POST /v1"+openai.LoadLoRAAdapterPath, s.loadLoRAAdapter)
+			mux.HandleFunc("POST /v1"+openai.UnloadLoRAAdapterPath, s.unloadLoRAAdapter)
+		}
 	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -164,7 +173,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 func requireKey(key string, next http.Handler) http.Handler {
 	want := []byte("Bearer " + key)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodOptions && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) &&
+		guarded := r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == openai.UpdateWeightsFromDiskPath
+		if r.Method != http.MethodOptions && guarded &&
 			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="evolm"`)
 			writeAPIError(w, &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
@@ -354,18 +364,28 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-func (s *server) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, openai.ModelList{Object: "list", Data: []openai.Model{
-		{ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "evolm"},
-	}})
+// metadata is an answer's SGLang metadata block: the weight version, sent
+// by a server whose weights can change (Config.Loader).
+func (s *server) metadata(e *entry) *openai.ResponseMetadata {
+	if s.cfg.Loader == nil {
+		return nil
+	}
+	return &openai.ResponseMetadata{WeightVersion: e.version}
 }
 
-func (s *server) checkModel(m string) error {
-	if m != "" && m != s.cfg.Model {
-		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model",
-			msg: fmt.Sprintf("the model %q does not exist; this server serves %q", m, s.cfg.Model)}
+// models lists the base model and the loaded adapters, with vLLM's root
+// (the directory) and parent (an adapter's base model).
+func (s *server) models(w http.ResponseWriter, r *http.Request) {
+	list := openai.ModelList{Object: "list", Data: []openai.Model{}}
+	for _, e := range s.reg.list() {
+		m := openai.Model{ID: e.id, Object: "model", Created: e.created, OwnedBy: "evolm", Root: e.root}
+		if e.parent != "" {
+			p := e.parent
+			m.Parent = &p
+		}
+		list.Data = append(list.Data, m)
 	}
-	return nil
+	writeJSON(w, http.StatusOK, list)
 }
 
 // sampling checks the parameters common to both endpoints.
@@ -411,14 +431,14 @@ func (s *server) sampling(maxTok *int, defMax int, temp, topP *float64, topK, n 
 	return sp, samples, nil
 }
 
-// generate runs the backend and maps its failures to API errors.
-func (s *server) generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+// generate runs the model of e and maps its failures to API errors.
+func (s *server) generate(ctx context.Context, e *entry, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			return nil, badRequest("", "%v", err)
 		}
 	}
-	resps, err := s.gen.Generate(ctx, reqs)
+	resps, err := e.gen.Generate(ctx, reqs)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
@@ -446,17 +466,19 @@ func newID(prefix string) string {
 }
 
 // handle is the handler of a POST endpoint: it decodes the body as a Q,
-// checks the model it names (model) and answers it with do; an error from
-// any of them is the response (s.fail).
-func handle[Q any](s *server, model func(*Q) string, do func(w http.ResponseWriter, r *http.Request, req *Q) error) http.HandlerFunc {
+// finds the model it names (model; 404 when it is not served) and answers
+// it with do on that model; an error from any of them is the response
+// (s.fail).
+func handle[Q any](s *server, model func(*Q) string, do func(w http.ResponseWriter, r *http.Request, req *Q, e *entry) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req Q
 		err := s.decode(w, r, &req)
 		if err == nil {
-			err = s.checkModel(model(&req))
-		}
-		if err == nil {
-			err = do(w, r, &req)
+			var e *entry
+			if e, err = s.reg.acquire(model(&req)); err == nil {
+				err = do(w, r, &req, e)
+				s.reg.release(e)
+			}
 		}
 		if err != nil {
 			s.fail(w, r, err)
@@ -464,7 +486,7 @@ func handle[Q any](s *server, model func(*Q) string, do func(w http.ResponseWrit
 	}
 }
 
-func (s *server) doCompletions(w http.ResponseWriter, r *http.Request, req *openai.CompletionRequest) error {
+func (s *server) doCompletions(w http.ResponseWriter, r *http.Request, req *openai.CompletionRequest, e *entry) error {
 	switch {
 	case req.Stream:
 		return badRequest("stream", "streaming is not supported")
@@ -495,17 +517,18 @@ func (s *server) doCompletions(w http.ResponseWriter, r *http.Request, req *open
 		reqs[i] = backend.GenerateRequest{ID: fmt.Sprintf("%s-%d", id, i), Prompt: p, N: n, Sampling: sp,
 			LogProbs: req.Logprobs != nil, TopLogProbs: top}
 	}
-	resps, err := s.generate(r.Context(), reqs)
+	resps, err := s.generate(r.Context(), e, reqs)
 	if err != nil {
 		return err
 	}
-	out := openai.CompletionResponse{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.Model, Usage: &openai.Usage{}}
+	out := openai.CompletionResponse{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: e.id, Usage: &openai.Usage{},
+		Metadata: s.metadata(e)}
 	for i, res := range resps {
 		out.Usage.PromptTokens += max(res.PromptTokens, 0)
 		for _, c := range res.Completions {
 			ch := openai.CompletionChoice{Index: i*n + c.Index, Text: c.Text, FinishReason: string(c.FinishReason)}
 			if req.Logprobs != nil {
-				ch.Logprobs = completionLogprobs(c.LogProbs, utf8.RuneCountInString(req.Prompt[i]), top)
+				ch.Logprobs = completionLogprobs(c.LogProbs, utf8.RuneCountInString(req.Prompt[i]), top, req.ReturnTokensAsTokenIDs)
 			}
 			out.Choices = append(out.Choices, ch)
 			out.Usage.CompletionTokens += tokenCount(c)
@@ -529,14 +552,16 @@ func tokenCount(c backend.Completion) int {
 
 // completionLogprobs builds the legacy log-prob block; text offsets count
 // characters from the start of the prompt, as OpenAI's API does.
-func completionLogprobs(lps []backend.TokenLogProb, offset, top int) *openai.CompletionLogprobs {
+// With asIDs (return_tokens_as_token_ids) each sampled token is written
+// "token_id:<id>", as vLLM writes it.
+func completionLogprobs(lps []backend.TokenLogProb, offset, top int, asIDs bool) *openai.CompletionLogprobs {
 	out := &openai.CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TextOffset: []int{}}
 	if top > 0 {
 		out.TopLogprobs = []map[string]float64{}
 	}
 	for _, t := range lps {
 		v := openai.WireLogprob(t.LogProb)
-		out.Tokens = append(out.Tokens, t.Token)
+		out.Tokens = append(out.Tokens, tokenString(t, asIDs))
 		out.TokenLogprobs = append(out.TokenLogprobs, &v)
 		out.TextOffset = append(out.TextOffset, offset)
 		offset += utf8.RuneCountInString(t.Token)
@@ -554,7 +579,7 @@ func completionLogprobs(lps []backend.TokenLogProb, offset, top int) *openai.Com
 	return out
 }
 
-func (s *server) doChat(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest) error {
+func (s *server) doChat(w http.ResponseWriter, r *http.Request, req *openai.ChatRequest, e *entry) error {
 	if req.Stream {
 		return badRequest("stream", "streaming is not supported")
 	}
@@ -590,8 +615,8 @@ func (s *server) doChat(w http.ResponseWriter, r *http.Request, req *openai.Chat
 	}
 	id := newID("chatcmpl-")
 	greq := backend.GenerateRequest{ID: id, N: n, Sampling: sp, LogProbs: req.Logprobs, TopLogProbs: top}
-	if s.cfg.RenderChat != nil {
-		p, err := s.cfg.RenderChat(msgs)
+	if e.eng.RenderChat != nil {
+		p, err := e.eng.RenderChat(msgs)
 		if err != nil {
 			return badRequest("messages", "chat template: %v", err)
 		}
@@ -599,17 +624,18 @@ func (s *server) doChat(w http.ResponseWriter, r *http.Request, req *openai.Chat
 	} else {
 		greq.Messages = msgs
 	}
-	resps, err := s.generate(r.Context(), []backend.GenerateRequest{greq})
+	resps, err := s.generate(r.Context(), e, []backend.GenerateRequest{greq})
 	if err != nil {
 		return err
 	}
 	res := resps[0]
-	out := openai.ChatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.Model,
+	out := openai.ChatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: e.id,
+		Metadata: s.metadata(e),
 		Usage: &openai.Usage{PromptTokens: max(res.PromptTokens, 0)}}
 	for _, c := range res.Completions {
 		ch := openai.ChatChoice{Index: c.Index, Message: openai.ChatMessage{Role: "assistant", Content: c.Text}, FinishReason: string(c.FinishReason)}
 		if req.Logprobs {
-			ch.Logprobs = chatLogprobs(c.LogProbs, top)
+			ch.Logprobs = chatLogprobs(c.LogProbs, top, req.ReturnTokensAsTokenIDs)
 		}
 		out.Choices = append(out.Choices, ch)
 		out.Usage.CompletionTokens += tokenCount(c)
@@ -627,10 +653,19 @@ func tokenBytes(s string) []int {
 	return b
 }
 
-func chatLogprobs(lps []backend.TokenLogProb, top int) *openai.ChatLogprobs {
+// tokenString is a sampled token on the wire: its text, or "token_id:<id>"
+// under return_tokens_as_token_ids (its text when the engine gave no id).
+func tokenString(t backend.TokenLogProb, asIDs bool) string {
+	if asIDs && t.TokenID >= 0 {
+		return openai.TokenIDString(t.TokenID)
+	}
+	return t.Token
+}
+
+func chatLogprobs(lps []backend.TokenLogProb, top int, asIDs bool) *openai.ChatLogprobs {
 	out := &openai.ChatLogprobs{Content: []openai.TokenLogprob{}}
 	for _, t := range lps {
-		tl := openai.TokenLogprob{Token: t.Token, Logprob: openai.WireLogprob(t.LogProb), Bytes: tokenBytes(t.Token), TopLogprobs: []openai.TopLogprob{}}
+		tl := openai.TokenLogprob{Token: tokenString(t, asIDs), Logprob: openai.WireLogprob(t.LogProb), Bytes: tokenBytes(t.Token), TopLogprobs: []openai.TopLogprob{}}
 		for _, a := range t.Top[:min(top, len(t.Top))] {
 			tl.TopLogprobs = append(tl.TopLogprobs, openai.TopLogprob{Token: a.Token, Logprob: openai.WireLogprob(a.LogProb), Bytes: tokenBytes(a.Token)})
 		}
@@ -639,12 +674,15 @@ func chatLogprobs(lps []backend.TokenLogProb, top int) *openai.ChatLogprobs {
 	return out
 }
 
-func (s *server) doScore(w http.ResponseWriter, r *http.Request, req *openai.ScoreBody) error {
+func (s *server) doScore(w http.ResponseWriter, r *http.Request, req *openai.ScoreBody, e *entry) error {
+	if e.eng.Scorer == nil {
+		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", msg: fmt.Sprintf("model %q cannot score: no route POST /v1/evolm/score for it", e.id)}
+	}
 	sr := backend.ScoreRequest{ID: newID("score-"), Prefix: req.Prefix, Suffixes: req.Suffixes, Candidates: req.Candidates}
 	if err := sr.Validate(); err != nil {
 		return badRequest("", "%v", err)
 	}
-	resps, err := s.cfg.Scorer.Score(r.Context(), []backend.ScoreRequest{sr})
+	resps, err := e.eng.Scorer.Score(r.Context(), []backend.ScoreRequest{sr})
 	if err != nil {
 		return fmt.Errorf("score: %w", err)
 	}
@@ -661,7 +699,7 @@ func (s *server) doScore(w http.ResponseWriter, r *http.Request, req *openai.Sco
 	if len(res.LogProbs) != len(sr.Suffixes) {
 		return fmt.Errorf("score: %d rows for %d suffixes", len(res.LogProbs), len(sr.Suffixes))
 	}
-	out := openai.ScoreAnswer{Object: "evolm.score", Model: s.cfg.Model, Logprobs: make([][]float64, len(res.LogProbs))}
+	out := openai.ScoreAnswer{Object: "evolm.score", Model: e.id, Logprobs: make([][]float64, len(res.LogProbs))}
 	for k, row := range res.LogProbs {
 		if len(row) != len(sr.Candidates) {
 			return fmt.Errorf("score: suffix %d has %d log-probs for %d candidates", k, len(row), len(sr.Candidates))
