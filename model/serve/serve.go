@@ -631,7 +631,7 @@ func (s *server) doChat(w http.ResponseWriter, r *http.Request, req *openai.Chat
 	res := resps[0]
 	out := openai.ChatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: e.id,
 		Metadata: s.metadata(e),
-		Usage: &openai.Usage{PromptTokens: max(res.PromptTokens, 0)}}
+		Usage:    &openai.Usage{PromptTokens: max(res.PromptTokens, 0)}}
 	for _, c := range res.Completions {
 		ch := openai.ChatChoice{Index: c.Index, Message: openai.ChatMessage{Role: "assistant", Content: c.Text}, FinishReason: string(c.FinishReason)}
 		if req.Logprobs {

@@ -60,8 +60,8 @@ import (
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/model/generate"
-	"github.com/evolm/evolm/model/lora"
 	_ "github.com/evolm/evolm/model/llama" // registers Qwen3, Qwen2 and Llama
+	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/tokenizer"
 	"github.com/evolm/evolm/model/torch"
