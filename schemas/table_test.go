@@ -49,8 +49,8 @@ func TestSchemaMetadata(t *testing.T) {
 	if v, _ := md.GetValue(schemas.MetaTable); v != "rollouts" {
 		t.Errorf("table = %q, want rollouts", v)
 	}
-	if v, _ := md.GetValue(schemas.MetaVersion); v != "1" { // rollouts are still version 1
-		t.Errorf("version = %q, want 1", v)
+	if v, _ := md.GetValue(schemas.MetaVersion); v != "2" { // version 2 added token_ids_source
+		t.Errorf("version = %q, want 2", v)
 	}
 	want := "list<item: struct<role: utf8, content: utf8>, nullable>"
 	if got := schemas.Prompts.Schema().Field(6).Type.String(); got != want {

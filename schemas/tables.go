@@ -180,10 +180,16 @@ type Rollout struct {
 	TopP             float64
 	TopK             int32   // 0: disabled
 	Error            *string // why generation failed for this row (FinishReason "error"); nil on success
+	// TokenIDsSource says where TokenIDs came from: "engine" (the
+	// in-process sampler), "server" (ids an inference server returned) or
+	// "retokenized" (the text tokenized again by the learner, for a server
+	// that returns none); nil when there are none, and in files before
+	// table version 2.
+	TokenIDsSource *string
 }
 
 // Rollouts is the rollouts table.
-var Rollouts = newTable("rollouts", 1,
+var Rollouts = newTable("rollouts", 2,
 	strCol("rollout_id", func(r *Rollout) *string { return &r.RolloutID }),
 	strCol("prompt_id", func(r *Rollout) *string { return &r.PromptID }),
 	numCol("sample_idx", func(r *Rollout) *int32 { return &r.SampleIdx }),
@@ -203,6 +209,7 @@ var Rollouts = newTable("rollouts", 1,
 	numCol("top_p", func(r *Rollout) *float64 { return &r.TopP }),
 	numCol("top_k", func(r *Rollout) *int32 { return &r.TopK }),
 	optStrCol("error", func(r *Rollout) **string { return &r.Error }),
+	added(2, optStrCol("token_ids_source", func(r *Rollout) **string { return &r.TokenIDsSource })),
 )
 
 // Pair is a row of the pairs table: a preference pair (a+, a−) built by the

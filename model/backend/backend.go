@@ -132,12 +132,24 @@ type Completion struct {
 	Index        int          // 0 ≤ Index < N, the sample index within its request
 	Text         string       // generated text, without the stop string that ended it
 	TokenIDs     []int        // generated token ids; nil when the backend does not know them
+	// TokenSource says where TokenIDs came from: TokensEngine (the
+	// in-process sampler), TokensServer (ids a server returned),
+	// TokensRetokenized (the text tokenized again by the caller); "" when
+	// unknown.
+	TokenSource string
 	FinishReason FinishReason // why generation ended
 	// Tokens is the number of generated tokens; -1 when the backend cannot
 	// tell (an OpenAI server reports only the total over all samples).
 	Tokens   int
 	LogProbs []TokenLogProb // one per generated token; nil unless asked for
 }
+
+// Token id sources (Completion.TokenSource).
+const (
+	TokensEngine      = "engine"
+	TokensServer      = "server"
+	TokensRetokenized = "retokenized"
+)
 
 // GenerateResponse answers one GenerateRequest.
 type GenerateResponse struct {
@@ -251,6 +263,10 @@ type TrainSample struct {
 	Advantage          float64   // (r − mean)/(std + 1e-8) within the sample's group
 	OldLogProbs        []float64 // (T) log-probs under the policy that sampled; nil: the current policy (on-policy ratio 1)
 	RefLogProbs        []float64 // (T) log-probs under the frozen reference for the k3 KL; nil when β = 0
+	// SamplerLogProbs (T) are the log-probs the sampler reported for the
+	// completion tokens (an inference server's), for truncated importance
+	// sampling; nil or of another length: unknown (weight 1).
+	SamplerLogProbs []float64
 }
 
 // TrainStats reports one optimizer step.

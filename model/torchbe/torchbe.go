@@ -329,7 +329,7 @@ func (m *Model) GenerateEach(ctx context.Context, reqs []backend.GenerateRequest
 		comps := make([]backend.Completion, len(samples))
 		for j, smp := range samples {
 			c := backend.Completion{
-				Index: j, Text: smp.Text, TokenIDs: smp.Tokens, Tokens: len(smp.Tokens),
+				Index: j, Text: smp.Text, TokenIDs: smp.Tokens, TokenSource: backend.TokensEngine, Tokens: len(smp.Tokens),
 				FinishReason: backend.FinishReason(smp.FinishReason),
 			}
 			if r.LogProbs || r.TopLogProbs > 0 {

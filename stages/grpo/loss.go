@@ -52,6 +52,12 @@ type LossConfig struct {
 	// PackLength is the pack normalisation's row length in tokens (the
 	// official PACK_LENGTH, 18500).
 	PackLength int
+	// TISCap, when > 0, turns on truncated importance sampling (verl's
+	// tis_imp_ratio_cap, TRL's vllm_importance_sampling_cap): each token's
+	// policy-gradient term is weighted by min(exp(logπ_old − logπ_sampler),
+	// TISCap), a constant, correcting for a sampler (an inference server)
+	// whose log-probs differ from the learner's.
+	TISCap float64
 }
 
 // LossInput is one micro-batch. All per-token tensors are (B, T) float32 and
@@ -67,6 +73,11 @@ type LossInput struct {
 	RefLogProbs *torch.Tensor
 	Advantages  *torch.Tensor // (B,) float32
 	Mask        *torch.Tensor // (B, T) float32 0/1
+	// SamplerLogProbs are the sampler's log-probs of the completion tokens
+	// (B, T) and SamplerMask (B, T) is 1 where they are known; with
+	// LossConfig.TISCap > 0 they give the importance weights (1 where
+	// unknown). nil: no correction.
+	SamplerLogProbs, SamplerMask *torch.Tensor
 	// TotalSeqs and TotalTokens are the whole accumulated batch's sequence and
 	// token counts, so that micro-batch losses sum to the full-batch loss. Zero
 	// means this micro-batch is the whole batch.
@@ -94,7 +105,11 @@ type LossMetrics struct {
 // tensor that requires grad (owned by s), with its detached metrics:
 //
 //	ρ = exp(logπ − logπ_old)
-//	L_t = −min(ρ·A, clip(ρ, 1−ε, 1+ε_high)·A) + β·(exp(ref − logπ) − (ref − logπ) − 1)
+//	L_t = −w_t·min(ρ·A, clip(ρ, 1−ε, 1+ε_high)·A) + β·(exp(ref − logπ) − (ref − logπ) − 1)
+//
+// where w_t = min(exp(logπ_old − logπ_sampler), TISCap) with truncated
+// importance sampling on (TISCap > 0), else 1 — TRL's and verl's form: the
+// weight multiplies the policy-gradient term only, not the KL term.
 //
 // normalised as cfg.Norm says. Errors are the scope's sticky error.
 func Loss(s *torch.Scope, in LossInput, cfg LossConfig) (*torch.Tensor, LossMetrics, error) {
@@ -124,6 +139,13 @@ func Loss(s *torch.Scope, in LossInput, cfg LossConfig) (*torch.Tensor, LossMetr
 	ratio := s.Exp(s.Sub(in.LogProbs, old))
 	clipped := s.Clamp(ratio, 1-cfg.Epsilon, 1+epsHigh)
 	perTok := s.Neg(s.Minimum(s.Mul(ratio, adv), s.Mul(clipped, adv))) // (B, T)
+	if cfg.TISCap > 0 && in.SamplerLogProbs != nil {
+		// w = min(exp(old − sampler), cap) where the sampler's log-prob is
+		// known, 1 elsewhere; old is detached, so w is a constant.
+		w := s.ClampMax(s.Exp(s.Sub(s.Detach(old), in.SamplerLogProbs)), cfg.TISCap)
+		w = s.Add(s.Mul(w, in.SamplerMask), s.AddScalar(s.Neg(in.SamplerMask), 1))
+		perTok = s.Mul(perTok, w)
+	}
 	var kl *torch.Tensor
 	if in.RefLogProbs != nil {
 		d := s.Sub(in.RefLogProbs, in.LogProbs)

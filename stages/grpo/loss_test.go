@@ -257,3 +257,62 @@ func microLoss(t *testing.T, c lossCase, seqs, toks float64, packWeights []float
 	}
 	return v
 }
+
+// TestTruncatedImportanceSampling checks the TIS weight against the formula
+// computed here in float64: w_t = min(exp(old − sampler), cap) on the
+// policy-gradient term where the sampler's log-prob is known, 1 elsewhere,
+// and never on the KL term.
+func TestTruncatedImportanceSampling(t *testing.T) {
+	// One sequence of 3 tokens, on-policy (old = logπ detached, ratio 1, so
+	// the PG term is −A per token), β = 0.5 and a reference.
+	lp := []float32{-1.0, -2.0, -0.5}
+	ref := []float32{-1.2, -1.5, -0.5}
+	sampler := []float32{-1.1, -0.5, 0} // w = e^0.1, min(e^-1.5,·), unknown → 1
+	known := []float32{1, 1, 0}
+	const adv, beta, tisCap = 0.7, 0.5, 1.05
+	s := torch.NewScope()
+	defer s.Close()
+	in := LossInput{
+		LogProbs:        s.FromFloat32(lp, 1, 3),
+		RefLogProbs:     s.FromFloat32(ref, 1, 3),
+		Advantages:      s.FromFloat32([]float32{adv}, 1),
+		Mask:            s.FromFloat32([]float32{1, 1, 1}, 1, 3),
+		SamplerLogProbs: s.FromFloat32(sampler, 1, 3),
+		SamplerMask:     s.FromFloat32(known, 1, 3),
+	}
+	loss, _, err := Loss(s, in, LossConfig{Beta: beta, Epsilon: 0.2, Norm: NormGRPO, TISCap: tisCap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := torch.Item(loss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0.0
+	for i := range lp {
+		w := 1.0
+		if known[i] == 1 {
+			w = math.Min(math.Exp(float64(lp[i])-float64(sampler[i])), tisCap)
+		}
+		d := float64(ref[i]) - float64(lp[i])
+		want += -w*adv + beta*(math.Exp(d)-d-1)
+	}
+	want /= 3
+	if math.Abs(got-want) > 1e-6 {
+		t.Errorf("loss with TIS = %.8f, want %.8f", got, want)
+	}
+	// Off: the same input without TISCap is the plain loss.
+	plain, _, err := Loss(s, in, LossConfig{Beta: beta, Epsilon: 0.2, Norm: NormGRPO})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := torch.Item(plain)
+	wantPlain := 0.0
+	for i := range lp {
+		d := float64(ref[i]) - float64(lp[i])
+		wantPlain += -adv + beta*(math.Exp(d)-d-1)
+	}
+	if wantPlain /= 3; math.Abs(p-wantPlain) > 1e-6 {
+		t.Errorf("loss without TIS = %.8f, want %.8f", p, wantPlain)
+	}
+}

@@ -325,6 +325,25 @@ func (t *Trainer) microLoss(s *torch.Scope, mb []backend.TrainSample, pw []packW
 		}
 		in.RefLogProbs = padded(func(r backend.TrainSample) []float64 { return r.RefLogProbs })
 	}
+	if t.cfg.Loss.TISCap > 0 {
+		known := func(r backend.TrainSample) bool { return len(r.SamplerLogProbs) == len(r.CompletionTokenIDs) }
+		in.SamplerLogProbs = padded(func(r backend.TrainSample) []float64 {
+			if !known(r) {
+				return nil
+			}
+			return r.SamplerLogProbs
+		})
+		in.SamplerMask = padded(func(r backend.TrainSample) []float64 {
+			if !known(r) {
+				return nil
+			}
+			ones := make([]float64, len(r.CompletionTokenIDs))
+			for i := range ones {
+				ones[i] = 1
+			}
+			return ones
+		})
+	}
 	if pw != nil {
 		w := make([]float32, B)
 		for i := range pw {

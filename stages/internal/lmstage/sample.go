@@ -171,6 +171,13 @@ func Sample(ctx context.Context, b *roles.Backend, batchRows int, sp SampleSpec,
 				for k, id := range c.TokenIDs {
 					r.TokenIDs[k] = int64(id)
 				}
+				if len(c.TokenIDs) > 0 {
+					src := c.TokenSource
+					if src == "" {
+						src = backend.TokensEngine
+					}
+					r.TokenIDsSource = &src
+				}
 				out = append(out, r)
 			}
 		}
