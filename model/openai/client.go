@@ -101,6 +101,22 @@ type Config struct {
 	// Jitter draws a uniform number in [0, 1) for the backoff; default
 	// math/rand/v2. Tests set it to make backoffs deterministic.
 	Jitter func() float64
+
+	// CheckModel makes the client check that every answer came from the
+	// weights it asks for: the answer's model must equal Model and, when
+	// WeightVersion is set and the server reports one (SGLang's
+	// metadata.weight_version), that too. An endpoint that answers with
+	// other weights, or 404 for the model, is taken out of rotation for the
+	// client's life and the request retried on another; with none left the
+	// call fails with ErrNoEndpoint. An RL learner's fleet client sets it
+	// (one client per weight version).
+	CheckModel    bool
+	WeightVersion string
+	// TokenIDs asks the server for the sampled token ids (vLLM's
+	// return_tokens_as_token_ids, which `evolm serve` implements) and
+	// returns them in Completion.TokenIDs and TokenLogProb.TokenID. It
+	// implies log-probs. A server that ignores the field leaves them nil.
+	TokenIDs bool
 }
 
 // Client is the `openai` backend. It is safe for concurrent use.
@@ -118,6 +134,8 @@ type Client struct {
 type endpoint struct {
 	base     string // normalized, ends in /v1
 	inFlight atomic.Int64
+	fails    atomic.Int64 // attempts failed in a row
+	out      atomic.Bool  // taken out of rotation (Config.CheckModel)
 }
 
 // New checks cfg, fills its defaults and returns a Client.

@@ -89,17 +89,17 @@ func sampling(r *backend.GenerateRequest) (maxTok *int, temp, topP *float64, top
 }
 
 func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int, res *backend.GenerateResponse) error {
-	body := CompletionRequest{Model: c.cfg.Model, Prompt: Strings{r.Prompt}, N: &n, Stop: r.Stop}
+	body := CompletionRequest{Model: c.cfg.Model, Prompt: Strings{r.Prompt}, N: &n, Stop: r.Stop, ReturnTokensAsTokenIDs: c.cfg.TokenIDs}
 	body.MaxTokens, body.Temperature, body.TopP, body.TopK, body.Seed = sampling(r)
 	wantLP := r.LogProbs || r.TopLogProbs > 0
 	// With n > 1 the usage block only has the total, so ask for log-probs
 	// anyway to learn each sample's token count.
-	if wantLP || n > 1 {
+	if wantLP || n > 1 || c.cfg.TokenIDs {
 		k := r.TopLogProbs
 		body.Logprobs = &k
 	}
 	var resp CompletionResponse
-	if err := c.call(ctx, r.ID, "/completions", body, decodeInto(&resp)); err != nil {
+	if err := c.call(ctx, r.ID, "/completions", body, checked(c, &resp)); err != nil {
 		return err
 	}
 	return finish(res, &resp, n, func(ch CompletionChoice) (backend.Completion, error) {
@@ -111,8 +111,42 @@ func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int
 				return comp, err
 			}
 		}
+		c.tokenIDs(&comp, lps)
 		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
 	})
+}
+
+// checked decodes an answer into resp and checks its version
+// (Config.CheckModel).
+func checked[C any](c *Client, resp *Response[C]) func([]byte) error {
+	dec := decodeInto(resp)
+	return func(b []byte) error {
+		if err := dec(b); err != nil {
+			return err
+		}
+		return c.checkVersion(resp.Model, resp.Metadata)
+	}
+}
+
+// tokenIDs reads the "token_id:<id>" tokens of return_tokens_as_token_ids
+// (Config.TokenIDs) into comp.TokenIDs and each log-prob's TokenID; a
+// server that ignored the field (plain token text) leaves them unset.
+func (c *Client) tokenIDs(comp *backend.Completion, lps []backend.TokenLogProb) {
+	if !c.cfg.TokenIDs || lps == nil {
+		return
+	}
+	ids := make([]int, len(lps))
+	for i := range lps {
+		id, ok := ParseTokenIDString(lps[i].Token)
+		if !ok {
+			return
+		}
+		ids[i] = id
+	}
+	for i := range lps {
+		lps[i].TokenID = ids[i]
+	}
+	comp.TokenIDs = ids
 }
 
 func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, res *backend.GenerateResponse) error {
@@ -120,10 +154,10 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 	for i, m := range r.Messages {
 		msgs[i] = ChatMessage(m)
 	}
-	body := ChatRequest{Model: c.cfg.Model, Messages: msgs, N: &n, Stop: r.Stop}
+	body := ChatRequest{Model: c.cfg.Model, Messages: msgs, N: &n, Stop: r.Stop, ReturnTokensAsTokenIDs: c.cfg.TokenIDs}
 	body.MaxTokens, body.Temperature, body.TopP, body.TopK, body.Seed = sampling(r)
 	wantLP := r.LogProbs || r.TopLogProbs > 0
-	if wantLP || n > 1 {
+	if wantLP || n > 1 || c.cfg.TokenIDs {
 		body.Logprobs = true
 		if r.TopLogProbs > 0 {
 			k := r.TopLogProbs
@@ -131,7 +165,7 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 		}
 	}
 	var resp ChatResponse
-	if err := c.call(ctx, r.ID, "/chat/completions", body, decodeInto(&resp)); err != nil {
+	if err := c.call(ctx, r.ID, "/chat/completions", body, checked(c, &resp)); err != nil {
 		return err
 	}
 	return finish(res, &resp, n, func(ch ChatChoice) (backend.Completion, error) {
@@ -149,6 +183,7 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 				}
 			}
 		}
+		c.tokenIDs(&comp, lps)
 		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
 	})
 }

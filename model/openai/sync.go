@@ -1,6 +1,15 @@
 package openai
 
-import "strconv"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
 
 // This file holds the wire format of the runtime weight-update APIs that an
 // RL learner calls between optimizer steps, as vLLM and SGLang publish them
@@ -76,4 +85,86 @@ func ParseTokenIDString(s string) (id int, ok bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// Endpoints returns the client's endpoints (base URLs ending in /v1), in
+// configuration order.
+func (c *Client) Endpoints() []string {
+	out := make([]string, len(c.eps))
+	for i, ep := range c.eps {
+		out[i] = ep.base
+	}
+	return out
+}
+
+// LoadLoRAAdapter asks the server at endpoint (a base URL ending in /v1) to
+// load the adapter at path under name (vLLM's POST /v1/load_lora_adapter).
+// One attempt, under the request timeout; the error carries the server's
+// answer.
+func (c *Client) LoadLoRAAdapter(ctx context.Context, endpoint, name, path string) error {
+	_, err := c.admin(ctx, endpoint+LoadLoRAAdapterPath, LoadLoRAAdapterRequest{LoraName: name, LoraPath: path})
+	return err
+}
+
+// UnloadLoRAAdapter asks the server at endpoint to unload adapter name
+// (vLLM's POST /v1/unload_lora_adapter).
+func (c *Client) UnloadLoRAAdapter(ctx context.Context, endpoint, name string) error {
+	_, err := c.admin(ctx, endpoint+UnloadLoRAAdapterPath, UnloadLoRAAdapterRequest{LoraName: name})
+	return err
+}
+
+// UpdateWeightsFromDisk asks the server at endpoint to replace its weights
+// with the checkpoint at path, labelled version (SGLang's
+// POST /update_weights_from_disk, at the server root: endpoint without its
+// /v1). An answer with success false is an error with the server's message.
+func (c *Client) UpdateWeightsFromDisk(ctx context.Context, endpoint, path, version string) error {
+	req := UpdateWeightsFromDiskRequest{ModelPath: path}
+	if version != "" {
+		req.WeightVersion = &version
+	}
+	data, err := c.admin(ctx, strings.TrimSuffix(endpoint, "/v1")+UpdateWeightsFromDiskPath, req)
+	if err != nil {
+		return err
+	}
+	var ans UpdateWeightsFromDiskResponse
+	if err := decodeInto(&ans)(data); err != nil {
+		return fmt.Errorf("update_weights_from_disk at %s: invalid answer %q: %w", endpoint, data, err)
+	}
+	if !ans.Success {
+		return fmt.Errorf("update_weights_from_disk at %s: %s", endpoint, ans.Message)
+	}
+	return nil
+}
+
+// admin POSTs body as JSON to url once and returns the body of a 200
+// answer; any other answer is an error naming the url, the status and the
+// server's message.
+func (c *Client) admin(ctx context.Context, url string, body any) ([]byte, error) {
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, url, bytes.NewReader(payload))
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: %w", url, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: read answer: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return data, fmt.Errorf("POST %s: HTTP %d: %s", url, resp.StatusCode, errorMessage(data))
+	}
+	return data, nil
 }

@@ -89,28 +89,70 @@ func (l *ledger) commit(id string) error {
 	return nil
 }
 
-// pick chooses the endpoint for an attempt, avoiding `avoid` when it can.
+// pick chooses the endpoint for an attempt: never one taken out of
+// rotation (nil when every endpoint is), `avoid` only when no other is
+// left, and among the rest those with the fewest failures in a row (a dead
+// server stops drawing requests after its first failures), then the next in
+// turn (RoundRobin) or the one with the fewest requests in flight.
 func (c *Client) pick(avoid *endpoint) *endpoint {
 	n := len(c.eps)
 	start := int(c.next.Add(1)-1) % n
-	if c.cfg.Balance == RoundRobin {
-		ep := c.eps[start]
-		if ep == avoid && n > 1 {
-			ep = c.eps[(start+1)%n]
-		}
-		return ep
-	}
 	var best *endpoint
+	better := func(ep *endpoint) bool {
+		if best == nil {
+			return true
+		}
+		if f, bf := ep.fails.Load(), best.fails.Load(); f != bf {
+			return f < bf
+		}
+		return c.cfg.Balance != RoundRobin && ep.inFlight.Load() < best.inFlight.Load()
+	}
 	for k := range n {
 		ep := c.eps[(start+k)%n]
-		if ep == avoid && n > 1 {
+		if ep.out.Load() || ep == avoid {
 			continue
 		}
-		if best == nil || ep.inFlight.Load() < best.inFlight.Load() {
+		if better(ep) {
 			best = ep
 		}
 	}
+	if best == nil && avoid != nil && !avoid.out.Load() {
+		best = avoid
+	}
 	return best
+}
+
+// ErrNoEndpoint is returned when every endpoint was taken out of rotation
+// (Config.CheckModel).
+var ErrNoEndpoint = errors.New("no endpoint left in rotation")
+
+// versionError is an answer that came from other weights than the client's
+// model (Config.CheckModel).
+type versionError struct{ msg string }
+
+func (e *versionError) Error() string { return e.msg }
+
+// checkVersion checks an answer's model and weight version against the
+// client's (Config.CheckModel, Config.WeightVersion).
+func (c *Client) checkVersion(model string, meta *ResponseMetadata) error {
+	if !c.cfg.CheckModel {
+		return nil
+	}
+	if model != c.cfg.Model {
+		return &versionError{fmt.Sprintf("answered by model %q, want %q", model, c.cfg.Model)}
+	}
+	if c.cfg.WeightVersion != "" && meta != nil && meta.WeightVersion != "" && meta.WeightVersion != c.cfg.WeightVersion {
+		return &versionError{fmt.Sprintf("answered with weight_version %q, want %q", meta.WeightVersion, c.cfg.WeightVersion)}
+	}
+	return nil
+}
+
+// takeOut removes ep from rotation for the client's life.
+func (c *Client) takeOut(ctx context.Context, ep *endpoint, why string) {
+	if ep.out.CompareAndSwap(false, true) {
+		c.log.LogAttrs(ctx, slog.LevelWarn, "openai: endpoint taken out of rotation", slog.String("endpoint", ep.base),
+			slog.String("model", c.cfg.Model), slog.String("reason", why))
+	}
 }
 
 // backoff returns the wait before retry number `attempt` (1-based).
@@ -141,6 +183,9 @@ func (c *Client) call(ctx context.Context, id, path string, body any, decode fun
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("request %s: %w", id, context.Cause(ctx))
+		}
+		if ep == nil {
+			return fmt.Errorf("request %s for model %s: %w (tried %s)", id, c.cfg.Model, aerr, strings.Join(tried, ", "))
 		}
 		last = ep
 		if !slices.Contains(tried, ep.base) {
@@ -182,8 +227,21 @@ func (c *Client) attempt(ctx context.Context, avoid *endpoint, id, path string, 
 	}
 	defer c.sem.Release(1)
 	ep := c.pick(avoid)
+	if ep == nil {
+		return nil, ErrNoEndpoint
+	}
 	ep.inFlight.Add(1)
 	defer ep.inFlight.Add(-1)
+	ep.fails.Add(1) // until it succeeds
+	ep, err := c.attemptAt(ctx, ep, id, path, payload, decode)
+	var rej *rejectedError
+	if err == nil || errors.As(err, &rej) { // a rejected row is no fault of the server
+		ep.fails.Store(0)
+	}
+	return ep, err
+}
+
+func (c *Client) attemptAt(ctx context.Context, ep *endpoint, id, path string, payload []byte, decode func([]byte) error) (*endpoint, error) {
 
 	actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
@@ -213,6 +271,12 @@ func (c *Client) attempt(ctx context.Context, avoid *endpoint, id, path string, 
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg := errorMessage(data)
+		if resp.StatusCode == http.StatusNotFound && c.cfg.CheckModel {
+			// The server does not hold the model (a server that failed to
+			// load this version, or restarted without it).
+			c.takeOut(ctx, ep, fmt.Sprintf("HTTP 404: %s", msg))
+			return ep, &attemptError{status: resp.StatusCode, err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)}
+		}
 		if retryableStatus(resp.StatusCode) {
 			return ep, &attemptError{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After")),
 				err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)}
@@ -220,6 +284,11 @@ func (c *Client) attempt(ctx context.Context, avoid *endpoint, id, path string, 
 		return ep, &rejectedError{endpoint: ep.base, status: resp.StatusCode, message: msg}
 	}
 	if err := decode(data); err != nil {
+		var ve *versionError
+		if errors.As(err, &ve) {
+			c.takeOut(ctx, ep, ve.msg)
+			return ep, &attemptError{status: resp.StatusCode, err: fmt.Errorf("%s: %w", ep.base, ve)}
+		}
 		return ep, &attemptError{status: resp.StatusCode, err: fmt.Errorf("invalid JSON answer (%d bytes): %w", len(data), err)}
 	}
 	return ep, nil
@@ -249,6 +318,13 @@ func errorMessage(data []byte) string {
 	var eb ErrorBody
 	if json.Unmarshal(data, &eb) == nil && eb.Error.Message != "" {
 		return eb.Error.Message
+	}
+	// vLLM before 0.10.1: {"object": "error", "message": ..., "type": ...}.
+	var flat struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(data, &flat) == nil && flat.Message != "" {
+		return flat.Message
 	}
 	s := strings.TrimSpace(string(data))
 	if len(s) > 200 {
