@@ -129,14 +129,14 @@ type TokenLogProb struct {
 
 // Completion is one sample of a prompt.
 type Completion struct {
-	Index        int          // 0 ≤ Index < N, the sample index within its request
-	Text         string       // generated text, without the stop string that ended it
-	TokenIDs     []int        // generated token ids; nil when the backend does not know them
+	Index    int    // 0 ≤ Index < N, the sample index within its request
+	Text     string // generated text, without the stop string that ended it
+	TokenIDs []int  // generated token ids; nil when the backend does not know them
 	// TokenSource says where TokenIDs came from: TokensEngine (the
 	// in-process sampler), TokensServer (ids a server returned),
 	// TokensRetokenized (the text tokenized again by the caller); "" when
 	// unknown.
-	TokenSource string
+	TokenSource  string
 	FinishReason FinishReason // why generation ended
 	// Tokens is the number of generated tokens; -1 when the backend cannot
 	// tell (an OpenAI server reports only the total over all samples).
