@@ -188,6 +188,22 @@ type Rollout struct {
 	TokenIDsSource *string
 }
 
+// SetTokenIDs stores a completion's token ids and where they came from
+// (TokenIDsSource; "" means "engine"); no ids leave the source nil.
+func (r *Rollout) SetTokenIDs(ids []int, source string) {
+	r.TokenIDs = make([]int64, len(ids))
+	for k, id := range ids {
+		r.TokenIDs[k] = int64(id)
+	}
+	r.TokenIDsSource = nil
+	if len(ids) > 0 {
+		if source == "" {
+			source = "engine"
+		}
+		r.TokenIDsSource = &source
+	}
+}
+
 // Rollouts is the rollouts table.
 var Rollouts = newTable("rollouts", 2,
 	strCol("rollout_id", func(r *Rollout) *string { return &r.RolloutID }),

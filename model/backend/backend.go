@@ -300,6 +300,15 @@ type Trainer interface {
 	PromptTokenIDs(msgs []Message) ([]int, error)
 }
 
+// TextEncoder is what a trainer offers to re-tokenize generated text: a
+// server that returns no token ids (stages/roles/fleet).
+type TextEncoder interface {
+	// Encode tokenizes text as a completion (no special tokens added).
+	Encode(text string) []int
+	// EndTokenID is the token that ends a turn (<|im_end|>); -1: none.
+	EndTokenID() int
+}
+
 // CheckRequests is CheckIDs followed by every request's Validate, the checks
 // a backend makes before it answers anything; it returns the first problem.
 func CheckRequests[T any, P interface {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/openai"
 )
@@ -162,7 +163,13 @@ func (s *server) loadLoRAAdapter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t0 := time.Now()
-	eng, err := s.cfg.Loader.LoadAdapter(req.LoraPath)
+	var eng *Engine
+	var err error
+	if failpoint.Active("serve-load-adapter") { // fault tests: a server that cannot load the adapter
+		err = errors.New("injected fault (EVOLM_FAILPOINT serve-load-adapter)")
+	} else {
+		eng, err = s.cfg.Loader.LoadAdapter(req.LoraPath)
+	}
 	if err != nil {
 		s.fail(w, r, &apiError{status: http.StatusBadRequest, typ: "InvalidUserInput",
 			msg: fmt.Sprintf("Failed to load LoRA adapter '%s' from %s: %v", req.LoraName, req.LoraPath, err)})
@@ -243,7 +250,13 @@ func (s *server) updateWeightsFromDisk(w http.ResponseWriter, r *http.Request) {
 	reg.loading.Lock()
 	defer reg.loading.Unlock()
 	t0 := time.Now()
-	eng, err := s.cfg.Loader.LoadWeights(req.ModelPath, format)
+	var eng *Engine
+	var err error
+	if failpoint.Active("serve-update-weights") { // fault tests
+		err = errors.New("injected fault (EVOLM_FAILPOINT serve-update-weights)")
+	} else {
+		eng, err = s.cfg.Loader.LoadWeights(req.ModelPath, format)
+	}
 	if err != nil {
 		s.log.Warn("serve: weight update failed", "model_path", req.ModelPath, "error", err.Error())
 		answer(http.StatusBadRequest, false, fmt.Sprintf("Failed to update weights: %v. Rolled back to the original weights.", err))

@@ -49,6 +49,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/openai"
 )
@@ -475,6 +476,9 @@ func handle[Q any](s *server, model func(*Q) string, do func(w http.ResponseWrit
 		err := s.decode(w, r, &req)
 		if err == nil {
 			var e *entry
+			// Fault tests: EVOLM_FAILPOINT=serve-request@N kills the
+			// server at its N-th request, mid-step for a learner.
+			failpoint.Hit("serve-request")
 			if e, err = s.reg.acquire(model(&req)); err == nil {
 				err = do(w, r, &req, e)
 				s.reg.release(e)

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/lora"
@@ -69,6 +70,21 @@ const (
 	KeyLoRADropout       = "lora_dropout"
 	KeyLoRATargets       = "lora_targets"
 	KeyGradCheckpointing = "grad_checkpointing"
+
+	// Generation on an inference fleet (package stages/roles/fleet).
+	KeyGenBackend   = "generation_backend"
+	KeyGenEndpoints = "generation_endpoints"
+	KeyGenInFlight  = "generation_max_in_flight"
+	KeyGenTimeout   = "generation_request_timeout"
+	KeyGenAttempts  = "generation_max_attempts"
+	KeySyncDir      = "sync_dir"
+	KeyTISCap       = "tis_cap"
+)
+
+// generation_backend values.
+const (
+	genTorch  = "torch"
+	genOpenAI = "openai"
 )
 
 // maxActiveRounds bounds active_sampling_rounds: each round samples and
@@ -153,6 +169,19 @@ type Config struct {
 	// MaxSkippedUpdates is how many updates in a row may be skipped (NaN
 	// or Inf loss or gradient norm) before the run stops.
 	MaxSkippedUpdates int
+	// Fleet, when non-nil, sends every generation of the trained role to
+	// inference servers (generation_backend openai).
+	Fleet *FleetConfig
+}
+
+// FleetConfig is the fleet that generates for the trained role.
+type FleetConfig struct {
+	Endpoints      []string
+	MaxInFlight    int
+	MaxAttempts    int
+	RequestTimeout time.Duration
+	// SyncDir holds the weights the servers load; "" is <run>/sync.
+	SyncDir string
 }
 
 // Phase returns the phase of step s.
@@ -236,6 +265,16 @@ func fields() []pipeline.Field {
 			"LoRA target modules (q, k, v, o, gate, up, down or their *_proj names)"),
 		f(KeyGradCheckpointing, pipeline.TypeBool, false, "recompute each decoder layer in backward instead of keeping its activations (less memory, ~30% more compute)"),
 		bounded(f(KeyMaxSkippedUpdates, pipeline.TypeInt, 3, "stop the run after this many updates in a row skipped for a NaN or Inf loss or gradient norm"), one, pipeline.Bound(maxSkippedUpdatesLimit), false, false),
+		{Key: KeyGenBackend, Type: pipeline.TypeString, Default: genTorch, Enum: []string{genTorch, genOpenAI},
+			Description: "where the trained role generates (rollouts, rubrics, question inference, rubric-guided answers): torch (in process) or openai (generation_endpoints: vLLM, SGLang or `evolm serve`, whose weights are synced after every step: LoRA adapters through vLLM's load_lora_adapter, full weights through SGLang's update_weights_from_disk)"},
+		{Key: KeyGenEndpoints, Type: pipeline.TypeStrings, Default: []string{},
+			Description: "generation_backend openai: base URLs of the servers", Example: []string{"http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"}},
+		bounded(f(KeyGenInFlight, pipeline.TypeInt, 64, "generation_backend openai: most generation requests in flight over all servers"), one, pipeline.Bound(1<<16), false, false),
+		{Key: KeyGenTimeout, Type: pipeline.TypeDuration, Default: "10m", Min: zero, ExclusiveMin: true,
+			Description: "generation_backend openai: timeout of one HTTP attempt (a weight load included)"},
+		bounded(f(KeyGenAttempts, pipeline.TypeInt, 6, "generation_backend openai: attempts per request (retries on 429, 5xx, timeouts, a server that died or lacks the current weights)"), one, pipeline.Bound(100), false, false),
+		f(KeySyncDir, pipeline.TypeString, "", "generation_backend openai: directory for the weights the servers load after each step, readable by every server at the same path; empty: <run>/sync"),
+		bounded(f(KeyTISCap, pipeline.TypeFloat, 0.0, "truncated importance sampling: weight each token's policy-gradient term by min(exp(logπ_learner − logπ_sampler), tis_cap) (verl, TRL; 2 is TRL's former default); 0 disables it"), zero, nil, false, false),
 	}
 }
 
@@ -260,7 +299,9 @@ checkpoint every checkpoint_every steps; rerunning the same command (or
 		Uses:    roles.Uses(roles.Policy, roles.RubricGenerator, roles.Judge),
 		Moved:   moved,
 		// Raising steps continues a run; it does not change what was computed.
-		Volatile: []string{KeySteps},
+		// The fleet's addresses and limits may change (servers restarted
+		// elsewhere) without changing what a step computes.
+		Volatile: []string{KeySteps, KeyGenEndpoints, KeyGenInFlight, KeyGenTimeout, KeyGenAttempts, KeySyncDir},
 		New:      func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
 	})
 }
@@ -342,6 +383,17 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 			// recompute would draw new dropout masks, and the gradients
 			// would not be those of the forward.
 			return nil, cfg.Errorf(KeyLoRADropout, "%v with grad_checkpointing: the backward recompute would draw new dropout masks; set lora_dropout to 0 or grad_checkpointing to false", lc.Dropout)
+		}
+	}
+	c.Trainer.Loss.TISCap = cfg.Float(KeyTISCap)
+	if cfg.String(KeyGenBackend) == genOpenAI {
+		c.Fleet = &FleetConfig{Endpoints: cfg.Strings(KeyGenEndpoints), MaxInFlight: cfg.Int(KeyGenInFlight),
+			MaxAttempts: cfg.Int(KeyGenAttempts), RequestTimeout: cfg.Duration(KeyGenTimeout), SyncDir: cfg.String(KeySyncDir)}
+		if len(c.Fleet.Endpoints) == 0 {
+			return nil, cfg.Errorf(KeyGenEndpoints, "generation_backend %s needs at least one endpoint", genOpenAI)
+		}
+		if !c.RubricGen.Shared {
+			return nil, cfg.Errorf(KeyGenBackend, "%s with a rubric generator of its own (roles.rubric_generator.model): a fleet serves the one trained model of the shared-model design; leave roles.rubric_generator.model empty or generate in process (torch)", genOpenAI)
 		}
 	}
 	if c.MaxAge < c.MinAge {

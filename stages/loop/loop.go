@@ -18,6 +18,7 @@ import (
 	"github.com/evolm/evolm/stages/pairs"
 	"github.com/evolm/evolm/stages/prompts"
 	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/stages/roles/fleet"
 	"github.com/evolm/evolm/stages/roles/trained"
 	"github.com/evolm/evolm/stages/runplan"
 )
@@ -56,7 +57,10 @@ type loop struct {
 	epoch   int
 
 	policy, rubric *trained.Role // the same *Role when the model is shared
-	judge          *roles.Backend
+	// fleet, with generation_backend openai, generates for the trained
+	// role on inference servers; nil: in process.
+	fleet *fleet.Fleet
+	judge *roles.Backend
 	buf            *pairs.Buffer
 	ckpt           string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
 	prog           *pipeline.Progress
@@ -98,6 +102,9 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 			return err
 		}
 		t0 := time.Now()
+		if err := l.syncFleet(ctx, step); err != nil {
+			return err
+		}
 		var m schemas.StepMetrics
 		if s.cfg.Phase(step) == schemas.PhasePolicy {
 			m, err = l.policyStep(ctx, step)
@@ -199,6 +206,9 @@ func (l *loop) open(ctx context.Context, ck string) error {
 	if l.judge, err = roles.Open(l.cfg.Judge, l.env.Log); err != nil {
 		return err
 	}
+	if err := l.openFleet(); err != nil {
+		return err
+	}
 	if ck == "" {
 		l.buf, err = pairs.NewBuffer(l.cfg.ReplaySize)
 		return err
@@ -227,7 +237,60 @@ func (l *loop) openRole(rc roles.Config, ck string) (*trained.Role, error) {
 	return r, err
 }
 
+// openFleet, with generation_backend openai, puts the fleet in place of
+// the trained role's in-process generator: rollouts, rubrics, question
+// inference and rubric-guided answers all go to the servers, while the
+// learner scores and trains in process.
+func (l *loop) openFleet() error {
+	fc := l.cfg.Fleet
+	if fc == nil {
+		return nil
+	}
+	enc, ok := l.policy.Trainer.(backend.TextEncoder)
+	if !ok {
+		return fmt.Errorf("generation_backend %s: the %s backend's trainer cannot tokenize text", genOpenAI, l.cfg.Policy.Backend)
+	}
+	mode := fleet.ModeFull
+	if l.cfg.Trainer.LoRA.Rank > 0 {
+		mode = fleet.ModeLoRA
+	}
+	dir := fc.SyncDir
+	if dir == "" {
+		dir = l.env.Run.Path("sync")
+	}
+	f, err := fleet.New(fleet.Config{Endpoints: fc.Endpoints, MaxInFlight: fc.MaxInFlight, MaxAttempts: fc.MaxAttempts,
+		RequestTimeout: fc.RequestTimeout, Mode: mode, Dir: dir, Run: fleet.RunName(l.env.Run.Dir), Role: roles.Policy,
+		Encode: enc.Encode, EndID: enc.EndTokenID(), Log: l.env.Log})
+	if err != nil {
+		return err
+	}
+	l.fleet = f
+	l.policy.Generator = f // the rubric generator shares it (FromConfig refuses a second model)
+	return nil
+}
+
+// syncFleet makes the learner's current weights the fleet's before step's
+// first generation. It fails before anything of the step is written.
+func (l *loop) syncFleet(ctx context.Context, step int) error {
+	if l.fleet == nil {
+		return nil
+	}
+	err := l.fleet.Sync(ctx, step, func(dir string) error {
+		_, err := l.policy.Trainer.Save(ctx, dir)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("step %d (%s): weight sync: %w\n(nothing of step %d was written; once the servers are back, `evolm run --resume %s` redoes it)",
+			step, l.cfg.Phase(step), err, step, l.env.Run.Dir)
+	}
+	return nil
+}
+
 func (l *loop) close() {
+	if l.fleet != nil {
+		l.fleet.Close()
+		l.fleet = nil
+	}
 	if l.policy != nil {
 		l.policy.Close()
 	}
@@ -303,6 +366,14 @@ func trainSample(tr backend.Trainer, msgs []backend.Message, ro *schemas.Rollout
 	ts := backend.TrainSample{PromptTokenIDs: prompt, Advantage: adv}
 	for _, id := range ro.TokenIDs {
 		ts.CompletionTokenIDs = append(ts.CompletionTokenIDs, int(id))
+	}
+	if len(ro.TokenLogprobs) == len(ro.TokenIDs) && (ro.TokenIDsSource == nil || *ro.TokenIDsSource != backend.TokensRetokenized) {
+		// The sampler's own log-probs, for truncated importance sampling
+		// (tis_cap); a re-tokenized row's do not line up and are left out.
+		ts.SamplerLogProbs = make([]float64, len(ro.TokenLogprobs))
+		for i, lp := range ro.TokenLogprobs {
+			ts.SamplerLogProbs[i] = float64(lp)
+		}
 	}
 	// One update per batch is on-policy: like TRL (num_iterations = 1) the
 	// ratio's denominator is the learner's own log-probs detached (OldLogProbs

@@ -442,9 +442,7 @@ func (b *Builder) run(ctx context.Context, g backend.Generator, gs []*gen) error
 		for _, lp := range c.LogProbs {
 			o.TokenLogprobs = append(o.TokenLogprobs, float32(lp.LogProb))
 		}
-		for _, id := range c.TokenIDs {
-			o.TokenIDs = append(o.TokenIDs, int64(id))
-		}
+		o.SetTokenIDs(c.TokenIDs, c.TokenSource)
 	}
 	return nil
 }

@@ -167,17 +167,7 @@ func Sample(ctx context.Context, b *roles.Backend, batchRows int, sp SampleSpec,
 				for _, lp := range c.LogProbs {
 					r.TokenLogprobs = append(r.TokenLogprobs, float32(lp.LogProb))
 				}
-				r.TokenIDs = make([]int64, len(c.TokenIDs))
-				for k, id := range c.TokenIDs {
-					r.TokenIDs[k] = int64(id)
-				}
-				if len(c.TokenIDs) > 0 {
-					src := c.TokenSource
-					if src == "" {
-						src = backend.TokensEngine
-					}
-					r.TokenIDsSource = &src
-				}
+				r.SetTokenIDs(c.TokenIDs, c.TokenSource)
 				out = append(out, r)
 			}
 		}

@@ -48,6 +48,12 @@ type trainer struct {
 
 var _ backend.Trainer = trainer{}
 
+func (t trainer) Encode(text string) []int { return t.m.Tokenizer().Encode(text) }
+
+func (t trainer) EndTokenID() int { return t.m.Tokenizer().Specials().EOS }
+
+var _ backend.TextEncoder = trainer{}
+
 func (t trainer) PromptTokenIDs(msgs []backend.Message) ([]int, error) {
 	text, err := t.m.RenderChat(msgs)
 	if err != nil {
