@@ -59,13 +59,13 @@ type loop struct {
 	policy, rubric *trained.Role // the same *Role when the model is shared
 	// fleet, with generation_backend openai, generates for the trained
 	// role on inference servers; nil: in process.
-	fleet *fleet.Fleet
-	judge *roles.Backend
-	buf            *pairs.Buffer
-	ckpt           string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
-	prog           *pipeline.Progress
-	skipped        int // updates skipped in a row for a non-finite loss or gradient norm
-	hooks          hooks
+	fleet   *fleet.Fleet
+	judge   *roles.Backend
+	buf     *pairs.Buffer
+	ckpt    string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
+	prog    *pipeline.Progress
+	skipped int // updates skipped in a row for a non-finite loss or gradient norm
+	hooks   hooks
 }
 
 // Run implements pipeline.Stage.
