@@ -315,7 +315,13 @@ func parseRetryAfter(v string) time.Duration {
 // errorMessage extracts the message of an OpenAI error body, or a prefix of
 // the raw body.
 func errorMessage(data []byte) string {
-	var eb ErrorBody
+	// Only the message is read: vLLM sends code as a number, OpenAI as a
+	// string.
+	var eb struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
 	if json.Unmarshal(data, &eb) == nil && eb.Error.Message != "" {
 		return eb.Error.Message
 	}

@@ -274,7 +274,11 @@ func (s *server) updateWeightsFromDisk(w http.ResponseWriter, r *http.Request) {
 		reg.free(old)
 	}
 	s.log.Info("serve: weights updated from disk", "model_path", req.ModelPath, "seconds", time.Since(t0).Seconds())
-	answer(http.StatusOK, true, "Succeeded to update model weights.")
+	msg := "Succeeded to update model weights."
+	if req.WeightVersion != nil {
+		msg += fmt.Sprintf(" Weight version updated to %s.", *req.WeightVersion)
+	}
+	answer(http.StatusOK, true, msg)
 }
 
 func writeText(w http.ResponseWriter, status int, text string) {

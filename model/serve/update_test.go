@@ -192,7 +192,7 @@ func TestUpdateWeightsFromDisk(t *testing.T) {
 	r := postJSON(t, root+"/update_weights_from_disk", openai.UpdateWeightsFromDiskRequest{ModelPath: "/ckpt/1", WeightVersion: &v})
 	var ans openai.UpdateWeightsFromDiskResponse
 	_ = json.Unmarshal([]byte(r.body), &ans)
-	if r.status != 200 || !ans.Success || ans.Message != "Succeeded to update model weights." {
+	if r.status != 200 || !ans.Success || ans.Message != "Succeeded to update model weights. Weight version updated to run-a/step-1." {
 		t.Fatalf("update: %+v", r)
 	}
 	cr, r := complete(t, root, "/ckpt/1")
