@@ -53,7 +53,7 @@ func (l loaderDouble) load(path string) (*serve.Engine, error) {
 	}
 	return &serve.Engine{Generator: echoGenerator{tag: filepath.Base(path), noIDs: l.noIDs}}, nil
 }
-func (l loaderDouble) LoadAdapter(path string) (*serve.Engine, error)   { return l.load(path) }
+func (l loaderDouble) LoadAdapter(path string) (*serve.Engine, error)    { return l.load(path) }
 func (l loaderDouble) LoadWeights(path, _ string) (*serve.Engine, error) { return l.load(path) }
 
 func server(t *testing.T, l loaderDouble) string {
