@@ -38,7 +38,7 @@ TYPES = {
         "phase": (S, False), "step": (I64, False), "text": (S, False), "prompt_tokens": (I32, False),
         "completion_tokens": (I32, False), "finish_reason": (S, False), "token_logprobs": (pa.list_(F32), False),
         "model": (S, False), "checkpoint": (S, False), "seed": (I64, False), "temperature": (F64, False),
-        "top_p": (F64, False), "top_k": (I32, False),
+        "top_p": (F64, False), "top_k": (I32, False), "token_ids_source": (S, True),
     },
     "pairs": {
         "pair_id": (S, False), "prompt_id": (S, False), "step": (I64, False), "question": (S, False),
@@ -75,7 +75,7 @@ TYPES = {
 # Schema versions that are not 1 (steps 2: skipped_updates; steps 3: refill_prompts,
 # refill_rounds, groups_trained; pairs 2: temporal_age, temporal_fallback; rubrics 2:
 # scoring_levels).
-VERSIONS = {"steps": b"3", "pairs": b"2", "rubrics": b"2"}
+VERSIONS = {"rollouts": b"2", "steps": b"3", "pairs": b"2", "rubrics": b"2"}
 
 checks = 0
 
