@@ -127,8 +127,11 @@ if [ "${TORCH_CUDA:-0}" = 1 ]; then
   for d in $nvidia; do
     [ -d "$site/nvidia/$d/include" ] && dist_incs="$dist_incs -I$site/nvidia/$d/include"
   done
+  # The wheel's nvidia packages lack the toolkit's crt/host_defines.h and
+  # libcu++'s <nv/target>, which cuda_runtime_api.h and cuda_fp16.hpp include.
   cuda_home=${CUDA_HOME:-/usr/local/cuda}
   [ -d "$cuda_home/include" ] && dist_incs="$dist_incs -I$cuda_home/include"
+  [ -f "$cuda_home/include/crt/host_defines.h" ] || echo "gotch-overlay: no CUDA toolkit headers at $cuda_home/include (set CUDA_HOME); model/dist's NCCL path will not compile" >&2
 fi
 [ -d /usr/include/gloo ] || echo "gotch-overlay: /usr/include/gloo is missing (make gloo installs libgloo-dev); model/dist will not compile" >&2
 cat > "$root/build/_overlay/dist_cgo.go" <<GO

@@ -77,9 +77,15 @@
 //
 // # Not tested here
 //
-// The NCCL path: no GPU and no CUDA libtorch on the development machine, so
-// it has never been compiled. It follows ProcessGroupNCCL.hpp of libtorch
-// 2.1.0 (Options, the constructor, _allgather_base, _reduce_scatter_base,
-// barrier's device_ids). TestCollectives and TestPythonInterop are its tests
-// on a GPU machine once they take a backend.
+// The NCCL path has never run: there is no GPU here. It follows
+// ProcessGroupNCCL.hpp of libtorch 2.1.0 (Options, the constructor,
+// _allgather_base, _reduce_scatter_base, barrier's device_ids). It was
+// compiled once by hand with the TORCH_CUDA=1 flags against the wheel's
+// headers (plus the CUDA 12.1 toolkit's crt/ headers, and a host-only stub of
+// libcu++'s <nv/target>, which the wheel lacks: a CUDA machine has them under
+// CUDA_HOME) and linked against the wheel's libtorch_cuda, where every
+// ProcessGroupNCCL symbol resolved; Init("nccl") then returned the CUDA
+// driver's error as an error. The tests run Gloo only; on a GPU machine
+// TestCollectives's scenario is the one to run with Backend NCCL and CUDA
+// tensors, which the test does not parameterize yet.
 package dist
