@@ -43,6 +43,9 @@ func helper(s string) error {
 		return err
 	}
 	o.Timeout = 60 * time.Second
+	if s == "collectives" {
+		o.Backend = testBackend()
+	}
 	if v := os.Getenv("EVOLM_DIST_TIMEOUT"); v != "" {
 		if o.Timeout, err = time.ParseDuration(v); err != nil {
 			return err
@@ -115,6 +118,13 @@ func helper(s string) error {
 func runCollectives(g *Group) error {
 	s := torch.NewScope()
 	defer s.Close()
+	dev := torch.CPU
+	if g.Backend() == NCCL {
+		dev = torch.CUDA(g.Rank()) // LOCAL_RANK = RANK here
+	}
+	from := func(data []float32, shape ...int64) *torch.Tensor {
+		return s.To(s.FromFloat32(data, shape...), dev, torch.Float32)
+	}
 	r, w := float32(g.Rank()), g.WorldSize()
 	wf := float32(w)
 	tri := wf * (wf + 1) / 2 // Σ (rank+1)
@@ -143,7 +153,7 @@ func runCollectives(g *Group) error {
 		return nil
 	}
 
-	t := s.FromFloat32(scaled(r+1), 5)
+	t := from(scaled(r+1), 5)
 	if err := g.AllReduce(t, Sum); err != nil {
 		return err
 	}
@@ -151,7 +161,7 @@ func runCollectives(g *Group) error {
 		return err
 	}
 
-	t = s.FromFloat32(scaled(r+1), 5)
+	t = from(scaled(r+1), 5)
 	if err := g.AllReduce(t, Avg); err != nil {
 		return err
 	}
@@ -159,7 +169,7 @@ func runCollectives(g *Group) error {
 		return err
 	}
 
-	t = s.FromFloat32([]float32{r, -r}, 2)
+	t = from([]float32{r, -r}, 2)
 	if err := g.AllReduce(t, Max); err != nil {
 		return err
 	}
@@ -167,7 +177,7 @@ func runCollectives(g *Group) error {
 		return err
 	}
 
-	t = s.FromFloat32([]float32{r, -r}, 2)
+	t = from([]float32{r, -r}, 2)
 	if err := g.AllReduce(t, Min); err != nil {
 		return err
 	}
@@ -175,14 +185,14 @@ func runCollectives(g *Group) error {
 		return err
 	}
 
-	gathered := s.Empty([]int64{int64(2 * w), 3}, torch.Float32, torch.CPU)
+	gathered := s.Empty([]int64{int64(2 * w), 3}, torch.Float32, dev)
 	var want []float32
 	for q := range w {
 		for k := range 6 {
 			want = append(want, float32(k+10*q))
 		}
 	}
-	in := s.FromFloat32(want[6*g.Rank():6*g.Rank()+6], 2, 3)
+	in := from(want[6*g.Rank():6*g.Rank()+6], 2, 3)
 	if err := g.AllGather(gathered, in); err != nil {
 		return err
 	}
@@ -190,7 +200,7 @@ func runCollectives(g *Group) error {
 		return err
 	}
 
-	t = s.Full([]int64{4}, float64(100+r), torch.Float32, torch.CPU)
+	t = s.Full([]int64{4}, float64(100+r), torch.Float32, dev)
 	if err := g.Broadcast(t, w-1); err != nil {
 		return err
 	}
@@ -208,15 +218,15 @@ func runCollectives(g *Group) error {
 			mine = append(mine, v*tri, v*tri)
 		}
 	}
-	out := s.Empty([]int64{2, 2}, torch.Float32, torch.CPU)
-	if err := g.ReduceScatter(out, s.FromFloat32(rows, int64(2*w), 2), Sum); err != nil {
+	out := s.Empty([]int64{2, 2}, torch.Float32, dev)
+	if err := g.ReduceScatter(out, from(rows, int64(2*w), 2), Sum); err != nil {
 		return err
 	}
 	if err := check("reduce-scatter", out, mine); err != nil {
 		return err
 	}
 
-	t = s.Full([]int64{1 << 20}, float64(r+1), torch.Float32, torch.CPU)
+	t = s.Full([]int64{1 << 20}, float64(r+1), torch.Float32, dev)
 	if err := g.AllReduce(t, Sum); err != nil {
 		return err
 	}
@@ -283,8 +293,37 @@ func (p *rank) wait(t *testing.T, r int) string {
 	return out
 }
 
+// testBackend is the backend of TestCollectives's ranks: gloo, or with
+// EVOLM_DIST_TEST_BACKEND=nccl on a CUDA build, NCCL with rank r on GPU r.
+func testBackend() string {
+	if b := os.Getenv("EVOLM_DIST_TEST_BACKEND"); b != "" {
+		return b
+	}
+	return Gloo
+}
+
+// TestCollectives runs every collective on 2 and 3 ranks (gloo) and checks
+// exact results. On a GPU machine built with TORCH_CUDA=1:
+//
+//	EVOLM_DIST_TEST_BACKEND=nccl EVOLM_DIST_TEST_WORLDS=1,2 go test -run TestCollectives ./model/dist
+//
+// (NCCL needs a GPU per rank.)
 func TestCollectives(t *testing.T) {
-	for _, w := range []int{2, 3} {
+	worlds := []int{2, 3}
+	if v := os.Getenv("EVOLM_DIST_TEST_WORLDS"); v != "" {
+		worlds = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				t.Fatalf("EVOLM_DIST_TEST_WORLDS=%q: want comma-separated world sizes", v)
+			}
+			worlds = append(worlds, n)
+		}
+	}
+	if testBackend() == NCCL && !NCCLBuilt() {
+		t.Fatal("EVOLM_DIST_TEST_BACKEND=nccl, but this build has no NCCL (make TORCH_CUDA=1 torch)")
+	}
+	for _, w := range worlds {
 		t.Run(fmt.Sprintf("world=%d", w), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

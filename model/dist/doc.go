@@ -85,7 +85,7 @@
 // libcu++'s <nv/target>, which the wheel lacks: a CUDA machine has them under
 // CUDA_HOME) and linked against the wheel's libtorch_cuda, where every
 // ProcessGroupNCCL symbol resolved; Init("nccl") then returned the CUDA
-// driver's error as an error. The tests run Gloo only; on a GPU machine
-// TestCollectives's scenario is the one to run with Backend NCCL and CUDA
-// tensors, which the test does not parameterize yet.
+// driver's error as an error. On a GPU machine built with TORCH_CUDA=1,
+// TestCollectives runs on NCCL with EVOLM_DIST_TEST_BACKEND=nccl (and
+// EVOLM_DIST_TEST_WORLDS no larger than the GPU count).
 package dist
