@@ -105,8 +105,9 @@ type groupState struct {
 // Init joins the process group: rank 0 starts the TCPStore at
 // MasterAddr:MasterPort (unless AgentStore), every rank connects and waits
 // for all WorldSize ranks, then the backend connects every pair of ranks.
-// It blocks for at most Timeout (or ctx's deadline, if earlier) and fails
-// naming the ranks' rendezvous when a rank does not arrive.
+// Timeout (or the time to ctx's deadline, if shorter) bounds each of c10d's
+// rendezvous steps, so a rank that never arrives fails Init after about
+// 2·Timeout+1s (as init_process_group does) with the store's error.
 func Init(ctx context.Context, o Options) (*Group, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("dist: init: %w", err)
