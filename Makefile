@@ -31,7 +31,7 @@ export EVOLM_PYTHON := $(PY)
 export EVOLM_ROOT := $(CURDIR)
 GO_TEST_FLAGS ?= -count=1 -p 2 -timeout 60m
 
-.PHONY: build deps venv torch npm test demo bench fuzz clean
+.PHONY: build deps venv torch gloo npm test demo bench fuzz clean
 
 # scripts/constraints.txt pins every transitive dependency, so that nothing
 # pulls another torch (and so another libtorch) into the venv.
@@ -42,7 +42,22 @@ $(VENV)/.ok: scripts/requirements.txt scripts/constraints.txt
 	touch $@
 venv: $(VENV)/.ok
 
-$(TORCH_STAMP): $(VENV)/.ok scripts/gotch-overlay.sh go.mod
+# model/dist compiles a C++ shim over libtorch's c10d, whose
+# ProcessGroupGloo.hpp includes Gloo's headers; the wheel ships c10d's headers
+# but not Gloo's. Debian's libgloo-dev provides them (only the headers are
+# used: libtorch_cpu holds the compiled Gloo, and linking Debian's libgloo.so
+# too would load two Gloos). Installing needs root (apt-get).
+build/.gloo:
+	@mkdir -p build
+	if [ ! -d /usr/include/gloo ]; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y --no-install-recommends libgloo-dev || { apt-get update && apt-get install -y --no-install-recommends libgloo-dev; }; \
+	fi
+	test -f /usr/include/gloo/rendezvous/store.h
+	touch $@
+gloo: build/.gloo
+
+$(TORCH_STAMP): $(VENV)/.ok build/.gloo scripts/gotch-overlay.sh go.mod
 	rm -f build/.torch-*
 	LIBTORCH=$(LIBTORCH) TORCH_CUDA=$(TORCH_CUDA) GOWORK=off GOFLAGS= scripts/gotch-overlay.sh
 	touch $@
