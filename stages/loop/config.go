@@ -266,7 +266,7 @@ func fields() []pipeline.Field {
 		f(KeyGradCheckpointing, pipeline.TypeBool, false, "recompute each decoder layer in backward instead of keeping its activations (less memory, ~30% more compute)"),
 		bounded(f(KeyMaxSkippedUpdates, pipeline.TypeInt, 3, "stop the run after this many updates in a row skipped for a NaN or Inf loss or gradient norm"), one, pipeline.Bound(maxSkippedUpdatesLimit), false, false),
 		{Key: KeyGenBackend, Type: pipeline.TypeString, Default: genTorch, Enum: []string{genTorch, genOpenAI},
-			Description: "where the trained role generates (rollouts, rubrics, question inference, rubric-guided answers): torch (in process) or openai (generation_endpoints: vLLM, SGLang or `evolm serve`, whose weights are synced after every step: LoRA adapters through vLLM's load_lora_adapter, full weights through SGLang's update_weights_from_disk)"},
+			Description: "where the trained role generates (rollouts, rubrics, question inference, rubric-guided answers): torch (in process) or openai (generation_endpoints: vLLM, SGLang or evolm serve, whose weights are synced after every step: LoRA adapters through vLLM's load_lora_adapter, full weights through SGLang's update_weights_from_disk)"},
 		{Key: KeyGenEndpoints, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "generation_backend openai: base URLs of the servers", Example: []string{"http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"}},
 		bounded(f(KeyGenInFlight, pipeline.TypeInt, 64, "generation_backend openai: most generation requests in flight over all servers"), one, pipeline.Bound(1<<16), false, false),
