@@ -235,8 +235,8 @@ func TestE2EFleetLoRA(t *testing.T) {
 }
 
 // TestE2EFleetFullWeights: full fine-tuning with SGLang's
-// update_weights_from_disk on two servers writes the same tables as the
-// in-process loop, every row from its step's checkpoint.
+// update_weights_from_disk on two servers (and tis_cap on) writes the same
+// tables as the in-process loop, every row from its step's checkpoint.
 func TestE2EFleetFullWeights(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
@@ -244,7 +244,8 @@ func TestE2EFleetFullWeights(t *testing.T) {
 	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "ref", ""), "--run-dir", ref)
 	a, b := startFleetServer(t, e), startFleetServer(t, e)
 	two := filepath.Join(dir, "two-servers")
-	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "two", fleetLines(a.url, b.url)), "--run-dir", two)
+	// With truncated importance sampling against the servers' log-probs.
+	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "two", fleetLines(a.url, b.url)+"    tis_cap: 2\n"), "--run-dir", two)
 	checkVersions(t, two, func(step int64) string { return fleet.VersionDir(filepath.Join(two, "sync"), "policy", int(step)) })
 	if g, w := rowCounts(t, two), rowCounts(t, ref); !mapsEqual(g, w) {
 		t.Errorf("row counts %v, in process %v", g, w)
