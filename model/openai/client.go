@@ -132,10 +132,11 @@ type Client struct {
 }
 
 type endpoint struct {
-	base     string // normalized, ends in /v1
-	inFlight atomic.Int64
-	fails    atomic.Int64 // attempts failed in a row
-	out      atomic.Bool  // taken out of rotation (Config.CheckModel)
+	base      string // normalized, ends in /v1
+	inFlight  atomic.Int64
+	fails     atomic.Int64 // attempts failed in a row
+	restUntil atomic.Int64 // unix ns until which it draws no new requests (failed)
+	out       atomic.Bool  // taken out of rotation (Config.CheckModel)
 }
 
 // New checks cfg, fills its defaults and returns a Client.

@@ -528,3 +528,55 @@ func TestScoreFallsBackWithoutExtension(t *testing.T) {
 		t.Errorf("ScoreExtension against a server without it: failure %+v, want a 404 rejection", f)
 	}
 }
+
+// TestFailedEndpointRests: an endpoint that fails rests — new requests go
+// to the healthy one — and is used again once its rest ends, so that one
+// transient error does not starve a server for good.
+func TestFailedEndpointRests(t *testing.T) {
+	var sickHits, fine atomic.Int64
+	var sick atomic.Bool
+	sick.Store(true)
+	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sickHits.Add(1)
+		if sick.Load() {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		b, err := answer(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Write(b)
+	}))
+	defer a.Close()
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fine.Add(1)
+		out, _ := answer(r)
+		w.Write(out)
+	}))
+	defer b.Close()
+	c := testClient(t, []string{a.URL, b.URL}, &logRecorder{}, func(c *Config) { c.Balance = RoundRobin })
+	gen := func(n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := c.Generate(context.Background(), []backend.GenerateRequest{{ID: fmt.Sprint(i), Prompt: "p", Sampling: backend.Sampling{MaxTokens: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	gen(20)
+	// Its rests double (250ms, 500ms, …), so however slow this machine,
+	// it draws a handful of the 20 requests at most (1 when they take less
+	// than 250ms together).
+	if got := sickHits.Load(); got < 1 || got > 3 {
+		t.Errorf("the failing endpoint drew %d of 20 requests, want 1 to 3 (then it rests)", got)
+	}
+	sick.Store(false)
+	time.Sleep(300 * time.Millisecond) // the first rest is 250ms
+	before := sickHits.Load()
+	gen(20)
+	if got := sickHits.Load() - before; got < 8 {
+		t.Errorf("after its rest the recovered endpoint drew %d of 20 round-robin requests, want about half", got)
+	}
+}

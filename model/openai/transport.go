@@ -91,19 +91,25 @@ func (l *ledger) commit(id string) error {
 
 // pick chooses the endpoint for an attempt: never one taken out of
 // rotation (nil when every endpoint is), `avoid` only when no other is
-// left, and among the rest those with the fewest failures in a row (a dead
-// server stops drawing requests after its first failures), then the next in
-// turn (RoundRobin) or the one with the fewest requests in flight.
+// left, and among the rest those not resting after a failure (see
+// endpoint.failed: a dead server stops drawing requests), then the next in
+// turn (RoundRobin) or the one with the fewest requests in flight; when all
+// rest, the one whose rest ends first.
 func (c *Client) pick(avoid *endpoint) *endpoint {
 	n := len(c.eps)
 	start := int(c.next.Add(1)-1) % n
+	now := time.Now().UnixNano()
 	var best *endpoint
 	better := func(ep *endpoint) bool {
 		if best == nil {
 			return true
 		}
-		if f, bf := ep.fails.Load(), best.fails.Load(); f != bf {
-			return f < bf
+		up, bestUp := ep.restUntil.Load() <= now, best.restUntil.Load() <= now
+		switch {
+		case up != bestUp:
+			return up
+		case !up:
+			return ep.restUntil.Load() < best.restUntil.Load()
 		}
 		return c.cfg.Balance != RoundRobin && ep.inFlight.Load() < best.inFlight.Load()
 	}
@@ -120,6 +126,19 @@ func (c *Client) pick(avoid *endpoint) *endpoint {
 		best = avoid
 	}
 	return best
+}
+
+// failed records a failed attempt at ep: it rests (draws no new requests
+// while another endpoint is up) for 250ms, doubling with each failure in a
+// row up to 30s. ok records a success, which ends the rest.
+func (ep *endpoint) failed() {
+	n := min(ep.fails.Add(1), 8)
+	ep.restUntil.Store(time.Now().Add(250 * time.Millisecond << (n - 1)).UnixNano())
+}
+
+func (ep *endpoint) ok() {
+	ep.fails.Store(0)
+	ep.restUntil.Store(0)
 }
 
 // ErrNoEndpoint is returned when every endpoint was taken out of rotation
@@ -232,11 +251,13 @@ func (c *Client) attempt(ctx context.Context, avoid *endpoint, id, path string, 
 	}
 	ep.inFlight.Add(1)
 	defer ep.inFlight.Add(-1)
-	ep.fails.Add(1) // until it succeeds
 	ep, err := c.attemptAt(ctx, ep, id, path, payload, decode)
 	var rej *rejectedError
-	if err == nil || errors.As(err, &rej) { // a rejected row is no fault of the server
-		ep.fails.Store(0)
+	switch {
+	case err == nil || errors.As(err, &rej): // a rejected row is no fault of the server
+		ep.ok()
+	case ctx.Err() == nil:
+		ep.failed()
 	}
 	return ep, err
 }
