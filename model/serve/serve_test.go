@@ -80,7 +80,7 @@ func wireView(rs []backend.GenerateResponse) []backend.GenerateResponse {
 		r.Model = modelID
 		comps := make([]backend.Completion, len(r.Completions))
 		for j, c := range r.Completions {
-			c.TokenIDs = nil
+			c.TokenIDs, c.TokenSource = nil, "" // the wire carries neither without return_tokens_as_token_ids
 			lps := make([]backend.TokenLogProb, len(c.LogProbs))
 			for k, t := range c.LogProbs {
 				t.TokenID = -1

@@ -106,7 +106,10 @@ func TestMemoryDoesNotGrowWithInput(t *testing.T) {
 	}
 	growth := float64(peaks[1]) - float64(peaks[0])
 	extraText := float64(texts[1] - texts[0])
-	if growth > 0.25*extraText {
-		t.Errorf("peak heap grew by %.1f MB for %.1f MB more prompt text (limit 25%%)", growth/1e6, extraText/1e6)
+	// 35%: the live-heap peak is sampled (a forced GC every 2ms), and a loaded
+	// machine samples the small run's peak less finely; holding the texts
+	// would grow it by 100% or more.
+	if growth > 0.35*extraText {
+		t.Errorf("peak heap grew by %.1f MB for %.1f MB more prompt text (limit 35%%)", growth/1e6, extraText/1e6)
 	}
 }

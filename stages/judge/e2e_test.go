@@ -325,11 +325,16 @@ func TestE2EModelStages(t *testing.T) {
 		approx32 := cmp.Comparer(func(x, y float32) bool { return math.Abs(float64(x-y)) < 1e-3 })
 		byID := func(x, y schemas.Rollout) bool { return x.RolloutID < y.RolloutID }
 		// An OpenAI server reports token texts, not ids: the openai backend's
-		// rows carry no token ids.
-		noIDs := cmpopts.IgnoreFields(schemas.Rollout{}, "TokenIDs")
+		// rows carry no token ids, nor a source for them.
+		noIDs := cmpopts.IgnoreFields(schemas.Rollout{}, "TokenIDs", "TokenIDsSource")
 		for _, r := range b.rollouts {
-			if len(r.TokenIDs) != 0 {
-				t.Errorf("openai rollout %s has token ids", r.RolloutID)
+			if len(r.TokenIDs) != 0 || r.TokenIDsSource != nil {
+				t.Errorf("openai rollout %s has token ids (source %v)", r.RolloutID, r.TokenIDsSource)
+			}
+		}
+		for _, r := range a.rollouts {
+			if r.TokenIDsSource == nil || *r.TokenIDsSource != "engine" {
+				t.Errorf("torch rollout %s: token ids source %v, want engine", r.RolloutID, r.TokenIDsSource)
 			}
 		}
 		if d := cmp.Diff(a.rollouts, b.rollouts, approx32, noIDs, cmpopts.SortSlices(byID)); d != "" {
