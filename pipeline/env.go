@@ -227,6 +227,12 @@ type RunOptions struct {
 	Mem    memory.Allocator // nil: memory.DefaultAllocator
 	Log    *slog.Logger     // nil: slog.Default()
 	Stderr io.Writer        // progress output; nil: os.Stderr
+	// Follower runs the stage as a non-leading rank of a data-parallel
+	// group (`evolm run` under torchrun): the leading rank (rank 0) holds
+	// the stage lock, cleans temp files, applies pipeline.fresh and checks
+	// the manifest; a follower does none of that and must write nothing to
+	// the run directory but what the stage coordinates with its leader.
+	Follower bool
 }
 
 // RunDir resolves the run directory from run.dir, or run.root/run.name.
@@ -294,6 +300,12 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 	env, err := NewEnv(name, cfg, opts)
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
+	}
+	if opts.Follower {
+		if err := st.Run(ctx, env); err != nil {
+			return fmt.Errorf("stage %s: %w", name, err)
+		}
+		return nil
 	}
 	unlock, err := env.Run.LockStage(name)
 	if err != nil {

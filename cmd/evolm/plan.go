@@ -27,7 +27,7 @@ var planFallbacks = []struct {
 
 func newPlanCmd(a *app) *cobra.Command {
 	var gpuMem string
-	var promptTokens int
+	var promptTokens, nproc int
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Estimate the device memory of `evolm run` for a config, and whether it fits",
@@ -50,7 +50,7 @@ does not fit.`,
   evolm --config stages/presets/paper.yaml plan --gpu-mem 141GB --lora-rank 64 --grad-checkpointing`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := runplan.Options{PromptTokens: promptTokens, Set: map[string]any{}}
+			o := runplan.Options{PromptTokens: promptTokens, Set: map[string]any{}, WorldSize: nproc}
 			if gpuMem != "" {
 				n, err := plan.ParseBytes(gpuMem)
 				if err != nil {
@@ -97,6 +97,7 @@ does not fit.`,
 	}
 	cmd.Flags().StringVar(&gpuMem, "gpu-mem", "", "device memory to check against (80GiB, 141GB); default: the free memory of roles.policy.device")
 	cmd.Flags().IntVar(&promptTokens, "prompt-tokens", runplan.DefaultPromptTokens, "tokens of one prompt")
+	cmd.Flags().IntVar(&nproc, "nproc", 0, "data-parallel learner ranks (evolm run --nproc); 0: WORLD_SIZE, else 1. With stages.run.zero_stage 1 a rank holds 1/nproc of the optimizer state, with 2 of the gradients too")
 	if spec, ok := pipeline.Lookup("run"); ok {
 		if err := pipeline.AddStageFlags(cmd.Flags(), spec); err != nil {
 			panic(err) // Register validated the spec; a programming error

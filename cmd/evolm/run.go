@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,9 +21,31 @@ var customCommands = map[string]func(a *app, spec pipeline.Spec) *cobra.Command{
 func newRunCmd(a *app, spec pipeline.Spec) *cobra.Command {
 	cmd := newStageCmd(a, spec)
 	var resume string
+	var nproc int
 	cmd.Flags().StringVar(&resume, "resume", "", "continue the run in this directory from its last checkpoint, with its saved config.yaml")
+	cmd.Flags().IntVar(&nproc, "nproc", 1, "data-parallel learner: run this many ranks on this machine (as torchrun --nproc-per-node does; under torchrun or srun, RANK and WORLD_SIZE make each process a rank instead)")
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		rank, follower := isRank()
+		if nproc > 1 && !rank {
+			grace := 10*time.Minute + 30*time.Second
+			switch v := a.cfg.Get("stages.run.dist_timeout").(type) {
+			case time.Duration:
+				grace = v + 30*time.Second
+			case string:
+				if d, err := time.ParseDuration(v); err == nil {
+					grace = d + 30*time.Second
+				}
+			}
+			return launch(c.Context(), nproc, grace)
+		}
+		if nproc < 1 {
+			return fmt.Errorf("--nproc %d, want ≥ 1", nproc)
+		}
+		return pipeline.RunStage(c.Context(), spec.Name, a.cfg, pipeline.RunOptions{Log: a.log, Follower: follower})
+	}
 	cmd.Example = `  evolm --config stages/presets/demo.yaml run --run demo
-  evolm run --resume runs/demo`
+  evolm run --resume runs/demo
+  evolm --config stages/presets/demo.yaml run --run demo --nproc 2`
 	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		if resume != "" {
 			saved := filepath.Join(resume, "config.yaml")

@@ -33,6 +33,7 @@ import (
 
 	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/dist"
 	"github.com/evolm/evolm/model/optim"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -67,7 +68,40 @@ type Config struct {
 	// GradCheckpointing recomputes each decoder layer in backward instead of
 	// keeping its activations; the model must be a model.GradCheckpointer.
 	GradCheckpointing bool
+	// DP, when set, makes the trainer one rank of a data-parallel group
+	// (see DataParallel); nil: one process.
+	DP *DataParallel
 }
+
+// DataParallel is a trainer's data-parallel group. Every rank calls Step
+// with its own micro-batches (possibly none) at the same time. The step is
+// then the single-process step over the concatenation of every rank's
+// micro-batches in rank order:
+//
+//	local: zero grads; backward each micro-batch (sums, as above)
+//	gather every rank's per-micro-batch (loss, count, metrics); sum them in
+//	  global order                          (Σ loss_sum / Σ count: global)
+//	all-reduce (sum) every gradient         (c10d; before any scaling)
+//	grads /= Σ count (global)
+//	norm: the global norm (ZeRO-2: each rank's shard's terms, summed)
+//	clip; AdamW on this rank's parameters (all, or its shard at ZeRO ≥ 1)
+//	ZeRO ≥ 1: broadcast every parameter from its owner
+//
+// ZeRO sharding is by whole tensors (optim.ShardByTensor): at ZeRO-1 a
+// rank keeps AdamW state (m, v, fp32 master) for its tensors only; at
+// ZeRO-2 it also keeps only its tensors' gradients after the reduction
+// (the others are zeroed and left out of the norm and the update; the
+// reduction itself is an all-reduce, as Gloo has no reduce-scatter, and
+// gradients are whole during backward: there are no backward hooks).
+type DataParallel struct {
+	Group  *dist.Group
+	ZeRO   int          // 0, 1 or 2
+	Device torch.Device // where the byte gathers run: CPU for Gloo, the rank's GPU for NCCL
+}
+
+// Owner returns the owning rank of each trained parameter (all -1 at ZeRO-0
+// or without DP).
+func (t *Trainer[M]) Owner() []int { return t.owner }
 
 // Metrics reports one step.
 type Metrics struct {
@@ -90,6 +124,7 @@ type Trainer[M any] struct {
 	Opt   *optim.AdamW
 	cfg   Config
 	param []optim.Param
+	owner []int // ZeRO ≥ 1: each param's owning rank; nil otherwise
 }
 
 // New turns on requires_grad for the trained tensors (cfg.Params, or every
@@ -119,7 +154,29 @@ func New[M any](m model.CausalLM, cfg Config) (*Trainer[M], error) {
 		}
 		ps = append(ps, optim.Param{Name: p.Name, Tensor: p.Tensor})
 	}
-	groups, err := optim.DefaultGroups(ps, cfg.WeightDecay)
+	var owner []int
+	mine := ps
+	if dp := cfg.DP; dp != nil && dp.ZeRO > 0 {
+		if dp.ZeRO > 2 {
+			return nil, fmt.Errorf("train: zero stage %d, want 0, 1 or 2", dp.ZeRO)
+		}
+		sizes := make([]int64, len(ps))
+		for i, p := range ps {
+			sh, err := torch.Shape(p.Tensor)
+			if err != nil {
+				return nil, fmt.Errorf("train: %s: %w", p.Name, err)
+			}
+			sizes[i] = torch.Numel(sh)
+		}
+		owner = optim.ShardByTensor(sizes, dp.Group.WorldSize())
+		mine = nil
+		for i, p := range ps {
+			if owner[i] == dp.Group.Rank() {
+				mine = append(mine, p)
+			}
+		}
+	}
+	groups, err := optim.DefaultGroups(mine, cfg.WeightDecay)
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
@@ -127,7 +184,7 @@ func New[M any](m model.CausalLM, cfg Config) (*Trainer[M], error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	return &Trainer[M]{Model: m, Opt: opt, cfg: cfg, param: ps}, nil
+	return &Trainer[M]{Model: m, Opt: opt, cfg: cfg, param: ps, owner: owner}, nil
 }
 
 // Close frees the optimizer state.
@@ -139,14 +196,14 @@ func (t *Trainer[M]) Close() { t.Opt.Close() }
 // zeroed, no optimizer step) and Metrics.Skipped says why; the caller
 // counts and limits such steps.
 func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M]) (Metrics, error) {
-	if len(microbatches) == 0 {
+	dp := t.cfg.DP
+	if len(microbatches) == 0 && dp == nil {
 		return Metrics{}, fmt.Errorf("train: step with no micro-batches")
 	}
-	if err := t.Opt.ZeroGrad(); err != nil {
+	if err := t.zeroGrads(); err != nil {
 		return Metrics{}, fmt.Errorf("train: %w", err)
 	}
-	var sum, count float64
-	extra := map[string]float64{}
+	var local []microStat
 	for i, mb := range microbatches {
 		if err := ctx.Err(); err != nil {
 			return Metrics{}, t.abort(err)
@@ -155,12 +212,25 @@ func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M
 		if err != nil {
 			return Metrics{}, t.abort(fmt.Errorf("train: micro-batch %d: %w", i, err))
 		}
-		sum += l.loss
+		local = append(local, microStat{Loss: l.loss, Count: l.Count, Metrics: l.Metrics})
+	}
+	all := local
+	if dp != nil {
+		var err error
+		if all, err = gatherStats(dp, local); err != nil {
+			return Metrics{}, t.abort(err)
+		}
+	}
+	var sum, count float64
+	extra := map[string]float64{}
+	for _, l := range all {
+		sum += l.Loss
 		count += l.Count
 		for k, v := range l.Metrics {
 			extra[k] += v
 		}
 	}
+	micro := len(all)
 	if !(count > 0) {
 		return Metrics{}, t.abort(fmt.Errorf("train: micro-batches cover %v items, want > 0", count))
 	}
@@ -168,28 +238,38 @@ func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M
 		sum = math.NaN() // fault injection for the reliability tests
 	}
 	if !finite(sum) {
-		return t.skip(fmt.Sprintf("loss is %v", sum/count), sum/count, math.NaN(), count, len(microbatches))
+		return t.skip(fmt.Sprintf("loss is %v", sum/count), sum/count, math.NaN(), count, micro)
+	}
+	if dp != nil {
+		if err := t.allReduceGrads(dp); err != nil {
+			return Metrics{}, t.abort(err)
+		}
 	}
 	if err := t.scaleGrads(1 / count); err != nil {
 		return Metrics{}, t.abort(err)
 	}
-	norm, err := optim.ClipGradNorm(t.param, t.cfg.MaxGradNorm)
+	norm, err := t.clip()
 	if err != nil {
 		return Metrics{}, t.abort(err)
 	}
 	if !finite(norm) {
-		return t.skip(fmt.Sprintf("gradient norm is %v", norm), sum/count, norm, count, len(microbatches))
+		return t.skip(fmt.Sprintf("gradient norm is %v", norm), sum/count, norm, count, micro)
 	}
 	lr := t.Opt.LR()
 	if err := t.Opt.Step(); err != nil {
 		return Metrics{}, t.abort(err)
+	}
+	if t.owner != nil {
+		if err := t.broadcastParams(dp); err != nil {
+			return Metrics{}, err
+		}
 	}
 	for k := range extra {
 		extra[k] /= count
 	}
 	return Metrics{
 		Step: t.Opt.StepCount(), Loss: sum / count, GradNorm: norm, LR: lr,
-		Count: count, MicroBatches: len(microbatches), Extra: extra,
+		Count: count, MicroBatches: micro, Extra: extra,
 	}, nil
 }
 
@@ -246,7 +326,7 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 // skip zeroes the gradients and reports a step whose update was not
 // applied: the weights and the optimizer state are unchanged.
 func (t *Trainer[M]) skip(why string, loss, norm, count float64, micro int) (Metrics, error) {
-	if err := t.Opt.ZeroGrad(); err != nil {
+	if err := t.zeroGrads(); err != nil {
 		return Metrics{}, fmt.Errorf("train: %s, and zeroing grads: %w", why, err)
 	}
 	return Metrics{Step: t.Opt.StepCount(), Loss: loss, GradNorm: norm, LR: t.Opt.LR(), Count: count,
@@ -254,7 +334,7 @@ func (t *Trainer[M]) skip(why string, loss, norm, count float64, micro int) (Met
 }
 
 func (t *Trainer[M]) abort(err error) error {
-	if zerr := t.Opt.ZeroGrad(); zerr != nil {
+	if zerr := t.zeroGrads(); zerr != nil {
 		return fmt.Errorf("%w (and zeroing grads: %v)", err, zerr)
 	}
 	return err

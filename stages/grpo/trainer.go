@@ -34,6 +34,24 @@ type TrainerConfig struct {
 	// GradCheckpointing recomputes each decoder layer in backward instead of
 	// keeping its activations (stages.run.grad_checkpointing).
 	GradCheckpointing bool
+	// DP, when set, makes the learner one rank of a data-parallel group:
+	// every rank is given the same (global) batch, trains the micro-batches
+	// of its block (MicroBlock) and the step equals the one-process step
+	// over the whole batch (model/train, DataParallel). nil: one process.
+	DP *train.DataParallel
+}
+
+// MicroBlock returns the micro-batches [start, end) of m that rank trains
+// of world: contiguous blocks, the first m mod world ranks one longer, so
+// that concatenated in rank order they are the one-process order.
+func MicroBlock(m, rank, world int) (start, end int) {
+	q, r := m/world, m%world
+	start = rank*q + min(rank, r)
+	end = start + q
+	if rank < r {
+		end++
+	}
+	return start, end
 }
 
 // DefaultTrainerConfig returns the paper's defaults (README.md, "The method").
@@ -103,7 +121,7 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 		}
 	}
 	adam := optim.DefaultAdamW(cfg.LR)
-	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, GradCheckpointing: cfg.GradCheckpointing})
+	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, GradCheckpointing: cfg.GradCheckpointing, DP: cfg.DP})
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("grpo trainer: %w", err)
@@ -122,7 +140,7 @@ func newLoRATrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.Sa
 	}
 	t := &Trainer{Policy: policy, Adapter: ad, cfg: cfg, save: save}
 	adam := optim.DefaultAdamW(cfg.LR)
-	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, Params: ad.Parameters(), GradCheckpointing: cfg.GradCheckpointing})
+	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, Params: ad.Parameters(), GradCheckpointing: cfg.GradCheckpointing, DP: cfg.DP})
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("grpo trainer: %w", err)
@@ -168,11 +186,6 @@ func (t *Trainer) TrainStep(ctx context.Context, batch []backend.TrainSample) (b
 	if len(rows) == 0 {
 		return backend.TrainStats{}, fmt.Errorf("grpo step: no sample has completion tokens")
 	}
-	if t.cfg.Loss.Beta != 0 {
-		if err := t.fillRef(ctx, rows); err != nil {
-			return backend.TrainStats{}, err
-		}
-	}
 	var mbs [][]backend.TrainSample
 	var packW [][]packWeight // per micro-batch, NormPack only
 	weights := t.packWeights(rows)
@@ -181,6 +194,22 @@ func (t *Trainer) TrainStep(ctx context.Context, batch []backend.TrainSample) (b
 		mbs = append(mbs, rows[i:end])
 		if weights != nil {
 			packW = append(packW, weights[i:end])
+		}
+	}
+	if dp := t.cfg.DP; dp != nil {
+		// Packing and micro-batching are of the global batch; this rank
+		// computes its block of micro-batches only.
+		a, b := MicroBlock(len(mbs), dp.Group.Rank(), dp.Group.WorldSize())
+		mbs = mbs[a:b]
+		if packW != nil {
+			packW = packW[a:b]
+		}
+	}
+	if t.cfg.Loss.Beta != 0 {
+		for _, mb := range mbs {
+			if err := t.fillRef(ctx, mb); err != nil {
+				return backend.TrainStats{}, err
+			}
 		}
 	}
 	if t.Adapter != nil {

@@ -38,6 +38,12 @@ type state struct {
 	// checkpoint directory (weights, optimizer states, adapters, the replay
 	// buffer: whatever it holds) to "sha256:<hex>"; resume verifies them.
 	Files map[string]string `json:"files"`
+	// WorldSize and ZeRO are the data-parallel ranks and ZeRO stage of the
+	// run that wrote the checkpoint (0: one process, before data
+	// parallelism). At ZeRO ≥ 1 each rank saved its own optimizer shard, so
+	// only the same world size resumes.
+	WorldSize int `json:"world_size,omitempty"`
+	ZeRO      int `json:"zero_stage,omitempty"`
 }
 
 // stateVersion 2 added Files and SkippedInARow; a version-1 checkpoint
@@ -55,10 +61,9 @@ func ckptDir(name string) string { return "checkpoints/" + name }
 // replay.parquet and state.json.
 const optimizerSuffix = "_optimizer.safetensors"
 
-// roleDir and optimizerFile are a role's files in checkpoint name, relative
-// to the run directory.
-func roleDir(name, role string) string       { return ckptDir(name) + "/" + role }
-func optimizerFile(name, role string) string { return ckptDir(name) + "/" + role + optimizerSuffix }
+// roleDir is a role's directory in checkpoint name, relative to the run
+// directory (its optimizer file: loop.optimizerName).
+func roleDir(name, role string) string { return ckptDir(name) + "/" + role }
 
 // latestCheckpoint finds the newest complete checkpoint (one with
 // state.json, written last) and returns the step to resume at and its name
@@ -121,6 +126,10 @@ func (l *loop) latestCheckpoint() (int, string, error) {
 		}
 		if st.Shared != l.cfg.RubricGen.Shared {
 			return 0, "", fmt.Errorf("checkpoint %s: shared_model=%v does not match the config's roles.rubric_generator.model", p, st.Shared)
+		}
+		if ws := max(st.WorldSize, 1); st.ZeRO > 0 && ws > 1 && ws != l.world() {
+			return 0, "", fmt.Errorf("checkpoint %s was written by %d data-parallel ranks at zero_stage %d (the optimizer state is sharded in %d files); this run has %d: resume with --nproc %d (or torchrun with %d processes), or start over with --fresh",
+				p, ws, st.ZeRO, ws, l.world(), ws, ws)
 		}
 		n, _ := strconv.Atoi(ckptRE.FindStringSubmatch(names[i])[1])
 		if n != st.NextStep {
@@ -212,27 +221,56 @@ func (l *loop) checkpointHook(ctx context.Context, step int, _ *schemas.StepMetr
 func (l *loop) checkpoint(ctx context.Context, next int) error {
 	name := ckptName(next)
 	final := l.env.Run.Path(ckptDir(name))
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(final), "."+name+".tmp-")
-	if err != nil {
-		return fmt.Errorf("checkpoint %s: %w", name, err)
-	}
-	defer os.RemoveAll(tmp) // no-op after the rename
 	trainedRoles := map[string]*trained.Role{roles.Policy: l.policy}
 	if l.rubric != l.policy {
 		trainedRoles[roles.RubricGenerator] = l.rubric
 	}
-	for rname, r := range trainedRoles {
-		if _, err := r.Trainer.Save(ctx, filepath.Join(tmp, rname)); err != nil {
+	var tmp string
+	if l.lead() {
+		if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+			return err
+		}
+		var err error
+		if l.dp == nil {
+			tmp, err = os.MkdirTemp(filepath.Dir(final), "."+name+".tmp-")
+		} else {
+			// Every rank writes its optimizer shard here: a name they all know.
+			tmp = filepath.Join(filepath.Dir(final), "."+name+".tmp-dp")
+			if err = os.RemoveAll(tmp); err == nil {
+				err = os.Mkdir(tmp, 0o755)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", name, err)
 		}
-		if err := r.Trainer.SaveOptimizer(filepath.Join(tmp, rname+optimizerSuffix)); err != nil {
-			return fmt.Errorf("checkpoint %s: optimizer: %w", name, err)
+		defer os.RemoveAll(tmp) // no-op after the rename
+		for rname, r := range trainedRoles {
+			if _, err := r.Trainer.Save(ctx, filepath.Join(tmp, rname)); err != nil {
+				return fmt.Errorf("checkpoint %s: %w", name, err)
+			}
+		}
+	}
+	if err := l.barrier("checkpoint " + name); err != nil {
+		return err
+	}
+	if l.dp != nil {
+		tmp = filepath.Join(filepath.Dir(final), "."+name+".tmp-dp")
+	}
+	if l.lead() || l.shardedOptimizer() {
+		for rname, r := range trainedRoles {
+			if err := r.Trainer.SaveOptimizer(filepath.Join(tmp, l.optimizerName(rname))); err != nil {
+				return fmt.Errorf("checkpoint %s: optimizer: %w", name, err)
+			}
 		}
 	}
 	failpoint.Hit("checkpoint-mid")
+	if err := l.barrier("checkpoint " + name); err != nil {
+		return err
+	}
+	l.ckpt = name
+	if !l.lead() {
+		return nil
+	}
 	if err := l.buf.Save(filepath.Join(tmp, "replay.parquet"), l.env.Mem); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", name, err)
 	}
@@ -243,6 +281,9 @@ func (l *loop) checkpoint(ctx context.Context, next int) error {
 	st := state{Version: stateVersion, NextStep: next, Seed: l.cfg.Seed, ConfigHash: l.env.ConfigHash,
 		DataPosition: next * l.cfg.PromptsPerStep, Shared: l.rubric == l.policy, CodeVersion: pipeline.CodeVersion(),
 		SkippedInARow: l.skipped, Files: files}
+	if l.dp != nil {
+		st.WorldSize, st.ZeRO = l.world(), l.cfg.ZeRO
+	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
@@ -259,7 +300,6 @@ func (l *loop) checkpoint(ctx context.Context, next int) error {
 	if err := pipeline.SyncDir(filepath.Dir(final)); err != nil {
 		return err
 	}
-	l.ckpt = name
 	l.env.Log.Info("checkpoint", "dir", final, "next_step", next)
 	return nil
 }

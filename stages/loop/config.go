@@ -79,6 +79,10 @@ const (
 	KeyGenAttempts  = "generation_max_attempts"
 	KeySyncDir      = "sync_dir"
 	KeyTISCap       = "tis_cap"
+
+	// Data parallelism (`evolm run --nproc N`, torchrun).
+	KeyZeRO        = "zero_stage"
+	KeyDistTimeout = "dist_timeout"
 )
 
 // generation_backend values.
@@ -172,6 +176,12 @@ type Config struct {
 	// Fleet, when non-nil, sends every generation of the trained role to
 	// inference servers (generation_backend openai).
 	Fleet *FleetConfig
+	// ZeRO is the data-parallel optimizer sharding: 0 (none), 1 (AdamW
+	// state) or 2 (state and gradients), by whole tensors.
+	ZeRO int
+	// DistTimeout bounds every collective of a data-parallel run: a rank
+	// that died or stalled makes the others fail within it.
+	DistTimeout time.Duration
 }
 
 // FleetConfig is the fleet that generates for the trained role.
@@ -274,6 +284,9 @@ func fields() []pipeline.Field {
 			Description: "generation_backend openai: timeout of one HTTP attempt (a weight load included)"},
 		bounded(f(KeyGenAttempts, pipeline.TypeInt, 6, "generation_backend openai: attempts per request (retries on 429, 5xx, timeouts, a server that died or lacks the current weights)"), one, pipeline.Bound(100), false, false),
 		f(KeySyncDir, pipeline.TypeString, "", "generation_backend openai: directory for the weights the servers load after each step, readable by every server at the same path; empty: <run>/sync"),
+		bounded(f(KeyZeRO, pipeline.TypeInt, 0, "data parallelism (evolm run --nproc N, or torchrun): 0 replicates the AdamW state on every rank, 1 shards it across ranks by whole tensors, 2 also keeps only each rank's shard of the gradients after their reduction"), zero, two, false, false),
+		{Key: KeyDistTimeout, Type: pipeline.TypeDuration, Default: "10m", Min: zero, ExclusiveMin: true,
+			Description: "data parallelism: timeout of the rendezvous and of every collective; a rank that died or stalled makes the others stop within it"},
 		bounded(f(KeyTISCap, pipeline.TypeFloat, 0.0, "truncated importance sampling: weight each token's policy-gradient term by min(exp(logπ_learner − logπ_sampler), tis_cap) (verl, TRL; 2 is TRL's former default); 0 disables it"), zero, nil, false, false),
 	}
 }
@@ -301,7 +314,7 @@ checkpoint every checkpoint_every steps; rerunning the same command (or
 		// Raising steps continues a run; it does not change what was computed.
 		// The fleet's addresses and limits may change (servers restarted
 		// elsewhere) without changing what a step computes.
-		Volatile: []string{KeySteps, KeyGenEndpoints, KeyGenInFlight, KeyGenTimeout, KeyGenAttempts, KeySyncDir},
+		Volatile: []string{KeySteps, KeyGenEndpoints, KeyGenInFlight, KeyGenTimeout, KeyGenAttempts, KeySyncDir, KeyDistTimeout},
 		New:      func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
 	})
 }
@@ -325,6 +338,7 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		RubricPhaseTemp: cfg.Float(KeyRubricPhaseTemp), RubricPhaseTopP: cfg.Float(KeyRubricPhaseTopP),
 		NonStopPenalty: cfg.Bool(KeyNonStopPenalty), NonStopValue: cfg.Float(KeyNonStopValue),
 		MemoryCheck: cfg.Bool(KeyMemoryCheck),
+		ZeRO:        cfg.Int(KeyZeRO), DistTimeout: cfg.Duration(KeyDistTimeout),
 	}
 	var err error
 	for _, r := range []struct {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/evolm/evolm/internal/failpoint"
@@ -66,21 +67,33 @@ type loop struct {
 	prog    *pipeline.Progress
 	skipped int // updates skipped in a row for a non-finite loss or gradient norm
 	hooks   hooks
+	dp      *dataParallel // nil: one process
 }
 
 // Run implements pipeline.Stage.
 func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 	l := &loop{cfg: s.cfg, env: env, set: s.set, ckpt: "initial"}
+	if err := l.initDP(ctx); err != nil {
+		return err
+	}
+	defer l.dp.close()
 	if err := l.loadPrompts(ctx); err != nil {
 		return err
 	}
-	if err := l.snapshotConfig(); err != nil {
-		return err
-	}
-	start, ck, err := l.latestCheckpoint()
+	// Rank 0 alone touches the run directory's config and checkpoints
+	// (a fresh start forgets them); the others follow its decision.
+	st, err := l.agreeStart(func() (startState, error) {
+		if err := l.snapshotConfig(); err != nil {
+			return startState{}, err
+		}
+		start, ck, err := l.latestCheckpoint()
+		return startState{Start: start, Ckpt: ck, Skipped: l.skipped}, err
+	})
 	if err != nil {
 		return err
 	}
+	start, ck := st.Start, st.Ckpt
+	l.skipped = st.Skipped
 	if start >= s.cfg.Steps {
 		env.Log.Info("run already complete", "steps", s.cfg.Steps, "checkpoint", ck)
 		return nil
@@ -209,6 +222,9 @@ func (l *loop) open(ctx context.Context, ck string) error {
 	if err := l.openFleet(); err != nil {
 		return err
 	}
+	l.dp.splitBackend(l.policy.Backend, l.cfg.Policy.MaxBatch)
+	l.dp.splitBackend(l.rubric.Backend, l.cfg.RubricGen.MaxBatch)
+	l.dp.splitBackend(l.judge, l.cfg.Judge.MaxBatch)
 	if ck == "" {
 		l.buf, err = pairs.NewBuffer(l.cfg.ReplaySize)
 		return err
@@ -227,8 +243,9 @@ func (l *loop) open(ctx context.Context, ck string) error {
 // set.
 func (l *loop) openRole(rc roles.Config, ck string) (*trained.Role, error) {
 	opt := trained.Options{Learner: l.cfg.TrainerFor(rc.Role)}
+	opt.Learner.DP = l.dp.learner(l.cfg.ZeRO)
 	if ck != "" {
-		opt.Resume = &trained.Resume{Dir: l.env.Run.Path(roleDir(ck, rc.Role)), Optimizer: l.env.Run.Path(optimizerFile(ck, rc.Role))}
+		opt.Resume = &trained.Resume{Dir: l.env.Run.Path(roleDir(ck, rc.Role)), Optimizer: l.env.Run.Path(ckptDir(ck) + "/" + l.optimizerName(rc.Role))}
 	}
 	r, err := trained.Open(rc, opt, l.env.Log)
 	if err != nil && ck != "" {
@@ -305,6 +322,9 @@ func (l *loop) close() {
 
 // write commits rows as the step's shard of table t (plus extra partitions).
 func write[T any](l *loop, t *schemas.Table[T], rows []T, step int, phase string, extra ...pipeline.Partition) error {
+	if !l.lead() {
+		return nil // rank 0 writes every row: each rank holds them all
+	}
 	parts := append([]pipeline.Partition{pipeline.Phase(phase), pipeline.Step(step)}, extra...)
 	rel := pipeline.ShardPath(t.Name, 0, parts...)
 	prov := l.env.Provenance()
@@ -390,8 +410,12 @@ func (l *loop) update(ctx context.Context, r *trained.Role, samples []backend.Tr
 		l.env.Log.Warn("no group with a reward signal this step; no update", "step", m.Step, "phase", m.Phase)
 		return nil
 	}
+	failpoint.Hit("update")
 	st, err := r.Trainer.TrainStep(ctx, samples)
 	if err != nil {
+		if l.dp != nil && strings.Contains(err.Error(), "dist: ") {
+			return l.dp.peerErr("update", err) // a collective of the learner failed
+		}
 		return err
 	}
 	m.Loss, m.KL, m.ClipFrac, m.GradNorm = st.Loss, st.KL, st.ClipFrac, st.GradNorm

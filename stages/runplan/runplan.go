@@ -33,10 +33,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama" // the architectures config.json names
+
 	"github.com/evolm/evolm/model/plan"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/stages/roles"
@@ -54,6 +56,7 @@ const (
 	KeyLoRADropout       = "lora_dropout"
 	KeyLoRATargets       = "lora_targets"
 	KeyGradCheckpointing = "grad_checkpointing"
+	KeyZeRO              = "zero_stage"
 )
 
 // Defaults of the stages.run keys, used when the key is not registered.
@@ -65,6 +68,7 @@ var Defaults = map[string]any{
 	KeyLoRADropout:       0.0,
 	KeyLoRATargets:       []string{"q", "k", "v", "o", "gate", "up", "down"},
 	KeyGradCheckpointing: false,
+	KeyZeRO:              0,
 }
 
 // judgeRubricTokens bounds the rubric as the judge reads it.
@@ -83,6 +87,10 @@ type Options struct {
 	// Set overrides stages.run keys (by key), for keys this build does not
 	// register.
 	Set map[string]any
+	// WorldSize is the number of data-parallel learner ranks (evolm plan
+	// --nproc); 0 reads torchrun's WORLD_SIZE, else 1. With zero_stage 1 a
+	// rank holds 1/WorldSize of the AdamW state, with 2 of the gradients too.
+	WorldSize int
 }
 
 // reader reads stages.run keys: o.Set, then the config, then Defaults.
@@ -229,7 +237,12 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 		P = DefaultPromptTokens
 	}
 	in := plan.Input{Beta: r.float(KeyBeta), MicroBatch: r.int(KeyMicroBatch), GradCheckpointing: r.bool(KeyGradCheckpointing),
-		CUDA: isCUDA(pol.Device), GenRows: pol.MaxBatch}
+		CUDA: isCUDA(pol.Device), GenRows: pol.MaxBatch, ZeROStage: r.int(KeyZeRO), WorldSize: o.WorldSize}
+	if in.WorldSize <= 0 {
+		if n, err := strconv.Atoi(os.Getenv("WORLD_SIZE")); err == nil && n > 0 {
+			in.WorldSize = n
+		}
+	}
 	if rank := r.int(KeyLoRARank); rank > 0 {
 		in.LoRA = plan.LoRA{Rank: rank, Targets: r.strings(KeyLoRATargets), Dropout: r.float(KeyLoRADropout)}
 	}
