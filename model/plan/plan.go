@@ -222,6 +222,11 @@ type Input struct {
 	CUDA      bool // runtime overhead of a CUDA context instead of a CPU process
 	WorldSize int  // data-parallel learners (default 1)
 	ZeROStage int  // 0 (none) … 3
+	// GradsWhole keeps the gradients whole on every rank at ZeRO-2: evolm's
+	// learner (model/train) accumulates every gradient during backward and
+	// zeroes the other ranks' shards only after the reduction, so its peak
+	// holds them all; DeepSpeed's reduce-scatters buckets during backward.
+	GradsWhole bool
 }
 
 // Line is one item of a plan.
@@ -371,6 +376,10 @@ func Estimate(in Input) Plan {
 		}
 		return n
 	}
+	gradStage := 2
+	if in.GradsWhole {
+		gradStage = 4 // never sharded
+	}
 	b := int64(in.ParamBytes)
 	learner := func(role string, s Shape) {
 		P := s.Params()
@@ -379,7 +388,7 @@ func Estimate(in Input) Plan {
 			p.Static = append(p.Static,
 				Line{role + " weights", shard(P*b, 3), fmt.Sprintf("%.2fB frozen base parameters × %d B", float64(P)/1e9, b)},
 				Line{role + " LoRA adapters", A * 4, fmt.Sprintf("%.1fM fp32 parameters, rank %d", float64(A)/1e6, in.LoRA.Rank)},
-				Line{role + " gradients", shard(A*4, 2), "adapters only"},
+				Line{role + " gradients", shard(A*4, gradStage), "adapters only"},
 				Line{role + " optimizer state", shard(2*A*4, 1), "AdamW exp_avg + exp_avg_sq, fp32, adapters only"},
 				Line{role + " master weights", 0, "adapters are fp32"},
 				Line{role + " reference model", 0, "the base with adapters off"},
@@ -396,7 +405,7 @@ func Estimate(in Input) Plan {
 		}
 		p.Static = append(p.Static,
 			Line{role + " weights", shard(P*b, 3), fmt.Sprintf("%.2fB parameters × %d B", float64(P)/1e9, b)},
-			Line{role + " gradients", shard(P*b, 2), "full fine-tuning"},
+			Line{role + " gradients", shard(P*b, gradStage), "full fine-tuning"},
 			Line{role + " optimizer state", shard(2*P*4, 1), "AdamW exp_avg + exp_avg_sq, fp32"},
 			Line{role + " master weights", master, mnote},
 			Line{role + " reference model", ref, rnote},

@@ -57,6 +57,14 @@ func (l *loop) initDP(ctx context.Context) error {
 	dev := torch.CPU
 	if d, err := torch.ParseDevice(l.cfg.Policy.Device); err == nil && torch.IsCUDA(d) {
 		o.Backend, dev = dist.NCCL, torch.CUDA(o.LocalRank)
+		// One GPU per rank, as torchrun lays them out: a role on plain
+		// "cuda" runs on this rank's device, cuda:LOCAL_RANK, the device
+		// NCCL uses (an explicit index is kept).
+		for _, rc := range []*roles.Config{&l.cfg.Policy, &l.cfg.RubricGen, &l.cfg.Judge} {
+			if rc.Backend == roles.BackendTorch && rc.Device == "cuda" {
+				rc.Device = fmt.Sprintf("cuda:%d", o.LocalRank)
+			}
+		}
 	}
 	g, err := dist.Init(ctx, o)
 	if err != nil {
