@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,13 +91,13 @@ func (r *registry) acquire(name string) (*entry, error) {
 		e = r.adapters[name]
 	}
 	if e == nil {
-		have := []string{r.base.id}
+		have := []string{strconv.Quote(r.base.id)}
 		for n := range r.adapters {
-			have = append(have, n)
+			have = append(have, strconv.Quote(n))
 		}
 		sort.Strings(have[1:])
 		return nil, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
-			msg: fmt.Sprintf("The model `%s` does not exist. This server serves %q.", name, have)}
+			msg: fmt.Sprintf("the model %q does not exist; this server serves %s", name, strings.Join(have, ", "))}
 	}
 	e.refs++
 	return e, nil

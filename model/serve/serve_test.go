@@ -274,7 +274,7 @@ func TestBadRequests(t *testing.T) {
 		{"no prompt", "/completions", `{"model":"` + modelID + `"}`, 400, "prompt", "prompt is required"},
 		{"prompt wrong type", "/completions", `{"prompt":3}`, 400, "", "want a string or an array of strings"},
 		{"empty prompt", "/completions", `{"prompt":["a",""]}`, 400, "prompt", "prompt[1] is empty"},
-		{"unknown model", "/completions", `{"model":"gpt-9","prompt":"a"}`, 404, "model", "The model `gpt-9` does not exist"},
+		{"unknown model", "/completions", `{"model":"gpt-9","prompt":"a"}`, 404, "model", `the model "gpt-9" does not exist`},
 		{"max tokens", "/completions", `{"prompt":"a","max_tokens":0}`, 400, "max_tokens", "max_tokens = 0"},
 		{"temperature", "/completions", `{"prompt":"a","temperature":3}`, 400, "temperature", "temperature = 3"},
 		{"top p", "/completions", `{"prompt":"a","top_p":0}`, 400, "top_p", "top_p = 0"},
