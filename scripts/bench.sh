@@ -7,7 +7,7 @@
 #   scripts/bench.sh                 # all of them (long: tens of minutes on 2 cores)
 #   BENCH_ONLY="judge engine" scripts/bench.sh
 #
-# Names: go judge engine grpo tokenizer dedup parquet dist fleet. Run from the Makefile
+# Names: go judge engine grpo tokenizer dedup parquet dist dp fleet. Run from the Makefile
 # (it exports GOWORK/GOFLAGS for gotch) or with the same environment.
 # DEDUP_N (default 1000000) sizes the dedup corpus.
 set -euo pipefail
@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 py=${EVOLM_PYTHON:-$root/.venv/bin/python}
 runs=${BENCH_RUNS:-3}
-only=${BENCH_ONLY:-go judge engine grpo tokenizer dedup parquet dist fleet}
+only=${BENCH_ONLY:-go judge engine grpo tokenizer dedup parquet dist dp fleet}
 
 header() {
 	echo
@@ -61,12 +61,16 @@ for b in $only; do
 		header "bench/dist: all-reduce bandwidth, model/dist (Go on c10d gloo) vs torch.distributed gloo, 2 ranks"
 		go run ./bench/dist -sizes 1,16,64 -ranks 2 -runs "$runs"
 		;;
+	dp)
+		header "bench/dp: evolm run as 1 process vs 2 data-parallel ranks (Gloo), ZeRO 0 and 1; model/dist all-reduce vs torch.distributed"
+		bench/dp/run.sh
+		;;
 	fleet)
 		header "bench/fleet: a loop step in process vs on 2 evolm serve processes; weight-sync time, LoRA vs full weights"
 		bench/fleet/run.sh --preset small
 		;;
 	*)
-		echo "bench.sh: unknown benchmark $b (want go judge engine grpo tokenizer dedup parquet dist fleet)" >&2
+		echo "bench.sh: unknown benchmark $b (want go judge engine grpo tokenizer dedup parquet dist dp fleet)" >&2
 		exit 2
 		;;
 	esac
