@@ -12,30 +12,11 @@ import (
 // torch.nn.utils.clip_grad_norm_ combines per-tensor norms. Parameters
 // without a gradient are skipped.
 func GradNorm(params []Param) (float64, error) {
-	s := torch.NewScope()
-	defer s.Close()
-	defer torch.SetGrad(false)()
-	total := 0.0
-	for _, p := range params {
-		c := s.Child()
-		g := c.Grad(p.Tensor)
-		if g != nil {
-			n := c.Sqrt(c.Sum(c.Square(c.Float32(g)))) // 0-dim float32
-			if err := c.Err(); err != nil {
-				c.Close()
-				return 0, fmt.Errorf("optim: grad norm of %s: %w", p.Name, err)
-			}
-			v, err := torch.Item(n)
-			if err != nil {
-				c.Close()
-				return 0, fmt.Errorf("optim: grad norm of %s: %w", p.Name, err)
-			}
-			f := float32(v)
-			total += float64(f * f)
-		}
-		c.Close()
+	sq, err := GradNormSquares(params)
+	if err != nil {
+		return 0, err
 	}
-	return float64(float32(math.Sqrt(total))), nil
+	return NormFromSquares(sq), nil
 }
 
 // ClipGradNorm scales every gradient in place by maxNorm/(norm + 1e-6) when
@@ -46,28 +27,7 @@ func ClipGradNorm(params []Param, maxNorm float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if maxNorm <= 0 {
-		return norm, nil
-	}
-	coef := float64(float32(maxNorm) / (float32(norm) + 1e-6))
-	if coef >= 1 {
-		return norm, nil
-	}
-	s := torch.NewScope()
-	defer s.Close()
-	defer torch.SetGrad(false)()
-	for _, p := range params {
-		c := s.Child()
-		if g := c.Grad(p.Tensor); g != nil {
-			c.Copy_(g, c.MulScalar(c.Float32(g), coef))
-		}
-		err := c.Err()
-		c.Close()
-		if err != nil {
-			return 0, fmt.Errorf("optim: clip grad of %s: %w", p.Name, err)
-		}
-	}
-	return norm, nil
+	return norm, ClipGradsTo(params, maxNorm, norm)
 }
 
 // GradNormSquares returns, per parameter of params, the square of its
