@@ -36,6 +36,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/evolm/evolm/bench/internal/stat"
 	"github.com/evolm/evolm/model/dist"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -228,7 +229,7 @@ func root() string {
 }
 
 func run(ctx context.Context, cfg config, w io.Writer) error {
-	load0 := loadavg()
+	load0 := stat.LoadAvg()
 	goBW := map[int][]float64{}
 	pyBW := map[int][]float64{}
 	ratio := map[int][]float64{}
@@ -249,7 +250,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 			ratio[mib] = append(ratio[mib], g/p)
 		}
 	}
-	load1 := loadavg()
+	load1 := stat.LoadAvg()
 	bus := 2 * float64(cfg.ranks-1) / float64(cfg.ranks)
 	fmt.Fprintf(w, "all-reduce (sum, float32), gloo, %d ranks on this machine, %d timed all-reduces of %d MiB (proportionally more of smaller sizes) after %d warm-up, %d runs\n",
 		cfg.ranks, cfg.iters, slices.Max(cfg.sizes), cfg.warmup, cfg.runs)
@@ -257,33 +258,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "size MiB\tGo GB/s (median)\tPython GB/s (median)\tGo bus GB/s\tGo/Python min / median / max\t\n")
 	for _, mib := range cfg.sizes {
-		fmt.Fprintf(tw, "%d\t%.3f\t%.3f\t%.3f\t%s\t\n", mib, median(goBW[mib]), median(pyBW[mib]), median(goBW[mib])*bus, spread(ratio[mib], "%.2f"))
+		fmt.Fprintf(tw, "%d\t%.3f\t%.3f\t%.3f\t%s\t\n", mib, stat.Median(goBW[mib]), stat.Median(pyBW[mib]), stat.Median(goBW[mib])*bus, stat.Spread(ratio[mib], "%.2f"))
 	}
 	return tw.Flush()
-}
-
-// loadavg returns /proc/loadavg's three load averages ("?" where unreadable).
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
-}
-
-// spread formats min / median / max of xs.
-func spread(xs []float64, format string) string {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return fmt.Sprintf(format+" / "+format+" / "+format, s[0], median(s), s[len(s)-1])
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -27,9 +27,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
+	"github.com/evolm/evolm/bench/internal/stat"
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/torch"
@@ -147,17 +147,7 @@ func run(dir, batchPath string, warmup, reps, micro int) error {
 		"threads":     torch.NumThreads(),
 		"micro_batch": micro,
 		"warmup":      warmup,
-		"step_s":      median(times),
+		"step_s":      stat.Median(times),
 		"steps":       steps,
 	})
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

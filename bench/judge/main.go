@@ -27,11 +27,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/evolm/evolm/bench/internal/stat"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/torchbe"
@@ -166,37 +166,11 @@ func maxDiff(naive, reuse []backend.ScoreResponse, tol float64) (float64, error)
 	return d, nil
 }
 
-// loadavg returns /proc/loadavg's three load averages ("?" where unreadable).
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
-}
-
-// spread formats min / median / max of xs.
-func spread(xs []float64, format string) string {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return fmt.Sprintf(format+" / "+format+" / "+format, s[0], median(s), s[len(s)-1])
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-}
-
 func run(ctx context.Context, cfg config, w io.Writer) error {
 	if cfg.runs < 1 {
 		return fmt.Errorf("-runs %d, want ≥ 1", cfg.runs)
 	}
-	load0 := loadavg()
+	load0 := stat.LoadAvg()
 	tmp, err := os.MkdirTemp("", "judge-bench-")
 	if err != nil {
 		return err
@@ -233,7 +207,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		reuseMS = append(reuseMS, reuse.Seconds()*1e3/float64(cfg.requests))
 		speedup = append(speedup, naive.Seconds()/reuse.Seconds())
 	}
-	load1 := loadavg()
+	load1 := stat.LoadAvg()
 	n := float64(cfg.criteria)
 	fmt.Fprintf(w, "model %s (%d parameters): %d requests × %d criteria, prefix ≈ %d tokens, suffix ≈ %d tokens; both sides batch up to %d criteria per forward pass\n",
 		m.ID(), m.LM().Config().NumParams(), cfg.requests, cfg.criteria, prefixTok, suffixTok, cfg.maxBatch)
@@ -241,7 +215,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	fmt.Fprintf(w, "load average (1, 5, 15 min): before %s, after %s; mean of %d calls after a warm-up, %d runs\n", load0, load1, cfg.reps, cfg.runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "method\tms/request (median)\tcriteria/s (median)\tspeed-up min / median / max\t\n")
-	fmt.Fprintf(tw, "naive (no prefix reuse, same batching)\t%.1f\t%.1f\t1.00\t\n", median(naiveMS), n*1e3/median(naiveMS))
-	fmt.Fprintf(tw, "prefix reuse\t%.1f\t%.1f\t%s\t\n", median(reuseMS), n*1e3/median(reuseMS), spread(speedup, "%.2f"))
+	fmt.Fprintf(tw, "naive (no prefix reuse, same batching)\t%.1f\t%.1f\t1.00\t\n", stat.Median(naiveMS), n*1e3/stat.Median(naiveMS))
+	fmt.Fprintf(tw, "prefix reuse\t%.1f\t%.1f\t%s\t\n", stat.Median(reuseMS), n*1e3/stat.Median(reuseMS), stat.Spread(speedup, "%.2f"))
 	return tw.Flush()
 }
