@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,6 +187,32 @@ func checkVersions(t *testing.T, run string, want func(step int64) string) []sch
 	return rolls
 }
 
+// adapterVersion is the model name of run's LoRA version at each step.
+func adapterVersion(run string) func(int64) string {
+	return func(step int64) string { return fleet.VersionName(fleet.RunName(run), "policy", int(step)) }
+}
+
+// twoServers runs the loop of config "two" (lora, or "" for full weights,
+// plus extra stages.run lines) on two fresh `evolm serve` processes and
+// checks it against the in-process run ref: every row from its step's
+// version (version(run)), the same row counts, and each server's log
+// showing that it loaded weights (loaded).
+func twoServers(t *testing.T, e demoEnv, dir, ref, lora, extra string, version func(run string) func(int64) string, loaded string) {
+	t.Helper()
+	a, b := startFleetServer(t, e), startFleetServer(t, e)
+	two := filepath.Join(dir, "two-servers")
+	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "two", lora+fleetLines(a.url, b.url)+extra), "--run-dir", two)
+	checkVersions(t, two, version(two))
+	if g, w := rowCounts(t, two), rowCounts(t, ref); !maps.Equal(g, w) {
+		t.Errorf("two servers: row counts %v, in process %v", g, w)
+	}
+	for _, s := range []*fleetServer{a, b} {
+		if !strings.Contains(s.output(), loaded) {
+			t.Errorf("server %s never logged %q", s.url, loaded)
+		}
+	}
+}
+
 func sortedRolls(rs []schemas.Rollout) []schemas.Rollout {
 	sort.Slice(rs, func(i, j int) bool { return rs[i].RolloutID < rs[j].RolloutID })
 	return rs
@@ -204,10 +231,7 @@ func TestE2EFleetLoRA(t *testing.T) {
 	one := startFleetServer(t, e)
 	single := filepath.Join(dir, "one-server")
 	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "one", lora+fleetLines(one.url)), "--run-dir", single)
-	name := func(run string) func(int64) string {
-		return func(step int64) string { return fleet.VersionName(fleet.RunName(run), "policy", int(step)) }
-	}
-	got := sortedRolls(checkVersions(t, single, name(single)))
+	got := sortedRolls(checkVersions(t, single, adapterVersion(single)))
 	want := sortedRolls(readTable(t, ref, schemas.Rollouts))
 	if len(got) != len(want) {
 		t.Fatalf("one server: %d rollouts, in process %d", len(got), len(want))
@@ -220,18 +244,7 @@ func TestE2EFleetLoRA(t *testing.T) {
 		}
 	}
 
-	a, b := startFleetServer(t, e), startFleetServer(t, e)
-	two := filepath.Join(dir, "two-servers")
-	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "two", lora+fleetLines(a.url, b.url)), "--run-dir", two)
-	checkVersions(t, two, name(two))
-	if g, w := rowCounts(t, two), rowCounts(t, ref); !mapsEqual(g, w) {
-		t.Errorf("two servers: row counts %v, in process %v", g, w)
-	}
-	for _, s := range []*fleetServer{a, b} {
-		if !strings.Contains(s.output(), "LoRA adapter loaded") {
-			t.Errorf("server %s never loaded an adapter", s.url)
-		}
-	}
+	twoServers(t, e, dir, ref, lora, "", adapterVersion, "LoRA adapter loaded")
 }
 
 // TestE2EFleetFullWeights: full fine-tuning with SGLang's
@@ -242,19 +255,11 @@ func TestE2EFleetFullWeights(t *testing.T) {
 	dir := t.TempDir()
 	ref := filepath.Join(dir, "in-process")
 	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "ref", ""), "--run-dir", ref)
-	a, b := startFleetServer(t, e), startFleetServer(t, e)
-	two := filepath.Join(dir, "two-servers")
 	// With truncated importance sampling against the servers' log-probs.
-	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "two", fleetLines(a.url, b.url)+"    tis_cap: 2\n"), "--run-dir", two)
-	checkVersions(t, two, func(step int64) string { return fleet.VersionDir(filepath.Join(two, "sync"), "policy", int(step)) })
-	if g, w := rowCounts(t, two), rowCounts(t, ref); !mapsEqual(g, w) {
-		t.Errorf("row counts %v, in process %v", g, w)
+	checkpointDir := func(run string) func(int64) string {
+		return func(step int64) string { return fleet.VersionDir(filepath.Join(run, "sync"), "policy", int(step)) }
 	}
-	for _, s := range []*fleetServer{a, b} {
-		if !strings.Contains(s.output(), "weights updated from disk") {
-			t.Errorf("server %s never updated its weights", s.url)
-		}
-	}
+	twoServers(t, e, dir, ref, "", "    tis_cap: 2\n", checkpointDir, "weights updated from disk")
 }
 
 // TestE2EFleetFaults: a server that refuses the new adapter is taken out of
@@ -269,9 +274,6 @@ func TestE2EFleetFaults(t *testing.T) {
 	ref := filepath.Join(dir, "in-process")
 	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "ref", lora), "--run-dir", ref)
 	wantCounts := rowCounts(t, ref)
-	name := func(run string) func(int64) string {
-		return func(step int64) string { return fleet.VersionName(fleet.RunName(run), "policy", int(step)) }
-	}
 
 	t.Run("refuses the adapter", func(t *testing.T) {
 		good, bad := startFleetServer(t, e), startFleetServer(t, e, "EVOLM_FAILPOINT=serve-load-adapter@2")
@@ -284,8 +286,8 @@ func TestE2EFleetFaults(t *testing.T) {
 		if !strings.Contains(string(out), "out of rotation") || !strings.Contains(string(out), bad.url) {
 			t.Errorf("the refusing server was not reported out of rotation:\n%s", out)
 		}
-		checkVersions(t, rd, name(rd))
-		if g := rowCounts(t, rd); !mapsEqual(g, wantCounts) {
+		checkVersions(t, rd, adapterVersion(rd))
+		if g := rowCounts(t, rd); !maps.Equal(g, wantCounts) {
 			t.Errorf("row counts %v, in process %v", g, wantCounts)
 		}
 	})
@@ -300,8 +302,8 @@ func TestE2EFleetFaults(t *testing.T) {
 		default:
 			t.Fatal("the victim server is still running: the failpoint did not fire")
 		}
-		checkVersions(t, rd, name(rd))
-		if g := rowCounts(t, rd); !mapsEqual(g, wantCounts) {
+		checkVersions(t, rd, adapterVersion(rd))
+		if g := rowCounts(t, rd); !maps.Equal(g, wantCounts) {
 			t.Errorf("row counts %v, in process %v", g, wantCounts)
 		}
 	})
@@ -326,21 +328,9 @@ func TestE2EFleetFaults(t *testing.T) {
 		}
 		c, d := startFleetServer(t, e), startFleetServer(t, e)
 		run(t, e.bin, "run", "--resume", rd, "--generation-endpoints", c.url+","+d.url)
-		checkVersions(t, rd, name(rd))
-		if g := rowCounts(t, rd); !mapsEqual(g, wantCounts) {
+		checkVersions(t, rd, adapterVersion(rd))
+		if g := rowCounts(t, rd); !maps.Equal(g, wantCounts) {
 			t.Errorf("resumed: row counts %v, in process %v", g, wantCounts)
 		}
 	})
-}
-
-func mapsEqual(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
