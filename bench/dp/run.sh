@@ -2,7 +2,9 @@
 # bench/dp: the step time of `evolm run` as 1 process versus 2 data-parallel
 # ranks (`--nproc 2`, Gloo on CPU) at ZeRO 0 and 1, side by side, and the
 # all-reduce bandwidth of model/dist against torch.distributed on the same
-# Gloo backend (bench/dist). A benchmark, not a test. Each rank runs one
+# Gloo backend (bench/dist). It prints each layout's final-weight difference
+# from the one-process run and says when it exceeds 1e-6: then the layouts
+# did not do the same work and their ratio does not count. A benchmark, not a test. Each rank runs one
 # libtorch thread; on a 2-core machine 2 ranks have a core each while 1
 # process uses one, so the comparison is of equal threads per rank.
 #
@@ -11,26 +13,7 @@
 # Run from the repository root with the Makefile's environment (GOWORK,
 # GOFLAGS), as scripts/bench.sh does.
 set -euo pipefail
-preset=tiny
-steps=4
-while [ $# -gt 0 ]; do
-	case $1 in
-	--preset) preset=$2; shift 2 ;;
-	--steps) steps=$2; shift 2 ;;
-	*) echo "bench/dp: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
-root=$(cd "$(dirname "$0")/../.." && pwd)
-py=${EVOLM_PYTHON:-$root/.venv/bin/python}
-work=$(mktemp -d /tmp/evolm-bench-dp.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$root"
-go build -o "$work/evolm" ./cmd/evolm
-bin=$work/evolm
-"$bin" model init --arch qwen3 --preset "$preset" --seed 1 --out "$work/models/policy" >/dev/null
-"$bin" model init --arch qwen3 --preset tiny --seed 2 --out "$work/models/judge" >/dev/null
-"$bin" dedup --run-dir "$work/dedup" --input datasets/sample/tulu3_sample.parquet --progress off --log-level warn >/dev/null
-prompts=$(find "$work/dedup/prompts" -name '*.parquet' | sort | paste -sd, -)
+source "$(dirname "$0")/../loop-setup.sh" bench/dp "$@"
 cat >"$work/dp.yaml" <<YAML
 stages:
   run:
@@ -79,10 +62,26 @@ def times(name):
     return [e for _, e in sorted(zip(t["step"], t["elapsed_s"]))]
 print(f"bench/dp: preset {preset}, {steps} steps, 8 prompts x 4 samples x 32 tokens, 1 libtorch thread per rank, Gloo")
 base = statistics.median(times("n1-z0"))
-print(f"{'layout':<18} {'s/step (median)':>16} {'vs 1 process':>13}")
+def weights(name):
+    from safetensors.torch import load_file
+    ck = sorted(glob.glob(f"{work}/{name}/checkpoints/step-*"))[-1]
+    out = {}
+    for f in glob.glob(f"{ck}/policy/*.safetensors"):
+        out.update(load_file(f))
+    return out
+ref = weights("n1-z0")
+print(f"{'layout':<18} {'s/step (median)':>16} {'vs 1 process':>13} {'final weights max |Δ|':>22}")
+worst = 0.0
 for name, label in (("n1-z0", "1 process"), ("n2-z0", "2 ranks, ZeRO 0"), ("n2-z1", "2 ranks, ZeRO 1")):
     m = statistics.median(times(name))
-    print(f"{label:<18} {m:>16.2f} {base/m:>12.2f}x")
+    w = weights(name)
+    assert w.keys() == ref.keys(), f"{name}: other tensors than the 1-process run"
+    d = max(float((w[k].float() - ref[k].float()).abs().max()) for k in ref)
+    worst = max(worst, d)
+    print(f"{label:<18} {m:>16.2f} {base/m:>12.2f}x {d:>22.1e}")
+if worst > 1e-6:
+    print(f"NOTE: the final weights differ from one process's by up to {worst:.1e} (> 1e-6): the runs did not do "
+          "the same work, so the ratios above are not a like-for-like comparison")
 PY
 echo
 go run ./bench/dist -sizes 1,16,64 -ranks 2 -runs 3

@@ -12,32 +12,12 @@
 # Run from the repository root with the Makefile's environment (GOWORK,
 # GOFLAGS), as scripts/bench.sh does.
 set -euo pipefail
-preset=tiny
-steps=4
-while [ $# -gt 0 ]; do
-	case $1 in
-	--preset) preset=$2; shift 2 ;;
-	--steps) steps=$2; shift 2 ;;
-	*) echo "bench/fleet: unknown argument $1" >&2; exit 2 ;;
-	esac
-done
-root=$(cd "$(dirname "$0")/../.." && pwd)
-py=${EVOLM_PYTHON:-$root/.venv/bin/python}
-work=$(mktemp -d /tmp/evolm-bench-fleet.XXXXXX)
 pids=()
-cleanup() {
+cleanup_extra() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
-	rm -rf "$work"
 }
-trap cleanup EXIT
-cd "$root"
-go build -o "$work/evolm" ./cmd/evolm
-bin=$work/evolm
-"$bin" model init --arch qwen3 --preset "$preset" --seed 1 --out "$work/models/policy" >/dev/null
-"$bin" model init --arch qwen3 --preset tiny --seed 2 --out "$work/models/judge" >/dev/null
-"$bin" dedup --run-dir "$work/dedup" --input datasets/sample/tulu3_sample.parquet --progress off --log-level warn
-prompts=$(find "$work/dedup/prompts" -name '*.parquet' | sort | paste -sd, -)
+source "$(dirname "$0")/../loop-setup.sh" bench/fleet "$@"
 
 config() { # config NAME EXTRA-RUN-LINES
 	cat >"$work/$1.yaml" <<YAML
@@ -116,7 +96,7 @@ def step_times(name):
 def sync_times(name):
     log = open(f"{work}/{name}.log").read()
     return [float(s) for s in re.findall(r'msg="fleet: weights synced".* seconds=([0-9.e+-]+)', log)]
-print(f"bench/fleet: preset {preset}, {steps} steps (K=2: policy, policy, rubric, rubric), 4 prompts x 4 samples, 32 tokens; 2 local evolm serve processes")
+print(f"bench/fleet: preset {preset}, {steps} steps (K=2), 4 prompts x 4 samples, 32 tokens; 2 local evolm serve processes")
 print(f"{'sync':<6} {'in process s/step':>18} {'fleet s/step':>13} {'fleet/in process':>17} {'sync s/step':>12}")
 for mode in ("lora", "full"):
     ip, fl, sy = step_times(f"inproc-{mode}"), step_times(f"fleet-{mode}"), sync_times(f"fleet-{mode}")
