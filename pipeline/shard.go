@@ -58,6 +58,9 @@ type WriteOptions struct {
 	RowGroupRows int64 // rows per row group; 0: 128Ki
 	// CompressionLevel for zstd; 0: the codec's default.
 	CompressionLevel int
+	// EncodeWorkers is how many columns are encoded at once; 0: GOMAXPROCS.
+	// The file is the same for any value.
+	EncodeWorkers int
 }
 
 // ShardInfo describes a committed shard.
@@ -87,10 +90,18 @@ type ShardWriter struct {
 	f         *os.File
 	buf       *bufio.Writer
 	sink      *hashingWriter
-	fw        *pqarrow.FileWriter
+	fw        parquetWriter
 	rows      int64
 	done      bool
 	progress  *Progress // counts written rows; nil: none
+}
+
+// parquetWriter is what ShardWriter needs of pqarrow.FileWriter, which
+// columnWriter also is.
+type parquetWriter interface {
+	WriteBuffered(arrow.RecordBatch) error
+	AppendKeyValueMetadata(key, value string) error
+	Close() error
 }
 
 // hashingWriter hashes and counts what goes to the file. It has no Close on
@@ -114,6 +125,12 @@ func (h *hashingWriter) Write(p []byte) (int, error) {
 // directories are created. Columns named like a Hive partition of path
 // (phase=policy/...) are checked and not stored; see PathPartitions.
 func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWriter, error) {
+	return createShard(path, schema, opts, false)
+}
+
+// createShard is CreateShard; withPqarrow writes through pqarrow.FileWriter
+// even where columnWriter could (the tests compare the two).
+func createShard(path string, schema *arrow.Schema, opts WriteOptions, withPqarrow bool) (*ShardWriter, error) {
 	stored, dropped, values, err := fileSchema(schema, partitionMap(PathPartitions(path)))
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
@@ -151,7 +168,12 @@ func CreateShard(path string, schema *arrow.Schema, opts WriteOptions) (*ShardWr
 	arrProps := pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem))
 	buf := bufio.NewWriterSize(f, 1<<20)
 	sink := &hashingWriter{w: buf, h: sha256.New()}
-	fw, err := pqarrow.NewFileWriter(stored, sink, props, arrProps)
+	var fw parquetWriter
+	if parallelWritable(stored) && !withPqarrow {
+		fw, err = newColumnWriter(stored, sink, props, arrProps, opts.EncodeWorkers)
+	} else {
+		fw, err = pqarrow.NewFileWriter(stored, sink, props, arrProps)
+	}
 	if err != nil {
 		f.Close()
 		os.Remove(tmp)

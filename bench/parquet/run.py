@@ -8,7 +8,8 @@ side: ids, 16-96-word completions with per-token ids and log-probs, sampling
 settings), hold it in memory, write it with zstd level 3, dictionary encoding,
 statistics and 131072-row row groups, and read their file back. evolm writes
 through pipeline.CreateShard, the writer every stage uses (its dictionary
-page limit is 2 MiB, pyarrow's default 1 MiB). Each of --runs runs writes and
+page limit is 2 MiB, pyarrow's default 1 MiB; it encodes columns on all cores,
+pyarrow's write_table on one, so compare the wall and the CPU ratios). Each of --runs runs writes and
 reads once per side, in a fresh process per side, the two sides alternating
 which goes first; each side reads the other's file too, as a check. Prints
 the median wall and CPU seconds and rows/s, the evolm/pyarrow throughput
