@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/dp: the step time of `evolm run` as 1 process versus 2 data-parallel
-# ranks (`--nproc 2`, Gloo on CPU) at ZeRO 0 and 1, side by side, and the
+# ranks (`--nproc 2`, Gloo on CPU) at ZeRO 0, 1 and 2, side by side, and the
 # all-reduce bandwidth of model/dist against torch.distributed on the same
 # Gloo backend (bench/dist). A benchmark, not a test. Each rank runs one
 # libtorch thread; on a 2-core machine 2 ranks have a core each while 1
@@ -59,7 +59,7 @@ pipeline:
 log:
   level: warn
 YAML
-for run in "1 0" "2 0" "2 1"; do
+for run in "1 0" "2 0" "2 1" "2 2"; do
 	set -- $run
 	"$bin" run --config "$work/dp.yaml" --run-dir "$work/n$1-z$2" --nproc "$1" --zero-stage "$2" >"$work/n$1-z$2.log" 2>&1 ||
 		{ echo "bench/dp: --nproc $1 --zero-stage $2 failed:"; tail -20 "$work/n$1-z$2.log"; exit 1; }
@@ -91,7 +91,7 @@ ref1, ref = weights("n1-z0", 1), weights("n1-z0", 0)
 tok0 = tokens("n1-z0")
 print(f"{'layout':<18} {'s/step (median)':>16} {'vs 1 process':>13} {'max |Δ| step 1':>15} {'final':>9}  tokens per step")
 worst = 0.0
-for name, label in (("n1-z0", "1 process"), ("n2-z0", "2 ranks, ZeRO 0"), ("n2-z1", "2 ranks, ZeRO 1")):
+for name, label in (("n1-z0", "1 process"), ("n2-z0", "2 ranks, ZeRO 0"), ("n2-z1", "2 ranks, ZeRO 1"), ("n2-z2", "2 ranks, ZeRO 2")):
     m = statistics.median(times(name))
     d = []
     for r, w in ((ref1, weights(name, 1)), (ref, weights(name, 0))):

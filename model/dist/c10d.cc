@@ -10,6 +10,7 @@
 
 #include "c10d.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -24,6 +25,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #ifdef EVOLM_DIST_NCCL
 #include <c10/cuda/CUDAFunctions.h>
@@ -119,6 +122,111 @@ void checkPieces(const at::Tensor& big, const at::Tensor& small, int world,
               bigName, " and ", smallName, " must have the same dtype and device");
   TORCH_CHECK(big.is_contiguous() && small.is_contiguous(), bigName, " and ", smallName,
               " must be contiguous");
+}
+
+}  // namespace
+
+// ZeRO-2: each parameter's gradient is reduced (summed) to its owning rank
+// as soon as backward has accumulated it, and freed on every rank, so a
+// rank holds its own parameters' summed gradients plus those in flight,
+// not the whole model's. libtorch's post-accumulate-grad hook (the C++ side
+// of Tensor.register_post_accumulate_grad_hook, new in 2.1) calls onGrad.
+//
+// A "pass" is one micro-batch's backward, deferred stages included. Every
+// rank must issue the same collectives in the same order, whatever order
+// its gradients arrive in, so parameter i is reduced only after 0..i-1:
+// a gradient arriving early waits in its .grad (ready), and one arriving
+// after its parameter's reduction in this pass (a tensor used again in a
+// later backward stage: the lm_head in chunked log-probs) stays in .grad
+// as late. end_pass reduces what is left in order (zeros where a rank has
+// no gradient), then all-reduces (max) the late flags and reduces every
+// flagged parameter once more: the same sequence on every rank. A rank with
+// fewer micro-batches runs empty passes (end_pass alone). finish hands
+// each owner its summed gradient as .grad; the other ranks have none.
+struct evolm_dist_zero2 {
+  evolm_dist_group* g = nullptr;
+  std::vector<at::Tensor> params;
+  std::vector<int> owner;
+  std::vector<at::Tensor> acc;      // owned: Σ over passes of the reduced gradient
+  std::vector<char> ready, late;
+  std::vector<int64_t> counted;     // bytes of params[i].grad counted in held
+  std::size_t next = 0;             // parameters [0, next) are reduced in this pass
+  int64_t held = 0, accBytes = 0, peak = 0, lateCount = 0;
+  std::chrono::milliseconds timeout{0};
+  bool failed = false;
+};
+
+namespace {
+
+void zeroNote(evolm_dist_zero2* z, std::size_t i) {
+  const at::Tensor& g = z->params[i].grad();
+  int64_t b = g.defined() ? static_cast<int64_t>(g.nbytes()) : 0;
+  z->held += b - z->counted[i];
+  z->counted[i] = b;
+  z->peak = std::max(z->peak, z->held + z->accBytes);
+}
+
+void zeroReduce(evolm_dist_zero2* z, std::size_t i) {
+  at::Tensor& p = z->params[i];
+  at::Tensor g = p.grad();
+  if (!g.defined()) {
+    g = at::zeros_like(p, at::MemoryFormat::Contiguous);
+  } else if (!g.is_contiguous()) {
+    g = g.contiguous();
+  }
+  std::vector<at::Tensor> ts{g};
+  c10d::ReduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  o.rootRank = z->owner[i];
+  o.timeout = z->timeout;
+  try {
+    wait(z->g->backend->reduce(ts, o), o.timeout);
+  } catch (...) {
+    z->failed = true;
+    throw;
+  }
+  if (z->owner[i] == z->g->rank) {
+    if (z->acc[i].defined()) {
+      z->acc[i].add_(g);
+    } else {
+      z->acc[i] = g.detach();
+      z->accBytes += static_cast<int64_t>(g.nbytes());
+    }
+  }
+  p.mutable_grad().reset();
+  z->held -= z->counted[i];
+  z->counted[i] = 0;
+}
+
+void zeroAdvance(evolm_dist_zero2* z) {
+  while (z->next < z->params.size() && z->ready[z->next]) {
+    zeroReduce(z, z->next);
+    z->next++;
+  }
+}
+
+void zeroOnGrad(evolm_dist_zero2* z, std::size_t i) {
+  TORCH_CHECK(!z->failed, "ZeRO-2: an earlier gradient reduction failed");
+  zeroNote(z, i);
+  if (i < z->next) {
+    z->late[i] = 1;
+    return;
+  }
+  z->ready[i] = 1;
+  zeroAdvance(z);
+}
+
+struct Zero2Hook : torch::autograd::PostAccumulateGradHook {
+  evolm_dist_zero2* z;
+  std::size_t i;
+  Zero2Hook(evolm_dist_zero2* z, std::size_t i) : z(z), i(i) {}
+  void operator()(const torch::autograd::Variable&) override { zeroOnGrad(z, i); }
+};
+
+void zeroClearPass(evolm_dist_zero2* z) {
+  std::fill(z->ready.begin(), z->ready.end(), 0);
+  std::fill(z->late.begin(), z->late.end(), 0);
+  z->next = 0;
 }
 
 }  // namespace
@@ -311,6 +419,112 @@ void evolm_dist_close(evolm_dist_group* g) {
   // the communicators (nccl); the store's closes its sockets, and on rank 0
   // stops the server.
   delete g;
+}
+
+char* evolm_dist_zero2_attach(evolm_dist_group* g, void** params, const int* owners, int n,
+                              int64_t timeout_ms, evolm_dist_zero2** out) {
+  *out = nullptr;
+  return guard([&] {
+    auto z = std::make_unique<evolm_dist_zero2>();
+    z->g = g;
+    z->timeout = timeoutOf(g, timeout_ms);
+    for (int i = 0; i < n; i++) {
+      at::Tensor& p = tensor(params[i]);
+      TORCH_CHECK(p.is_leaf() && p.requires_grad(), "ZeRO-2: parameter ", i,
+                  " is not a leaf that requires grad");
+      TORCH_CHECK(owners[i] >= 0 && owners[i] < g->world, "ZeRO-2: owner ", owners[i],
+                  " of parameter ", i, " out of range for world size ", g->world);
+      TORCH_CHECK(torch::autograd::impl::post_acc_grad_hooks(p) == nullptr,
+                  "ZeRO-2: parameter ", i, " already has a post-accumulate-grad hook");
+      z->params.push_back(p);
+      z->owner.push_back(owners[i]);
+    }
+    z->acc.resize(n);
+    z->ready.assign(n, 0);
+    z->late.assign(n, 0);
+    z->counted.assign(n, 0);
+    for (int i = 0; i < n; i++) {
+      torch::autograd::impl::set_post_acc_grad_hooks(
+          z->params[i], std::make_unique<Zero2Hook>(z.get(), static_cast<std::size_t>(i)));
+    }
+    *out = z.release();
+  });
+}
+
+char* evolm_dist_zero2_end_pass(evolm_dist_zero2* z) {
+  return guard([&] {
+    TORCH_CHECK(!z->failed, "ZeRO-2: an earlier gradient reduction failed");
+    const std::size_t n = z->params.size();
+    std::fill(z->ready.begin(), z->ready.end(), 1);
+    zeroAdvance(z);
+    // Gradients that came after their parameter's reduction, on any rank.
+    at::Tensor flags = at::empty({static_cast<int64_t>(n)}, at::kByte);
+    std::copy(z->late.begin(), z->late.end(), flags.data_ptr<uint8_t>());
+    if (z->g->nccl) flags = flags.to(z->params.empty() ? at::Device(at::kCPU) : z->params[0].device());
+    std::vector<at::Tensor> ts{flags};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    o.timeout = z->timeout;
+    try {
+      wait(z->g->backend->allreduce(ts, o), o.timeout);
+    } catch (...) {
+      z->failed = true;
+      throw;
+    }
+    at::Tensor any = flags.cpu();
+    const uint8_t* f = any.data_ptr<uint8_t>();
+    for (std::size_t i = 0; i < n; i++) {
+      if (f[i] != 0) {
+        z->lateCount++;
+        zeroReduce(z, i);
+      }
+    }
+    zeroClearPass(z);
+  });
+}
+
+char* evolm_dist_zero2_finish(evolm_dist_zero2* z) {
+  return guard([&] {
+    TORCH_CHECK(!z->failed, "ZeRO-2: an earlier gradient reduction failed");
+    TORCH_CHECK(z->next == 0, "ZeRO-2: finish in the middle of a pass");
+    for (std::size_t i = 0; i < z->params.size(); i++) {
+      at::Tensor& p = z->params[i];
+      if (z->owner[i] == z->g->rank) {
+        p.mutable_grad() = z->acc[i].defined() ? z->acc[i] : at::zeros_like(p);
+      } else {
+        p.mutable_grad().reset();
+      }
+      z->acc[i].reset();
+      z->counted[i] = 0;
+    }
+    z->held = 0;
+    z->accBytes = 0;
+  });
+}
+
+void evolm_dist_zero2_reset(evolm_dist_zero2* z) {
+  for (std::size_t i = 0; i < z->params.size(); i++) {
+    z->params[i].mutable_grad().reset();
+    z->acc[i].reset();
+    z->counted[i] = 0;
+  }
+  zeroClearPass(z);
+  z->held = 0;
+  z->accBytes = 0;
+  z->peak = 0;
+  z->lateCount = 0;
+}
+
+int64_t evolm_dist_zero2_peak_bytes(evolm_dist_zero2* z) { return z->peak; }
+int64_t evolm_dist_zero2_late(evolm_dist_zero2* z) { return z->lateCount; }
+int evolm_dist_zero2_failed(evolm_dist_zero2* z) { return z->failed ? 1 : 0; }
+
+void evolm_dist_zero2_detach(evolm_dist_zero2* z) {
+  if (z == nullptr) return;
+  for (auto& p : z->params) {
+    torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  }
+  delete z;
 }
 
 }  // extern "C"

@@ -35,6 +35,20 @@ char* evolm_dist_broadcast(evolm_dist_group* g, void* t, int root, int64_t timeo
 char* evolm_dist_barrier(evolm_dist_group* g, int64_t timeout_ms);
 void evolm_dist_close(evolm_dist_group* g);
 
+// ZeRO-2 gradient reduction during backward (see zero2 in c10d.cc and
+// Zero2 in zero2.go). params are leaf tensors that require grad, in the
+// order their gradients are reduced; owners[i] is params[i]'s owning rank.
+typedef struct evolm_dist_zero2 evolm_dist_zero2;
+char* evolm_dist_zero2_attach(evolm_dist_group* g, void** params, const int* owners, int n,
+                              int64_t timeout_ms, evolm_dist_zero2** out);
+char* evolm_dist_zero2_end_pass(evolm_dist_zero2* z);
+char* evolm_dist_zero2_finish(evolm_dist_zero2* z);
+void evolm_dist_zero2_reset(evolm_dist_zero2* z);
+int64_t evolm_dist_zero2_peak_bytes(evolm_dist_zero2* z);
+int64_t evolm_dist_zero2_late(evolm_dist_zero2* z);
+int evolm_dist_zero2_failed(evolm_dist_zero2* z);
+void evolm_dist_zero2_detach(evolm_dist_zero2* z);
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,6 +27,11 @@
 //     copy of the input keeping the rank's piece (W times a true
 //     reduce-scatter's traffic); on NCCL it is _reduce_scatter_base. Avg is
 //     Sum then a division by the world size (Gloo has no AVG).
+//   - ZeRO-2 (Zero2): libtorch's post-accumulate-grad hooks
+//     (torch::autograd::impl::set_post_acc_grad_hooks, the C++ side of
+//     Tensor.register_post_accumulate_grad_hook) reduce each parameter's
+//     gradient to its owning rank with c10d's reduce while backward runs,
+//     in a fixed order, and free it; see Zero2 for the protocol.
 //
 // # Building
 //

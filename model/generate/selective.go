@@ -21,6 +21,15 @@ var FullLogits = false
 // chunkElems is LogitChunkElems; tests lower it to force many chunks.
 var chunkElems int64 = LogitChunkElems
 
+// SetLogitChunkElems replaces LogitChunkElems (n > 0) until the returned
+// function restores it: for tests in other packages that need many chunks
+// on a small model.
+func SetLogitChunkElems(n int64) (restore func()) {
+	old := chunkElems
+	chunkElems = max(1, n)
+	return func() { chunkElems = old }
+}
+
 // LogitChunk is the number of sequence positions Selective projects to the
 // vocabulary at once for a batch of B rows and a vocabulary of V.
 func LogitChunk(B, T, V int64) int64 {

@@ -17,7 +17,12 @@
 //
 //	weights        P·b, with LoRA also A·4 (adapters are fp32)
 //	gradients      P·b in full fine-tuning (allocated by the first backward
-//	               and zeroed in place after), A·4 with LoRA; ÷ world with ZeRO ≥ 2
+//	               and zeroed in place after), A·4 with LoRA; with ZeRO ≥ 2
+//	               ÷ world plus what is in flight in full fine-tuning: the
+//	               lm_head's V·C·b (its log-prob chunks reach it in several
+//	               backward stages, so it is held until the micro-batch ends)
+//	               and one decoder layer's (model/train reduces gradients to
+//	               their owners during backward, dist.Zero2)
 //	optimizer      AdamW exp_avg and exp_avg_sq in fp32: 2·trainable·4; ÷ world with ZeRO ≥ 1
 //	master         fp32 copy of non-fp32 trainable parameters: trainable·4; ÷ world with ZeRO ≥ 1
 //	reference      a frozen copy P·b for the KL term when β ≠ 0 in full
@@ -222,11 +227,6 @@ type Input struct {
 	CUDA      bool // runtime overhead of a CUDA context instead of a CPU process
 	WorldSize int  // data-parallel learners (default 1)
 	ZeROStage int  // 0 (none) … 3
-	// GradsWhole keeps the gradients whole on every rank at ZeRO-2: evolm's
-	// learner (model/train) accumulates every gradient during backward and
-	// zeroes the other ranks' shards only after the reduction, so its peak
-	// holds them all; DeepSpeed's reduce-scatters buckets during backward.
-	GradsWhole bool
 }
 
 // Line is one item of a plan.
@@ -376,10 +376,6 @@ func Estimate(in Input) Plan {
 		}
 		return n
 	}
-	gradStage := 2
-	if in.GradsWhole {
-		gradStage = 4 // never sharded
-	}
 	b := int64(in.ParamBytes)
 	learner := func(role string, s Shape) {
 		P := s.Params()
@@ -388,7 +384,7 @@ func Estimate(in Input) Plan {
 			p.Static = append(p.Static,
 				Line{role + " weights", shard(P*b, 3), fmt.Sprintf("%.2fB frozen base parameters × %d B", float64(P)/1e9, b)},
 				Line{role + " LoRA adapters", A * 4, fmt.Sprintf("%.1fM fp32 parameters, rank %d", float64(A)/1e6, in.LoRA.Rank)},
-				Line{role + " gradients", shard(A*4, gradStage), "adapters only"},
+				Line{role + " gradients", shard(A*4, 2), "adapters only"},
 				Line{role + " optimizer state", shard(2*A*4, 1), "AdamW exp_avg + exp_avg_sq, fp32, adapters only"},
 				Line{role + " master weights", 0, "adapters are fp32"},
 				Line{role + " reference model", 0, "the base with adapters off"},
@@ -399,13 +395,18 @@ func Estimate(in Input) Plan {
 		if b != 4 {
 			master, mnote = shard(P*4, 1), "fp32 copy of the bf16 parameters"
 		}
+		grads, gnote := P*b, "full fine-tuning"
+		if in.ZeROStage >= 2 && w > 1 {
+			flight := (int64(s.Vocab)*int64(s.Hidden) + (P-2*int64(s.Vocab)*int64(s.Hidden))/int64(max(s.Layers, 1))) * b
+			grads, gnote = shard(P*b, 2)+flight, "this rank's share, plus the lm_head's and about one layer's in flight"
+		}
 		ref, rnote := int64(0), "β = 0: none"
 		if in.Beta != 0 {
 			ref, rnote = P*b, "frozen copy for the KL term"
 		}
 		p.Static = append(p.Static,
 			Line{role + " weights", shard(P*b, 3), fmt.Sprintf("%.2fB parameters × %d B", float64(P)/1e9, b)},
-			Line{role + " gradients", shard(P*b, gradStage), "full fine-tuning"},
+			Line{role + " gradients", grads, gnote},
 			Line{role + " optimizer state", shard(2*P*4, 1), "AdamW exp_avg + exp_avg_sq, fp32"},
 			Line{role + " master weights", master, mnote},
 			Line{role + " reference model", ref, rnote},

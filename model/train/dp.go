@@ -41,8 +41,12 @@ func gatherStats(dp *DataParallel, local []microStat) ([]microStat, error) {
 }
 
 // zeroGrads zeroes the gradient of every trained parameter (the
-// optimizer's own list is a shard at ZeRO ≥ 1).
+// optimizer's own list is a shard at ZeRO ≥ 1); at ZeRO-2 it frees them.
 func (t *Trainer[M]) zeroGrads() error {
+	if t.z2 != nil {
+		t.z2.Reset()
+		return nil
+	}
 	for _, p := range t.param {
 		if err := torch.ZeroGrad(p.Tensor); err != nil {
 			return fmt.Errorf("zero grad %s: %w", p.Name, err)
@@ -79,8 +83,25 @@ func (t *Trainer[M]) ensureGrads() error {
 	return torch.Backward(zero)
 }
 
-// allReduceGrads sums every gradient over the ranks. At ZeRO-2 a rank then
-// keeps only its own tensors' gradients (the rest are zeroed).
+// maxOverRanks is the largest n of any rank.
+func maxOverRanks(dp *DataParallel, n int) (int, error) {
+	s := torch.NewScope()
+	defer s.Close()
+	v := s.To(s.FromBytes(f64bytes([]float64{float64(n)}), []int64{1}, torch.Float64), dp.Device, torch.Float64)
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	if err := dp.Group.AllReduce(v, dist.Max); err != nil {
+		return 0, fmt.Errorf("train: data-parallel step: micro-batch count: %w", err)
+	}
+	xs, err := torch.Float64s(v)
+	if err != nil {
+		return 0, err
+	}
+	return int(xs[0]), nil
+}
+
+// allReduceGrads sums every gradient over the ranks (ZeRO 0 and 1).
 func (t *Trainer[M]) allReduceGrads(dp *DataParallel) error {
 	if err := t.ensureGrads(); err != nil {
 		return fmt.Errorf("train: data-parallel step: %w", err)
@@ -88,7 +109,7 @@ func (t *Trainer[M]) allReduceGrads(dp *DataParallel) error {
 	s := torch.NewScope()
 	defer s.Close()
 	defer torch.SetGrad(false)()
-	for i, p := range t.param {
+	for _, p := range t.param {
 		c := s.Child()
 		g := c.Grad(p.Tensor)
 		if err := c.Err(); err != nil || g == nil {
@@ -99,11 +120,6 @@ func (t *Trainer[M]) allReduceGrads(dp *DataParallel) error {
 		c.Close()
 		if err != nil {
 			return fmt.Errorf("train: data-parallel step: all-reduce of %s's gradient: %w", p.Name, err)
-		}
-		if dp.ZeRO >= 2 && t.owner[i] != dp.Group.Rank() {
-			if err := torch.ZeroGrad(p.Tensor); err != nil {
-				return fmt.Errorf("train: %w", err)
-			}
 		}
 	}
 	return nil

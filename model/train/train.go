@@ -81,18 +81,20 @@ type Config struct {
 //	local: zero grads; backward each micro-batch (sums, as above)
 //	gather every rank's per-micro-batch (loss, count, metrics); sum them in
 //	  global order                          (Σ loss_sum / Σ count: global)
-//	all-reduce (sum) every gradient         (c10d; before any scaling)
+//	all-reduce (sum) every gradient         (c10d; before any scaling;
+//	                                         ZeRO-2: reduced during backward)
 //	grads /= Σ count (global)
 //	norm: the global norm (ZeRO-2: each rank's shard's terms, summed)
 //	clip; AdamW on this rank's parameters (all, or its shard at ZeRO ≥ 1)
 //	ZeRO ≥ 1: broadcast every parameter from its owner
 //
 // ZeRO sharding is by whole tensors (optim.ShardByTensor): at ZeRO-1 a
-// rank keeps AdamW state (m, v, fp32 master) for its tensors only; at
-// ZeRO-2 it also keeps only its tensors' gradients after the reduction
-// (the others are zeroed and left out of the norm and the update; the
-// reduction itself is an all-reduce, as Gloo has no reduce-scatter, and
-// gradients are whole during backward: there are no backward hooks).
+// rank keeps AdamW state (m, v, fp32 master) for its tensors only. At
+// ZeRO-2 it also keeps only its tensors' gradients: instead of the
+// all-reduce above, dist.Zero2's hooks reduce each gradient to its owner
+// while backward runs and free it on the other ranks (every rank runs as
+// many reduction passes as the rank with the most micro-batches; see
+// dist.Zero2), and Finish hands each owner its sums before the division.
 type DataParallel struct {
 	Group  *dist.Group
 	ZeRO   int          // 0, 1 or 2
@@ -124,7 +126,8 @@ type Trainer[M any] struct {
 	Opt   *optim.AdamW
 	cfg   Config
 	param []optim.Param
-	owner []int // ZeRO ≥ 1: each param's owning rank; nil otherwise
+	owner []int       // ZeRO ≥ 1: each param's owning rank; nil otherwise
+	z2    *dist.Zero2 // ZeRO-2: the gradient hooks; nil otherwise
 }
 
 // New turns on requires_grad for the trained tensors (cfg.Params, or every
@@ -184,11 +187,41 @@ func New[M any](m model.CausalLM, cfg Config) (*Trainer[M], error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	return &Trainer[M]{Model: m, Opt: opt, cfg: cfg, param: ps, owner: owner}, nil
+	t := &Trainer[M]{Model: m, Opt: opt, cfg: cfg, param: ps, owner: owner}
+	if dp := cfg.DP; dp != nil && dp.ZeRO == 2 {
+		// Backward reaches a decoder's parameters last to first: reduce
+		// them in that order.
+		rev := make([]*torch.Tensor, len(ps))
+		own := make([]int, len(ps))
+		for i, p := range ps {
+			rev[len(ps)-1-i] = p.Tensor
+			own[len(ps)-1-i] = owner[i]
+		}
+		if t.z2, err = dp.Group.AttachZeRO2(rev, own); err != nil {
+			opt.Close()
+			return nil, fmt.Errorf("train: %w", err)
+		}
+	}
+	return t, nil
 }
 
-// Close frees the optimizer state.
-func (t *Trainer[M]) Close() { t.Opt.Close() }
+// Close frees the optimizer state and removes ZeRO-2's hooks.
+func (t *Trainer[M]) Close() {
+	if t.z2 != nil {
+		t.z2.Detach()
+	}
+	t.Opt.Close()
+}
+
+// PeakGradBytes is the most gradient memory this rank held at once during
+// its last step at ZeRO-2 (its own parameters' sums and the gradients not
+// yet reduced); 0 at other stages.
+func (t *Trainer[M]) PeakGradBytes() int64 {
+	if t.z2 == nil {
+		return 0
+	}
+	return t.z2.PeakGradBytes()
+}
 
 // Step runs one optimizer step over microbatches (see the package doc). On
 // error no update is applied and the gradients are zeroed. A non-finite
@@ -203,16 +236,33 @@ func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M
 	if err := t.zeroGrads(); err != nil {
 		return Metrics{}, fmt.Errorf("train: %w", err)
 	}
+	passes := len(microbatches)
+	if t.z2 != nil {
+		// Every rank runs as many reduction passes as the rank with the
+		// most micro-batches.
+		var err error
+		if passes, err = maxOverRanks(dp, passes); err != nil {
+			return Metrics{}, t.abort(err)
+		}
+	}
 	var local []microStat
 	for i, mb := range microbatches {
 		if err := ctx.Err(); err != nil {
 			return Metrics{}, t.abort(err)
 		}
 		l, err := t.micro(mb, lossFn)
+		if err == nil && t.z2 != nil {
+			err = t.z2.EndPass()
+		}
 		if err != nil {
 			return Metrics{}, t.abort(fmt.Errorf("train: micro-batch %d: %w", i, err))
 		}
 		local = append(local, microStat{Loss: l.loss, Count: l.Count, Metrics: l.Metrics})
+	}
+	for range passes - len(microbatches) {
+		if err := t.z2.EndPass(); err != nil {
+			return Metrics{}, t.abort(fmt.Errorf("train: data-parallel step: %w", err))
+		}
 	}
 	all := local
 	if dp != nil {
@@ -240,7 +290,11 @@ func (t *Trainer[M]) Step(ctx context.Context, microbatches []M, lossFn LossFn[M
 	if !finite(sum) {
 		return t.skip(fmt.Sprintf("loss is %v", sum/count), sum/count, math.NaN(), count, micro)
 	}
-	if dp != nil {
+	if t.z2 != nil {
+		if err := t.z2.Finish(); err != nil {
+			return Metrics{}, t.abort(err)
+		}
+	} else if dp != nil {
 		if err := t.allReduceGrads(dp); err != nil {
 			return Metrics{}, t.abort(err)
 		}
@@ -334,6 +388,9 @@ func (t *Trainer[M]) skip(why string, loss, norm, count float64, micro int) (Met
 }
 
 func (t *Trainer[M]) abort(err error) error {
+	if t.z2 != nil {
+		t.z2.MarkFailed()
+	}
 	if zerr := t.zeroGrads(); zerr != nil {
 		return fmt.Errorf("%w (and zeroing grads: %v)", err, zerr)
 	}

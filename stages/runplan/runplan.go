@@ -89,8 +89,8 @@ type Options struct {
 	Set map[string]any
 	// WorldSize is the number of data-parallel learner ranks (evolm plan
 	// --nproc); 0 reads torchrun's WORLD_SIZE, else 1. With zero_stage ≥ 1 a
-	// rank holds 1/WorldSize of the AdamW state and master weights; the
-	// gradients stay whole at the peak (plan.Input.GradsWhole).
+	// rank holds 1/WorldSize of the AdamW state and master weights, and with
+	// zero_stage 2 of the gradients too (plus those in flight).
 	WorldSize int
 }
 
@@ -238,8 +238,7 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 		P = DefaultPromptTokens
 	}
 	in := plan.Input{Beta: r.float(KeyBeta), MicroBatch: r.int(KeyMicroBatch), GradCheckpointing: r.bool(KeyGradCheckpointing),
-		CUDA: isCUDA(pol.Device), GenRows: pol.MaxBatch, ZeROStage: r.int(KeyZeRO), WorldSize: o.WorldSize,
-		GradsWhole: true} // evolm's ZeRO-2 frees no gradient memory at the peak (plan.Input.GradsWhole)
+		CUDA: isCUDA(pol.Device), GenRows: pol.MaxBatch, ZeROStage: r.int(KeyZeRO), WorldSize: o.WorldSize}
 	if in.WorldSize <= 0 {
 		if n, err := strconv.Atoi(os.Getenv("WORLD_SIZE")); err == nil && n > 0 {
 			in.WorldSize = n
