@@ -170,6 +170,25 @@ func (o *AdamW) LR() float64 { return o.cfg.LR }
 // SetLR changes the learning rate (for schedules).
 func (o *AdamW) SetLR(lr float64) { o.cfg.LR = lr }
 
+// StateBytes is the memory of the optimizer's own tensors: exp_avg,
+// exp_avg_sq and the fp32 master copies, as allocated.
+func (o *AdamW) StateBytes() (int64, error) {
+	var n int64
+	for _, sl := range o.slots {
+		for _, t := range []*torch.Tensor{sl.expAvg, sl.expSq, sl.master} {
+			if t == nil {
+				continue
+			}
+			sh, err := torch.Shape(t)
+			if err != nil {
+				return 0, err
+			}
+			n += torch.Numel(sh) * int64(torch.DTypeOf(t).Size())
+		}
+	}
+	return n, nil
+}
+
 // Params lists the parameters in optimizer order.
 func (o *AdamW) Params() []Param {
 	out := make([]Param, len(o.slots))
