@@ -181,9 +181,18 @@ void zeroReduce(evolm_dist_zero2* z, std::size_t i) {
   o.timeout = z->timeout;
   try {
     wait(z->g->backend->reduce(ts, o), o.timeout);
-  } catch (...) {
+  } catch (const c10::Error& e) {
     z->failed = true;
-    throw;
+    // "dist: " as Group's errors say, since this one reaches the caller
+    // through backward's error rather than through a Group method.
+    TORCH_CHECK(false, "dist: ZeRO-2 reduce of gradient ", i, " to rank ", z->owner[i], " (",
+                z->g->nccl ? "nccl" : "gloo", " rank ", z->g->rank, " of ", z->g->world,
+                "): ", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    z->failed = true;
+    TORCH_CHECK(false, "dist: ZeRO-2 reduce of gradient ", i, " to rank ", z->owner[i], " (",
+                z->g->nccl ? "nccl" : "gloo", " rank ", z->g->rank, " of ", z->g->world,
+                "): ", e.what());
   }
   if (z->owner[i] == z->g->rank) {
     if (z->acc[i].defined()) {

@@ -90,7 +90,8 @@ const dpFinal = "checkpoints/step-000004/policy/model.safetensors"
 // at ZeRO 0, 1 and 2: the final weights and the steps rows agree within
 // 1e-6. Then it kills rank 1 in the middle of a step (its third update):
 // rank 0 fails with an error naming rank 1, nothing partial is visible, and
-// --resume with 2 ranks ends where the uninterrupted run did.
+// --resume with 2 ranks ends where the uninterrupted run did (the fault at
+// ZeRO-2).
 func TestE2EDataParallel(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
@@ -123,9 +124,10 @@ func TestE2EDataParallel(t *testing.T) {
 	}
 
 	// Fault: rank 1 is SIGKILLed at its third update (step 2, after
-	// checkpoint step-000002).
+	// checkpoint step-000002), at ZeRO-2 (sharded optimizer state and
+	// gradients).
 	crash := filepath.Join(dir, "crash")
-	cmd := exec.Command(e.bin, "run", "--config", e.dpConfig(t, dir, 1), "--run-dir", crash, "--nproc", "2")
+	cmd := exec.Command(e.bin, "run", "--config", e.dpConfig(t, dir, 2), "--run-dir", crash, "--nproc", "2")
 	cmd.Env = append(os.Environ(), "EVOLM_FAILPOINT_RANK1=update@3")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -152,12 +154,12 @@ func TestE2EDataParallel(t *testing.T) {
 	// A different world size cannot resume a sharded optimizer state.
 	c1 := exec.Command(e.bin, "run", "--resume", crash)
 	if o, err := c1.CombinedOutput(); err == nil || !strings.Contains(string(o), "written by 2 data-parallel ranks") {
-		t.Errorf("resume with 1 process of a 2-rank zero_stage 1 checkpoint: %v\n%s", err, o)
+		t.Errorf("resume with 1 process of a 2-rank zero_stage 2 checkpoint: %v\n%s", err, o)
 	}
 	run(t, e.bin, "run", "--resume", crash, "--nproc", "2")
-	w := compareWeights(t, filepath.Join(runs[1], dpFinal), filepath.Join(crash, dpFinal))
-	s := compareSteps(t, runs[1], crash, 0)
-	t.Logf("resumed vs uninterrupted (2 ranks, zero_stage 1): weights max |Δ| = %g, steps max |Δ| = %g", w, s)
+	w := compareWeights(t, filepath.Join(runs[2], dpFinal), filepath.Join(crash, dpFinal))
+	s := compareSteps(t, runs[2], crash, 0)
+	t.Logf("resumed vs uninterrupted (2 ranks, zero_stage 2): weights max |Δ| = %g, steps max |Δ| = %g", w, s)
 	if w > 0 {
 		t.Errorf("resumed 2-rank run's weights differ from the uninterrupted one by %g", w)
 	}
