@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/schemas"
 )
 
@@ -88,7 +89,7 @@ const dpFinal = "checkpoints/step-000004/policy/model.safetensors"
 
 // TestE2EDataParallel runs the demo loop in one process and with --nproc 2
 // at ZeRO 0, 1 and 2: the final weights and the steps rows agree within
-// 1e-6. Then it kills rank 1 in the middle of a step (its third update):
+// 1e-6; torchrun's 2 ranks equal --nproc 2's exactly. Then it kills rank 1 in the middle of a step (its third update):
 // rank 0 fails with an error naming rank 1, nothing partial is visible, and
 // --resume with 2 ranks ends where the uninterrupted run did (the fault at
 // ZeRO-2).
@@ -122,6 +123,24 @@ func TestE2EDataParallel(t *testing.T) {
 		}
 		assertNoVisiblePartial(t, rd)
 	}
+
+	// torchrun (torch 2.1.0's own launcher: an elastic agent hosts the
+	// store, TORCHELASTIC_USE_AGENT_STORE) starts the same two ranks as
+	// --nproc 2 does, and they compute the same run.
+	tr := filepath.Join(dir, "torchrun")
+	t0 = time.Now()
+	trc := exec.Command(testutil.Python(t), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+		"--no-python", e.bin, "run", "--config", e.dpConfig(t, dir, 2), "--run-dir", tr)
+	if o, err := trc.CombinedOutput(); err != nil {
+		t.Fatalf("torchrun: %v\n%s", err, o)
+	}
+	w := compareWeights(t, filepath.Join(runs[2], dpFinal), filepath.Join(tr, dpFinal))
+	s := compareSteps(t, runs[2], tr, 0)
+	t.Logf("torchrun, 2 ranks, zero_stage 2 (%v) vs --nproc 2: weights max |Δ| = %g, steps max |Δ| = %g", time.Since(t0).Round(time.Millisecond), w, s)
+	if w != 0 {
+		t.Errorf("torchrun's run differs from --nproc 2's by %g", w)
+	}
+	assertNoVisiblePartial(t, tr)
 
 	// Fault: rank 1 is SIGKILLed at its third update (step 2, after
 	// checkpoint step-000002), at ZeRO-2 (sharded optimizer state and
@@ -157,8 +176,8 @@ func TestE2EDataParallel(t *testing.T) {
 		t.Errorf("resume with 1 process of a 2-rank zero_stage 2 checkpoint: %v\n%s", err, o)
 	}
 	run(t, e.bin, "run", "--resume", crash, "--nproc", "2")
-	w := compareWeights(t, filepath.Join(runs[2], dpFinal), filepath.Join(crash, dpFinal))
-	s := compareSteps(t, runs[2], crash, 0)
+	w = compareWeights(t, filepath.Join(runs[2], dpFinal), filepath.Join(crash, dpFinal))
+	s = compareSteps(t, runs[2], crash, 0)
 	t.Logf("resumed vs uninterrupted (2 ranks, zero_stage 2): weights max |Δ| = %g, steps max |Δ| = %g", w, s)
 	if w > 0 {
 		t.Errorf("resumed 2-rank run's weights differ from the uninterrupted one by %g", w)
