@@ -284,7 +284,7 @@ func fields() []pipeline.Field {
 			Description: "generation_backend openai: timeout of one HTTP attempt (a weight load included)"},
 		bounded(f(KeyGenAttempts, pipeline.TypeInt, 6, "generation_backend openai: attempts per request (retries on 429, 5xx, timeouts, a server that died or lacks the current weights)"), one, pipeline.Bound(100), false, false),
 		f(KeySyncDir, pipeline.TypeString, "", "generation_backend openai: directory for the weights the servers load after each step, readable by every server at the same path; empty: <run>/sync"),
-		bounded(f(KeyZeRO, pipeline.TypeInt, 0, "data parallelism (evolm run --nproc N, or torchrun): 0 replicates the AdamW state on every rank, 1 shards it (and fp32 master weights) across ranks by whole tensors, 2 also zeroes the other ranks' gradients after their all-reduce (the peak still holds every gradient: no memory saved over 1 yet)"), zero, two, false, false),
+		bounded(f(KeyZeRO, pipeline.TypeInt, 0, "data parallelism (evolm run --nproc N, or torchrun): 0 replicates the AdamW state on every rank, 1 shards it (and fp32 master weights) across ranks by whole tensors, 2 also shards the gradients (each reduced to its owning rank during backward and freed elsewhere)"), zero, two, false, false),
 		{Key: KeyDistTimeout, Type: pipeline.TypeDuration, Default: "10m", Min: zero, ExclusiveMin: true,
 			Description: "data parallelism: timeout of the rendezvous and of every collective; a rank that died or stalled makes the others stop within it"},
 		bounded(f(KeyTISCap, pipeline.TypeFloat, 0.0, "truncated importance sampling: weight each token's policy-gradient term by min(exp(logπ_learner − logπ_sampler), tis_cap) (verl, TRL; 2 is TRL's former default); 0 disables it"), zero, nil, false, false),

@@ -49,10 +49,6 @@ func (l *loop) initDP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if l.cfg.Fleet != nil {
-		return fmt.Errorf("%s: %s %s with %d data-parallel ranks is not supported yet: the fleet's weight sync and version checks assume one learner process; run the learner in one process, or generate in process (torch)",
-			KeyGenBackend, KeyGenBackend, genOpenAI, o.WorldSize)
-	}
 	o.Backend, o.Timeout = dist.Gloo, l.cfg.DistTimeout
 	dev := torch.CPU
 	if d, err := torch.ParseDevice(l.cfg.Policy.Device); err == nil && torch.IsCUDA(d) {
@@ -211,6 +207,31 @@ func (g dpGenerator) Generate(ctx context.Context, reqs []backend.GenerateReques
 	})
 }
 
+// leadGenerator is the fleet's generator under data parallelism: rank 0
+// sends every request to the servers (the learner ranks compute nothing
+// for it) and every rank gets the answers, so that the fleet's weight
+// sync, version checks and rotation stay in one process.
+type leadGenerator struct {
+	d     *dataParallel
+	inner backend.Generator // the fleet, on rank 0; nil elsewhere
+}
+
+func (g leadGenerator) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+	parts, err := gather(g.d, "generate (fleet)", func() ([]backend.GenerateResponse, error) {
+		if g.inner == nil {
+			return nil, nil
+		}
+		return g.inner.Generate(ctx, reqs)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(parts[0]) != len(reqs) {
+		return nil, fmt.Errorf("generate (fleet): rank 0 answered %d of %d requests", len(parts[0]), len(reqs))
+	}
+	return parts[0], nil
+}
+
 type dpScorer struct {
 	d     *dataParallel
 	inner backend.Scorer
@@ -241,13 +262,15 @@ func (d *dataParallel) splitBackend(b *roles.Backend, maxBatch int) {
 	if d == nil || b == nil {
 		return
 	}
-	if _, done := b.Generator.(dpGenerator); done {
+	if _, done := b.Scorer.(dpScorer); done {
 		return
 	}
 	if maxBatch <= 0 {
 		maxBatch = 64 // torchbe's default
 	}
-	b.Generator = dpGenerator{d: d, inner: b.Generator, maxBatch: maxBatch}
+	if _, fleet := b.Generator.(leadGenerator); !fleet {
+		b.Generator = dpGenerator{d: d, inner: b.Generator, maxBatch: maxBatch}
+	}
 	b.Scorer = dpScorer{d: d, inner: b.Scorer}
 	if b.LogProber != nil {
 		b.LogProber = dpLogProber{d: d, inner: b.LogProber, maxBatch: maxBatch}

@@ -249,7 +249,8 @@ func TestE2EFleetLoRA(t *testing.T) {
 
 // TestE2EFleetFullWeights: full fine-tuning with SGLang's
 // update_weights_from_disk on two servers (and tis_cap on) writes the same
-// tables as the in-process loop, every row from its step's checkpoint.
+// tables as the in-process loop, every row from its step's checkpoint; so
+// does a learner of 2 data-parallel ranks on the fleet.
 func TestE2EFleetFullWeights(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
@@ -260,6 +261,16 @@ func TestE2EFleetFullWeights(t *testing.T) {
 		return func(step int64) string { return fleet.VersionDir(filepath.Join(run, "sync"), "policy", int(step)) }
 	}
 	twoServers(t, e, dir, ref, "", "    tis_cap: 2\n", checkpointDir, "weights updated from disk")
+
+	// Two learner ranks (--nproc 2, ZeRO-2) on the fleet: rank 0 syncs the
+	// weights and sends every generation; the tables are the same.
+	a, b := startFleetServer(t, e), startFleetServer(t, e)
+	dp := filepath.Join(dir, "dp")
+	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "dp", fleetLines(a.url, b.url)+"    zero_stage: 2\n"), "--run-dir", dp, "--nproc", "2")
+	checkVersions(t, dp, checkpointDir(dp))
+	if g, w := rowCounts(t, dp), rowCounts(t, ref); !maps.Equal(g, w) {
+		t.Errorf("2 ranks on the fleet: row counts %v, in process %v", g, w)
+	}
 }
 
 // TestE2EFleetFaults: a server that refuses the new adapter is taken out of

@@ -275,6 +275,11 @@ func (l *loop) openFleet() error {
 	if dir == "" {
 		dir = l.env.Run.Path("sync")
 	}
+	if !l.lead() {
+		// Rank 0 alone talks to the fleet (leadGenerator).
+		l.policy.Generator = leadGenerator{d: l.dp}
+		return nil
+	}
 	f, err := fleet.New(fleet.Config{Endpoints: fc.Endpoints, MaxInFlight: fc.MaxInFlight, MaxAttempts: fc.MaxAttempts,
 		RequestTimeout: fc.RequestTimeout, Mode: mode, Dir: dir, Run: fleet.RunName(l.env.Run.Dir), Role: roles.Policy,
 		Encode: enc.Encode, EndID: enc.EndTokenID(), Log: l.env.Log})
@@ -283,19 +288,34 @@ func (l *loop) openFleet() error {
 	}
 	l.fleet = f
 	l.policy.Generator = f // the rubric generator shares it (FromConfig refuses a second model)
+	if l.dp != nil {
+		l.policy.Generator = leadGenerator{d: l.dp, inner: f}
+	}
 	return nil
 }
 
 // syncFleet makes the learner's current weights the fleet's before step's
 // first generation. It fails before anything of the step is written.
 func (l *loop) syncFleet(ctx context.Context, step int) error {
-	if l.fleet == nil {
+	if l.cfg.Fleet == nil {
 		return nil
 	}
-	err := l.fleet.Sync(ctx, step, func(dir string) error {
-		_, err := l.policy.Trainer.Save(ctx, dir)
-		return err
-	})
+	sync := func() error {
+		if l.fleet == nil {
+			return nil // a rank other than 0: rank 0 syncs
+		}
+		return l.fleet.Sync(ctx, step, func(dir string) error {
+			_, err := l.policy.Trainer.Save(ctx, dir)
+			return err
+		})
+	}
+	var err error
+	if l.dp == nil {
+		err = sync()
+	} else {
+		// Rank 0's outcome reaches every rank.
+		_, err = gather(l.dp, "fleet weight sync", func() (struct{}, error) { return struct{}{}, sync() })
+	}
 	if err != nil {
 		return fmt.Errorf("step %d (%s): weight sync: %w\n(nothing of step %d was written; once the servers are back, `evolm run --resume %s` redoes it)",
 			step, l.cfg.Phase(step), err, step, l.env.Run.Dir)
