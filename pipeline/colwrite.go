@@ -50,6 +50,7 @@ type columnWriter struct {
 	arrProps pqarrow.ArrowWriterProperties
 	leaves   []leafPlan // one per Parquet leaf column, in column order
 	rgw      file.BufferedRowGroupWriter
+	scratch  []levelScratch // per leaf: its level buffers, reused batch after batch
 	workers  int
 	closed   bool
 }
@@ -159,7 +160,8 @@ func newColumnWriter(sc *arrow.Schema, sink interface{ Write([]byte) (int, error
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	return &columnWriter{w: w, schema: sc, props: props, arrProps: arrProps, leaves: leaves, workers: workers}, nil
+	return &columnWriter{w: w, schema: sc, props: props, arrProps: arrProps, leaves: leaves,
+		scratch: make([]levelScratch, len(leaves)), workers: workers}, nil
 }
 
 // parquetListNames is sc with every list's element field named "element",
@@ -243,11 +245,7 @@ func (cw *columnWriter) writeRange(rec arrow.RecordBatch, off, size int64) error
 	cost := make([]int, len(cw.leaves))
 	for i, l := range cw.leaves {
 		order[i] = i
-		for _, b := range cols[l.field].Data().Buffers() {
-			if b != nil {
-				cost[i] += b.Len()
-			}
-		}
+		cost[i] = dataBytes(cols[l.field].Data())
 	}
 	sort.SliceStable(order, func(a, b int) bool { return cost[order[a]] > cost[order[b]] })
 	var g errgroup.Group
@@ -258,7 +256,7 @@ func (cw *columnWriter) writeRange(rec arrow.RecordBatch, off, size int64) error
 			if err != nil {
 				return err
 			}
-			lv := leafLevels(cols[cw.leaves[i].field], cw.leaves[i].path, cw.props.Allocator())
+			lv := leafLevels(cols[cw.leaves[i].field], cw.leaves[i].path, cw.props.Allocator(), &cw.scratch[i])
 			defer lv.release()
 			ctx := pqarrow.NewArrowWriteContext(context.Background(), &cw.arrProps)
 			if err := pqarrow.WriteArrowToColumn(ctx, c, lv.values, lv.def, lv.rep, lv.leafNullable); err != nil {
@@ -268,6 +266,21 @@ func (cw *columnWriter) writeRange(rec arrow.RecordBatch, off, size int64) error
 		})
 	}
 	return g.Wait()
+}
+
+// dataBytes is the size of d's buffers and its children's (a list's values
+// included): the column's encoding work, roughly.
+func dataBytes(d arrow.ArrayData) int {
+	n := 0
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += b.Len()
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	return n
 }
 
 // Close finishes the last row group and writes the footer.
@@ -308,7 +321,18 @@ func (l *levels) release() {
 // repetition level, an empty one a single level; each level reaching the
 // leaf or a null struct below the innermost list takes the leaf slot at
 // its index. As pqarrow, levels are nil for a column whose maximum is 0.
-func leafLevels(arr arrow.Array, path []step, mem memory.Allocator) levels {
+// levelScratch holds a leaf's level slices between batches (the column
+// writer copies levels into its pages, keeping none).
+type levelScratch struct{ def, rep []int16 }
+
+func (sc *levelScratch) get(which *[]int16, capacity int) []int16 {
+	if cap(*which) < capacity {
+		*which = make([]int16, 0, capacity)
+	}
+	return (*which)[:0]
+}
+
+func leafLevels(arr arrow.Array, path []step, mem memory.Allocator, scratch *levelScratch) levels {
 	var maxDef, maxRep int16
 	for _, s := range path {
 		if s.nullable {
@@ -340,10 +364,10 @@ func leafLevels(arr arrow.Array, path []step, mem memory.Allocator) levels {
 	capacity := arr.Len() + max(hi-lo, 0)
 	b := levelBuilder{path: path, leafNoNulls: leaf.NullN() == 0}
 	if maxDef > 0 || maxRep > 0 {
-		b.def = make([]int16, 0, capacity)
+		b.def = scratch.get(&scratch.def, capacity)
 	}
 	if maxRep > 0 {
-		b.rep = make([]int16, 0, capacity)
+		b.rep = scratch.get(&scratch.rep, capacity)
 	}
 	b.listAt = make([]bool, len(path)) // a list at path[i] or below it
 	for i := len(path) - 1; i >= 0; i-- {
@@ -366,6 +390,7 @@ func leafLevels(arr arrow.Array, path []step, mem memory.Allocator) levels {
 			b.visit(arr, i, 0, 0, 0, 0)
 		}
 	}
+	scratch.def, scratch.rep = b.def, b.rep // keep what append grew
 	out := levels{def: b.def, rep: b.rep, leafNullable: path[len(path)-1].nullable}
 	if maxDef == 0 {
 		out.def = nil
