@@ -325,11 +325,12 @@ func (l *levels) release() {
 // writer copies levels into its pages, keeping none).
 type levelScratch struct{ def, rep []int16 }
 
-func (sc *levelScratch) get(which *[]int16, capacity int) []int16 {
-	if cap(*which) < capacity {
-		*which = make([]int16, 0, capacity)
+// reuse is buf emptied, or a new slice when buf holds fewer than capacity.
+func reuse(buf []int16, capacity int) []int16 {
+	if cap(buf) < capacity {
+		return make([]int16, 0, capacity)
 	}
-	return (*which)[:0]
+	return buf[:0]
 }
 
 func leafLevels(arr arrow.Array, path []step, mem memory.Allocator, scratch *levelScratch) levels {
@@ -364,10 +365,10 @@ func leafLevels(arr arrow.Array, path []step, mem memory.Allocator, scratch *lev
 	capacity := arr.Len() + max(hi-lo, 0)
 	b := levelBuilder{path: path, leafNoNulls: leaf.NullN() == 0}
 	if maxDef > 0 || maxRep > 0 {
-		b.def = scratch.get(&scratch.def, capacity)
+		b.def = reuse(scratch.def, capacity)
 	}
 	if maxRep > 0 {
-		b.rep = scratch.get(&scratch.rep, capacity)
+		b.rep = reuse(scratch.rep, capacity)
 	}
 	b.listAt = make([]bool, len(path)) // a list at path[i] or below it
 	for i := len(path) - 1; i >= 0; i-- {

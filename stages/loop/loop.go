@@ -267,6 +267,11 @@ func (l *loop) openFleet() error {
 	if !ok {
 		return fmt.Errorf("generation_backend %s: the %s backend's trainer cannot tokenize text", genOpenAI, l.cfg.Policy.Backend)
 	}
+	if !l.lead() {
+		// Rank 0 alone talks to the fleet (leadGenerator).
+		l.policy.Generator = leadGenerator{d: l.dp}
+		return nil
+	}
 	mode := fleet.ModeFull
 	if l.cfg.Trainer.LoRA.Rank > 0 {
 		mode = fleet.ModeLoRA
@@ -274,11 +279,6 @@ func (l *loop) openFleet() error {
 	dir := fc.SyncDir
 	if dir == "" {
 		dir = l.env.Run.Path("sync")
-	}
-	if !l.lead() {
-		// Rank 0 alone talks to the fleet (leadGenerator).
-		l.policy.Generator = leadGenerator{d: l.dp}
-		return nil
 	}
 	f, err := fleet.New(fleet.Config{Endpoints: fc.Endpoints, MaxInFlight: fc.MaxInFlight, MaxAttempts: fc.MaxAttempts,
 		RequestTimeout: fc.RequestTimeout, Mode: mode, Dir: dir, Run: fleet.RunName(l.env.Run.Dir), Role: roles.Policy,
