@@ -120,3 +120,8 @@ func (c *Cache) Close() {
 	torch.Drop(c.v...)
 	c.k, c.v = nil, nil
 }
+
+// Buffers returns the per-layer key and value buffers (B, nkv, MaxLen, hs),
+// still owned by c, for a fused forward pass that writes them as Update
+// does (model/fused); the caller checks the capacity and calls Advance.
+func (c *Cache) Buffers() (k, v []*torch.Tensor) { return c.k, c.v }

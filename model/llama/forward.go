@@ -202,14 +202,17 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 		x = s.Checkpoint(x, len(m.Model.Layers), func(ls *torch.Scope, i int, x *torch.Tensor) *torch.Tensor {
 			return m.Model.Layers[i].Forward(ls, x, r, mk, nil) // (B, T, C)
 		})
+		x = m.Model.Norm.Forward(s, x) // (B, T, C)
+	} else if m.fusable() {
+		x = m.fusedLayers(s, x, r, mk, b.Cache, past, T) // (B, T, C), the final norm included
 	} else {
 		for i := range m.Model.Layers {
 			ls := s.Child()
 			x = ls.MoveTo(s, m.Model.Layers[i].Forward(ls, x, r, mk, b.Cache)) // (B, T, C)
 			ls.Close()
 		}
+		x = m.Model.Norm.Forward(s, x) // (B, T, C)
 	}
-	x = m.Model.Norm.Forward(s, x) // (B, T, C)
 	if err := s.Err(); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/torch"
 	gts "github.com/sugarme/gotch/ts"
 )
@@ -115,7 +116,7 @@ func sampleSimple(s *torch.Scope, ws *Workspace, x *torch.Tensor, rows []Row, b,
 	}
 	var tokens *torch.Tensor // (B)
 	if greedy > 0 {
-		tokens = s.Argmax(x, -1, false)
+		tokens = fused.Argmax(s, x) // torch.argmax, vectorized on CPU
 	}
 	if greedy < len(rows) {
 		if !unit {

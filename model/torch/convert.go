@@ -223,3 +223,22 @@ func values[T any](x *Tensor, dt DType) ([]T, error) {
 	copy(out, unsafe.Slice((*T)(p), n))
 	return out, nil
 }
+
+// Handle is x's libtorch handle (torch::Tensor*, gotch's C `tensor`), for a
+// C++ shim over libtorch (model/dist, model/fused); nil for nil.
+func Handle(x *Tensor) unsafe.Pointer {
+	if x == nil {
+		return nil
+	}
+	return x.Ctensor()
+}
+
+// AdoptHandle makes s the owner of h, a new torch::Tensor* that a C++ shim
+// allocated for its caller (nil records an error).
+func (s *Scope) AdoptHandle(op string, h unsafe.Pointer) *Tensor {
+	if h == nil {
+		s.Fail(fmt.Errorf("torch %s: returned no tensor", op))
+		return nil
+	}
+	return s.track(op, ts.New(lib.Ctensor(h)), nil)
+}

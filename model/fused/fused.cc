@@ -1,0 +1,261 @@
+// model/fused's shim: model/llama's decoder stack (forward.go, model.go),
+// op for op, in C++. Each function below is the Go function it names,
+// calling the same ATen operators with the same arguments in the same
+// order, so the result is the same bits; TestFusedEqualsPlain checks it.
+// What it saves is the cost around each op in Go: a cgo call or two, a gotch
+// handle, a finalizer and a scope entry, for ~95 ops a layer.
+
+#ifdef EVOLM_FUSED_NO_OVERLAY
+#error "model/fused needs libtorch's headers: run `make torch` and build with GOFLAGS=-overlay=build/overlay.json (source the Makefile's environment)"
+#endif
+
+#include "fused.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+char* dup(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (p != nullptr) std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+// guard runs f and turns whatever it throws into a message (c10::Error
+// without its C++ backtrace).
+template <typename F>
+char* guard(F&& f) {
+  try {
+    f();
+    return nullptr;
+  } catch (const c10::Error& e) {
+    return dup(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return dup(e.what());
+  } catch (...) {
+    return dup("unknown C++ exception");
+  }
+}
+
+// handle is gotch's tensor behind h (an undefined tensor for NULL).
+at::Tensor handle(void* h) { return h == nullptr ? at::Tensor() : *static_cast<at::Tensor*>(h); }
+
+// compact is model/torch's Scope.compact: x with a fresh tensor's strides.
+at::Tensor compact(const at::Tensor& x) {
+  if (x.dim() < 3) return x;
+  int64_t want = 1;
+  for (int64_t i = x.dim() - 1; i >= 0; i--) {
+    if (x.stride(i) != want) return x.contiguous().view(x.sizes());
+    want *= x.size(i);
+  }
+  return x;
+}
+
+// linear is Linear.Forward (no adapter).
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return at::linear(compact(x), w, b);
+}
+
+// rms is RMSNorm.Forward.
+at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor variance = at::square(x32).mean({-1}, true);
+  at::Tensor y = x32.mul(at::rsqrt(variance.add(eps)));
+  return w.mul(y.to(x.scalar_type()));
+}
+
+// rope is rope.apply.
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t hs) {
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor x1 = x32.narrow(-1, 0, hs / 2);
+  at::Tensor x2 = x32.narrow(-1, hs / 2, hs / 2);
+  at::Tensor rot = at::cat({x2.neg(), x1}, -1);
+  at::Tensor y = x32.mul(cos).add(rot.mul(sin));
+  return y.to(x.scalar_type());
+}
+
+// repeat_kv is repeatKV.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  int64_t B = x.size(0), nkv = x.size(1), Tk = x.size(2), hs = x.size(3);
+  return x.unsqueeze(2).expand({B, nkv, groups, Tk, hs}).reshape({B, nkv * groups, Tk, hs});
+}
+
+struct Stack {
+  const evolm_fused_config* cfg;
+  void** w;
+  at::Tensor cos, sin, bias, sdpa_bias;
+  void** kc;
+  void** vc;
+  int64_t past;
+
+  at::Tensor W(int64_t layer, int i) const {
+    return handle(w[layer * EVOLM_FUSED_PER_LAYER + i]);
+  }
+
+  // attention is Attention.Forward.
+  at::Tensor attention(int64_t l, const at::Tensor& x) const {
+    int64_t B = x.size(0), T = x.size(1);
+    int64_t nh = cfg->heads, nkv = cfg->kv_heads, hs = cfg->head_dim;
+    at::Tensor q = linear(x, W(l, EVOLM_FUSED_Q_W), W(l, EVOLM_FUSED_Q_B)).view({B, T, nh, hs});
+    at::Tensor k = linear(x, W(l, EVOLM_FUSED_K_W), W(l, EVOLM_FUSED_K_B)).view({B, T, nkv, hs});
+    at::Tensor v = linear(x, W(l, EVOLM_FUSED_V_W), W(l, EVOLM_FUSED_V_B)).view({B, T, nkv, hs});
+    at::Tensor qn = W(l, EVOLM_FUSED_Q_NORM);
+    if (qn.defined()) {
+      q = rms(q, qn, cfg->norm_eps);
+      k = rms(k, W(l, EVOLM_FUSED_K_NORM), cfg->norm_eps);
+    }
+    q = rope(q.transpose(1, 2), cos, sin, hs);
+    k = rope(k.transpose(1, 2), cos, sin, hs);
+    v = v.transpose(1, 2);
+    if (kc != nullptr) {  // Cache.Update
+      at::Tensor kall = handle(kc[l]), vall = handle(vc[l]);
+      kall.narrow(2, past, T).copy_(k);
+      vall.narrow(2, past, T).copy_(v);
+      k = kall.narrow(2, 0, past + T);
+      v = vall.narrow(2, 0, past + T);
+    }
+    k = repeat_kv(k, nh / nkv);
+    v = repeat_kv(v, nh / nkv);
+    at::Tensor y;
+    if (cfg->sdpa) {
+      y = at::scaled_dot_product_attention(q, k, v, sdpa_bias, 0.0, false, cfg->attn_scale);
+    } else {
+      at::Tensor att = at::matmul(q, k.transpose(2, 3));
+      att.mul_(cfg->attn_scale);
+      att = att.to(at::kFloat);
+      att.add_(bias);
+      att = at::softmax(att, -1, at::kFloat).to(v.scalar_type());
+      y = at::matmul(att, v);
+    }
+    y = y.transpose(1, 2).reshape({B, T, nh * hs});
+    return linear(y, W(l, EVOLM_FUSED_O_W), W(l, EVOLM_FUSED_O_B));
+  }
+
+  // mlp is MLP.Forward.
+  at::Tensor mlp(int64_t l, const at::Tensor& x) const {
+    at::Tensor gate = at::silu(linear(x, W(l, EVOLM_FUSED_GATE), at::Tensor()));
+    return linear(gate.mul(linear(x, W(l, EVOLM_FUSED_UP), at::Tensor())), W(l, EVOLM_FUSED_DOWN),
+                  at::Tensor());
+  }
+
+  // layer is DecoderLayer.Forward.
+  at::Tensor layer(int64_t l, const at::Tensor& x) const {
+    at::Tensor h = x.add(attention(l, rms(x, W(l, EVOLM_FUSED_INPUT_NORM), cfg->norm_eps)));
+    return h.add(mlp(l, rms(h, W(l, EVOLM_FUSED_POST_NORM), cfg->norm_eps)));
+  }
+};
+
+// row_argmax is the first index of p[0:n]'s maximum, or of its first NaN:
+// torch.argmax's answer. libtorch 2.1's CPU argmax is a scalar loop (5-7% of
+// a tiny model's greedy decode step over a 151,936-token vocabulary); this
+// is a vectorized max, then a vectorized search for the first element equal
+// to it.
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) int64_t row_argmax_avx2(const float* p, int64_t n) {
+  int64_t i = 0;
+  __m256 vmax = _mm256_set1_ps(-INFINITY), unord = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(p + i);
+    vmax = _mm256_max_ps(vmax, v);
+    unord = _mm256_or_ps(unord, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  bool nan = _mm256_movemask_ps(unord) != 0;
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float m = -INFINITY;
+  for (float l : lanes) m = l > m ? l : m;
+  for (int64_t j = i; j < n; j++) {
+    nan = nan || p[j] != p[j];
+    m = p[j] > m ? p[j] : m;
+  }
+  if (nan) {
+    for (int64_t j = 0; j < n; j++)
+      if (p[j] != p[j]) return j;
+  }
+  __m256 vm = _mm256_set1_ps(m);
+  for (i = 0; i + 8 <= n; i += 8) {
+    int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + i), vm, _CMP_EQ_OQ));
+    if (hit != 0) return i + __builtin_ctz(hit);
+  }
+  for (; i < n; i++)
+    if (p[i] == m) return i;
+  return 0;  // n == 0 (unreachable: at::argmax rejects an empty row first)
+}
+#endif
+
+bool has_avx2() {
+#if defined(__x86_64__)
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+extern "C" int evolm_fused_argmax_vectorized(void) { return has_avx2() ? 1 : 0; }
+
+extern "C" char* evolm_fused_argmax(void* x, void** out) {
+  return guard([&] {
+    TORCH_CHECK(x != nullptr && out != nullptr, "argmax: a required argument is NULL");
+    at::Tensor t = handle(x);
+    if (!(has_avx2() && t.dim() == 2 && t.size(1) > 0 && t.is_cpu() &&
+          t.scalar_type() == at::kFloat && t.is_contiguous())) {
+      *out = new at::Tensor(at::argmax(t, -1, false));
+      return;
+    }
+#if defined(__x86_64__)
+    int64_t B = t.size(0), V = t.size(1);
+    at::Tensor idx = at::empty({B}, t.options().dtype(at::kLong));
+    const float* p = t.data_ptr<float>();
+    int64_t* o = idx.data_ptr<int64_t>();
+    at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; b++) o[b] = row_argmax_avx2(p + b * V, V);
+    });
+    *out = new at::Tensor(std::move(idx));
+#endif
+  });
+}
+
+extern "C" char* evolm_fused_forward(const evolm_fused_config* cfg, void** weights, void* x,
+                                     void* cos, void* sin, void* bias, void* blocked,
+                                     void** k_cache, void** v_cache, int64_t past, void** out) {
+  return guard([&] {
+    TORCH_CHECK(cfg != nullptr && weights != nullptr && x != nullptr && cos != nullptr &&
+                    sin != nullptr && out != nullptr,
+                "fused forward: a required argument is NULL");
+    TORCH_CHECK((k_cache == nullptr) == (v_cache == nullptr),
+                "fused forward: pass both caches or neither");
+    Stack st{cfg, weights, handle(cos), handle(sin), handle(bias), at::Tensor(),
+             k_cache, v_cache, past};
+    at::Tensor h = handle(x);
+    if (cfg->sdpa) {
+      // Attention.Forward's SDPA bias (the same in every layer).
+      TORCH_CHECK(blocked != nullptr, "fused forward: sdpa needs the blocked mask");
+      double lowest = -3.4028234663852886e38;  // minValue
+      if (h.scalar_type() == at::kBFloat16) lowest = -3.3895313892515355e38;
+      if (h.scalar_type() == at::kHalf) lowest = -65504;
+      st.sdpa_bias = at::zeros({1}, h.options()).masked_fill(handle(blocked), lowest);
+    } else {
+      TORCH_CHECK(bias != nullptr, "fused forward: eager attention needs the bias");
+    }
+    for (int64_t l = 0; l < cfg->layers; l++) h = st.layer(l, h);
+    at::Tensor y = rms(h, handle(weights[cfg->layers * EVOLM_FUSED_PER_LAYER]), cfg->norm_eps);
+    *out = new at::Tensor(std::move(y));
+  });
+}

@@ -1,0 +1,156 @@
+// Package fused runs a Llama/Qwen decoder stack's forward pass, every layer
+// and the final norm, in one call into libtorch: a C++ shim (fused.cc) over
+// ATen, the second of the per-op overhead routes in docs/engine-speed.md.
+//
+// # Why
+//
+// model/llama's forward pass is ~95 ATen ops a layer. From Go each op is a
+// cgo call (two with gotch's error check), a gotch handle with a finalizer,
+// a malloc'd result slot and a scope entry, and a decode step of a small
+// model at batch 1 is mostly such ops. The shim makes the same ATen calls
+// from C++, where an op costs only libtorch's own dispatch.
+//
+// # One model definition
+//
+// fused.cc is model/llama's forward.go and model.go transcribed op for op:
+// each C++ function names the Go function it mirrors and calls the same
+// operators, with the same arguments, in the same order, so the hidden
+// states are the same bits. model/llama's TestFusedEqualsPlain compares the
+// two paths bit for bit (max |Δ| = 0) over prefill and decode steps, GQA and
+// MHA, biases, Qwen3's q/k norms, padded batches, eager and SDPA attention,
+// float32 and bfloat16; every HF parity test runs through the fused path.
+// The rotary tables, the attention mask and the embedding stay in Go (they
+// are computed once per pass), and so does everything with grad on: the
+// fused path is inference only, and model/llama takes it only when no
+// adapter (LoRA) is attached.
+package fused
+
+// #include <stdlib.h>
+// #include "fused.h"
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/evolm/evolm/model/torch"
+)
+
+// PerLayer is the number of weight slots of one layer in Forward's weights.
+const PerLayer = int(C.EVOLM_FUSED_PER_LAYER)
+
+// The slots of one layer's weights, in order; a bias or q/k norm the
+// architecture lacks is nil.
+const (
+	InputNorm = iota
+	QWeight
+	QBias
+	KWeight
+	KBias
+	VWeight
+	VBias
+	OWeight
+	OBias
+	QNorm
+	KNorm
+	PostNorm
+	Gate
+	Up
+	Down
+)
+
+var calls atomic.Int64
+
+// Calls is the number of Forward calls so far, for tests that must know
+// the fused path ran.
+func Calls() int64 { return calls.Load() }
+
+// Config is the stack's shape.
+type Config struct {
+	Layers, Heads, KVHeads, HeadDim int64
+	NormEps                         float64 // every RMSNorm's epsilon
+	AttnScale                       float64
+	SDPA                            bool // scaled_dot_product_attention over blocked, else eager over bias
+}
+
+// Forward runs the decoder layers and the final norm on x (B, T, C), the
+// embedded tokens, and returns the hidden states (B, T, C), owned by s.
+// weights holds cfg.Layers*PerLayer handles (see the slot constants), then
+// the final norm's. cos and sin are the (B, 1, T, hs) float32 rotary tables;
+// bias the (B or 1, 1, T, Tk) float32 additive mask (eager) or blocked the
+// bool mask (SDPA). k and v are the cache's per-layer (B, nkv, MaxLen, hs)
+// buffers, or nil for a pass without a cache; with them the pass writes
+// positions [past, past+T) and attends over [0, past+T) (the caller checks
+// the capacity and advances the cache). Errors are recorded on s.
+func Forward(s *torch.Scope, cfg Config, weights []*torch.Tensor, x, cos, sin, bias, blocked *torch.Tensor, k, v []*torch.Tensor, past int64) *torch.Tensor {
+	if s.Err() != nil {
+		return nil
+	}
+	calls.Add(1)
+	if len(weights) != int(cfg.Layers)*PerLayer+1 {
+		s.Fail(fmt.Errorf("fused forward: %d weight slots for %d layers, want %d", len(weights), cfg.Layers, int(cfg.Layers)*PerLayer+1))
+		return nil
+	}
+	if (k == nil) != (v == nil) || (k != nil && (len(k) != int(cfg.Layers) || len(v) != int(cfg.Layers))) {
+		s.Fail(errors.New("fused forward: the cache needs a key and a value buffer per layer"))
+		return nil
+	}
+	// Handles are C pointers (torch::Tensor* from new), so Go memory
+	// holding them may be passed to C.
+	hs := make([]unsafe.Pointer, len(weights)+2*len(k))
+	for i, w := range weights {
+		hs[i] = torch.Handle(w)
+	}
+	var kc, vc *unsafe.Pointer
+	if k != nil {
+		for i := range k {
+			hs[len(weights)+i] = torch.Handle(k[i])
+			hs[len(weights)+len(k)+i] = torch.Handle(v[i])
+		}
+		kc, vc = &hs[len(weights)], &hs[len(weights)+len(k)]
+	}
+	c := C.evolm_fused_config{
+		layers: C.int64_t(cfg.Layers), heads: C.int64_t(cfg.Heads), kv_heads: C.int64_t(cfg.KVHeads),
+		head_dim: C.int64_t(cfg.HeadDim), norm_eps: C.double(cfg.NormEps), attn_scale: C.double(cfg.AttnScale),
+	}
+	if cfg.SDPA {
+		c.sdpa = 1
+	}
+	var out unsafe.Pointer
+	msg := C.evolm_fused_forward(&c, &hs[0], torch.Handle(x), torch.Handle(cos), torch.Handle(sin),
+		torch.Handle(bias), torch.Handle(blocked), kc, vc, C.int64_t(past), &out)
+	if msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		s.Fail(fmt.Errorf("fused forward: %s", C.GoString(msg)))
+		return nil
+	}
+	return s.AdoptHandle("fused forward", out)
+}
+
+// Argmax is torch.argmax(x, -1) for x (B, V): each row's first index of its
+// maximum (of its first NaN, if any), (B) int64 owned by s. A contiguous
+// CPU float32 x takes the shim's vectorized scan (libtorch 2.1's CPU argmax
+// is a scalar loop); anything else at::argmax. TestArgmaxEqualsTorch checks
+// the two agree, ties, infinities and NaN included.
+func Argmax(s *torch.Scope, x *torch.Tensor) *torch.Tensor {
+	if s.Err() != nil {
+		return nil
+	}
+	if x == nil {
+		s.Fail(errors.New("argmax: input is nil"))
+		return nil
+	}
+	var out unsafe.Pointer
+	if msg := C.evolm_fused_argmax(torch.Handle(x), &out); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		s.Fail(fmt.Errorf("argmax: %s", C.GoString(msg)))
+		return nil
+	}
+	return s.AdoptHandle("argmax", out)
+}
+
+// ArgmaxVectorized reports whether Argmax takes the vectorized scan on this
+// CPU (x86-64 with AVX2) for contiguous float32 CPU rows.
+func ArgmaxVectorized() bool { return C.evolm_fused_argmax_vectorized() == 1 }

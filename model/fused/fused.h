@@ -1,0 +1,64 @@
+// The C API of model/fused's shim (fused.cc): a Llama/Qwen decoder stack's
+// forward pass, every layer and the final norm, in one call into libtorch.
+// Tensors are gotch handles (torch::Tensor*, gotch's C `tensor`). Every
+// function that can fail returns NULL on success or a malloc'd message the
+// caller frees; no C++ exception crosses it.
+#ifndef EVOLM_FUSED_H
+#define EVOLM_FUSED_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The handles of one decoder layer, in this order (a bias or a Qwen3 q/k
+// norm that the architecture lacks is NULL).
+enum {
+  EVOLM_FUSED_INPUT_NORM = 0,
+  EVOLM_FUSED_Q_W, EVOLM_FUSED_Q_B,
+  EVOLM_FUSED_K_W, EVOLM_FUSED_K_B,
+  EVOLM_FUSED_V_W, EVOLM_FUSED_V_B,
+  EVOLM_FUSED_O_W, EVOLM_FUSED_O_B,
+  EVOLM_FUSED_Q_NORM, EVOLM_FUSED_K_NORM,
+  EVOLM_FUSED_POST_NORM,
+  EVOLM_FUSED_GATE, EVOLM_FUSED_UP, EVOLM_FUSED_DOWN,
+  EVOLM_FUSED_PER_LAYER
+};
+
+typedef struct {
+  int64_t layers, heads, kv_heads, head_dim;
+  double norm_eps;    // every RMSNorm's epsilon
+  double attn_scale;  // the scores' scale
+  int sdpa;           // 1: scaled_dot_product_attention over `blocked`; 0: eager over `bias`
+} evolm_fused_config;
+
+// evolm_fused_forward runs the decoder layers and the final norm on x
+// (B, T, C), the embedded tokens:
+//   weights   layers * EVOLM_FUSED_PER_LAYER handles, then the final norm's;
+//   cos, sin  (B, 1, T, hs) float32 rotary tables for the T positions;
+//   bias      (B or 1, 1, T, Tk) float32 additive mask (eager; else NULL);
+//   blocked   (B or 1, 1, T, Tk) bool, true where a key is hidden (sdpa; else NULL);
+//   k_cache, v_cache  per layer (B, nkv, MaxLen, hs) buffers, or both NULL
+//             for a pass without a cache; the pass writes positions
+//             [past, past+T) and attends over [0, past+T).
+// *out receives a new handle to the (B, T, C) hidden states.
+char* evolm_fused_forward(const evolm_fused_config* cfg, void** weights, void* x, void* cos,
+                          void* sin, void* bias, void* blocked, void** k_cache, void** v_cache,
+                          int64_t past, void** out);
+
+// evolm_fused_argmax is torch.argmax(x, -1) for x (B, V): the first index
+// of each row's maximum (of its first NaN, if any), as a new (B) int64
+// tensor in *out. A contiguous CPU float32 x takes a vectorized two-pass
+// scan; anything else at::argmax.
+char* evolm_fused_argmax(void* x, void** out);
+
+// evolm_fused_argmax_vectorized reports whether this CPU takes the
+// vectorized scan (x86-64 with AVX2).
+int evolm_fused_argmax_vectorized(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,81 @@
+package llama
+
+import (
+	"os"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/fused"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// fusedOn says whether forward passes with grad off run their decoder
+// layers through model/fused, the same ops in one C++ call (the same bits:
+// TestFusedEqualsPlain). EVOLM_FUSED=0 turns it off, to rule it out when
+// debugging; SetFused does the same for a test.
+var fusedOn = os.Getenv("EVOLM_FUSED") != "0"
+
+// SetFused turns the fused inference path on or off and returns the
+// previous setting. Not safe to call while a forward pass runs.
+func SetFused(on bool) (prev bool) {
+	prev, fusedOn = fusedOn, on
+	return prev
+}
+
+// fusable reports whether this pass may take the fused path: inference
+// (grad off), no adapter on any projection, one epsilon for every norm.
+func (m *ForCausalLM) fusable() bool {
+	if !fusedOn || torch.GradEnabled() {
+		return false
+	}
+	eps := m.Model.Norm.Eps
+	for i := range m.Model.Layers {
+		l := &m.Model.Layers[i]
+		attn, mlp := l.projections("")
+		for _, p := range append(attn, mlp...) {
+			if p.l.Adapter != nil {
+				return false
+			}
+		}
+		if l.InputLayernorm.Eps != eps || l.PostAttentionLayernorm.Eps != eps ||
+			(l.SelfAttn.QNorm != nil && (l.SelfAttn.QNorm.Eps != eps || l.SelfAttn.KNorm.Eps != eps)) {
+			return false
+		}
+	}
+	return true
+}
+
+// fusedLayers is the decoder layers and the final norm on x (B, T, C) in
+// one call into model/fused: what hidden's loop and Norm.Forward compute.
+func (m *ForCausalLM) fusedLayers(s *torch.Scope, x *torch.Tensor, r rope, mk mask, cache *model.Cache, past, T int64) *torch.Tensor {
+	L := len(m.Model.Layers)
+	w := make([]*torch.Tensor, 0, L*fused.PerLayer+1)
+	for i := range m.Model.Layers {
+		l := &m.Model.Layers[i]
+		a := &l.SelfAttn
+		var qn, kn *torch.Tensor
+		if a.QNorm != nil {
+			qn, kn = a.QNorm.Weight, a.KNorm.Weight
+		}
+		// In the order of fused's slot constants.
+		w = append(w, l.InputLayernorm.Weight,
+			a.QProj.Weight, a.QProj.Bias, a.KProj.Weight, a.KProj.Bias,
+			a.VProj.Weight, a.VProj.Bias, a.OProj.Weight, a.OProj.Bias,
+			qn, kn, l.PostAttentionLayernorm.Weight,
+			l.MLP.GateProj.Weight, l.MLP.UpProj.Weight, l.MLP.DownProj.Weight)
+	}
+	w = append(w, m.Model.Norm.Weight)
+	var k, v []*torch.Tensor
+	if cache != nil {
+		if past+T > int64(cache.MaxLen()) {
+			s.Failf("kv cache full: %d cached + %d new positions > capacity %d", past, T, cache.MaxLen())
+			return nil
+		}
+		k, v = cache.Buffers()
+	}
+	cfg := fused.Config{
+		Layers: int64(L), Heads: int64(m.cfg.NumAttentionHeads), KVHeads: int64(m.cfg.NumKeyValueHeads),
+		HeadDim: int64(m.cfg.HeadDim), NormEps: m.Model.Norm.Eps, AttnScale: m.cfg.AttnScale,
+		SDPA: m.cfg.AttnImplementation == model.AttnSDPA,
+	}
+	return fused.Forward(s, cfg, w, x, r.cos, r.sin, mk.bias, mk.blocked, k, v, past)
+}

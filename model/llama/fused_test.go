@@ -1,0 +1,108 @@
+package llama_test
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/fused"
+	"github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/torch"
+)
+
+// TestFusedEqualsPlain: the fused inference path (model/fused, the decoder
+// layers in one C++ call) computes the same bits as the plain Go path, over
+// a prefill and one-token decode steps through the KV cache and a pass
+// without a cache, with and without left padding, on every golden
+// architecture (Qwen3's q/k norms, Qwen2's biases, Llama's untied head,
+// GQA), with eager and SDPA attention, in float32 and bfloat16.
+func TestFusedEqualsPlain(t *testing.T) {
+	dir, names := golden.Get(t)
+	defer llama.SetFused(llama.SetFused(true))
+	for _, name := range names {
+		for _, opt := range []model.LoadOptions{
+			{Attention: model.AttnEager},
+			{Attention: model.AttnSDPA},
+			{DType: torch.BFloat16},
+		} {
+			m, err := model.Load(filepath.Join(dir, name), opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := torch.Live()
+			for c, rc := range readRefs(t, filepath.Join(dir, name, "ref.safetensors")) {
+				llama.SetFused(false)
+				plainCached, plainFull := cachedForward(t, m, rc, 4), forwardNoGrad(t, m, rc)
+				llama.SetFused(true)
+				calls := fused.Calls()
+				fusedCached, fusedFull := cachedForward(t, m, rc, 4), forwardNoGrad(t, m, rc)
+				if n := fused.Calls() - calls; n < 2 {
+					t.Fatalf("%s: the fused path ran %d times, want every pass", name, n)
+				}
+				dc, df := bitDiff(plainCached, fusedCached), bitDiff(plainFull, fusedFull)
+				t.Logf("%s %s/%s case%d: fused vs plain, cached %d and full %d differing logits (of %d)",
+					name, opt.Attention, torch.DTypeName(m.DType()), c, dc, df, len(plainFull))
+				if dc != 0 || df != 0 {
+					t.Errorf("%s %+v case%d: the fused path differs from the plain one in %d cached and %d full logits",
+						name, opt, c, dc, df)
+				}
+			}
+			if n := torch.Live() - base; n != 0 {
+				t.Errorf("%s: %d tensors leaked", name, n)
+			}
+			m.Close()
+		}
+	}
+}
+
+// TestFusedCacheFull: a fused pass that would overflow the KV cache fails
+// with the cache's own message, as Cache.Update does on the plain path.
+func TestFusedCacheFull(t *testing.T) {
+	dir, _ := golden.Get(t)
+	m, err := model.Load(filepath.Join(dir, "qwen3_gqa_tied"), model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cache, err := model.NewCache(m, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	s := torch.NewScope()
+	defer s.Close()
+	err = torch.NoGrad(func() error {
+		_, err := m.Forward(s, model.Batch{IDs: s.FromInt64([]int64{1, 2, 3, 4, 5}, 1, 5), Cache: cache})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "kv cache full: 0 cached + 5 new positions > capacity 4") {
+		t.Fatalf("error %v, want the cache's capacity", err)
+	}
+}
+
+// bitDiff counts the positions where a and b are not the same float32 bits
+// (NaN included).
+func bitDiff(a, b []float32) int {
+	if len(a) != len(b) {
+		return max(len(a), len(b))
+	}
+	n := 0
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// forwardNoGrad is forward with grad off, where the fused path applies.
+func forwardNoGrad(t *testing.T, m model.CausalLM, rc refCase) []float32 {
+	t.Helper()
+	var out []float32
+	if err := torch.NoGrad(func() error { out = forward(t, m, rc); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
