@@ -243,12 +243,7 @@ func (g *Group) call(what string, f func(*C.evolm_dist_group, C.int64_t) *C.char
 
 // handle is t's libtorch handle (torch::Tensor*), nil for a nil tensor,
 // which the shim reports as an error.
-func handle(t *torch.Tensor) unsafe.Pointer {
-	if t == nil {
-		return nil
-	}
-	return t.Ctensor()
-}
+func handle(t *torch.Tensor) unsafe.Pointer { return torch.Handle(t) }
 
 // cErr turns the shim's malloc'd message (nil: success) into an error.
 func cErr(msg *C.char) error {

@@ -12,6 +12,17 @@
 // state-dict: model.layers.{i}.self_attn.q_proj.weight … Forward methods hold
 // the math: RMSNorm, softmax and RoPE are computed in float32 and cast back to
 // the parameter dtype, as HF does; logits are returned in float32.
+//
+// Two things change how, not what, is computed:
+//
+//   - A forward pass with grad off and no adapter runs its decoder layers and
+//     final norm through model/fused: the same ATen ops, called from C++ in
+//     one cgo call instead of ~95 Go-side ops a layer (fused.go). Its
+//     outputs are the plain path's bits (TestFusedEqualsPlain).
+//   - On CPU the lm_head over 2 to 4 rows, or 1 row of a model at least 128
+//     wide, runs as W·hᵀ, which MKL streams once, instead of h·Wᵀ
+//     (streamedHead); those logits equal F.linear's within float32
+//     rounding, not bit for bit.
 package llama
 
 import (

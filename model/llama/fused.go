@@ -30,9 +30,9 @@ func (m *ForCausalLM) fusable() bool {
 	eps := m.Model.Norm.Eps
 	for i := range m.Model.Layers {
 		l := &m.Model.Layers[i]
-		attn, mlp := l.projections("")
-		for _, p := range append(attn, mlp...) {
-			if p.l.Adapter != nil {
+		a, f := &l.SelfAttn, &l.MLP
+		for _, p := range [...]*Linear{&a.QProj, &a.KProj, &a.VProj, &a.OProj, &f.GateProj, &f.UpProj, &f.DownProj} {
+			if p.Adapter != nil {
 				return false
 			}
 		}
