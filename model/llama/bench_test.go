@@ -9,6 +9,7 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -113,4 +114,62 @@ func BenchmarkVsHF(b *testing.B) {
 		b.ReportMetric(benchSetup.hf.FwdBwdS, "hf_s/step")
 		b.ReportMetric(benchSetup.hf.FwdBwdS/step, "x_hf")
 	})
+}
+
+// BenchmarkDecodeStep times one KV-cached decode step (batch 1, after a
+// 64-token prompt, hidden states only) on the tiny and small presets,
+// through the plain Go path and through model/fused, in one process:
+//
+//	go test -run '^$' -bench DecodeStep ./model/llama
+//
+// The paths compute the same bits (TestFusedEqualsPlain); the difference is
+// the per-op cost around ~95 ATen ops a layer.
+func BenchmarkDecodeStep(b *testing.B) {
+	torch.SetNumThreads(benchThreads)
+	defer torch.SetGrad(false)()
+	defer llama.SetFused(llama.SetFused(true))
+	for _, preset := range []string{"tiny", "small"} {
+		dir := filepath.Join(b.TempDir(), preset)
+		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: preset, Seed: 1, OutDir: dir}); err != nil {
+			b.Fatal(err)
+		}
+		m, err := model.Load(dir, model.LoadOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		const prompt = 64
+		for _, path := range []string{"plain", "fused"} {
+			b.Run(preset+"/"+path, func(b *testing.B) {
+				llama.SetFused(path == "fused")
+				cache, err := model.NewCache(m, 1, prompt+1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cache.Close()
+				s := torch.NewScope()
+				defer s.Close()
+				ids := make([]int64, prompt)
+				for i := range ids {
+					ids[i] = int64(i*7919+13) % int64(m.Config().VocabSize)
+				}
+				if _, err := m.Hidden(s, model.Batch{IDs: s.FromInt64(ids, 1, prompt), Cache: cache}); err != nil {
+					b.Fatal(err)
+				}
+				next := s.FromInt64([]int64{42}, 1, 1)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := cache.Truncate(prompt); err != nil {
+						b.Fatal(err)
+					}
+					c := s.Child()
+					if _, err := m.Hidden(c, model.Batch{IDs: next, Cache: cache}); err != nil {
+						b.Fatal(err)
+					}
+					c.Close()
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/step")
+			})
+		}
+		m.Close()
+	}
 }
