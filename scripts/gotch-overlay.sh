@@ -4,6 +4,8 @@
 # flags that link gotch against libtorch 2.1.0 at $LIBTORCH (docs/design.md,
 # the engine); ts_tensor.go, gotch's tensor handle without its 100 KB
 # padding; ts_tensor_generated.go, gotch's ops without their per-op leak.
+# It also writes the cgo flags of the project's two C++ shims over libtorch:
+# dist_cgo.go (model/dist, c10d) and fused_cgo.go (model/fused, ATen).
 #
 # gotch hard-codes its flags in libtch/lib.go; `go build -overlay` swaps those
 # files for ours, so gotch itself is never edited or vendored: the two ts

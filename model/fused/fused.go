@@ -1,6 +1,11 @@
-// Package fused runs a Llama/Qwen decoder stack's forward pass, every layer
-// and the final norm, in one call into libtorch: a C++ shim (fused.cc) over
-// ATen, the second of the per-op overhead routes in docs/engine-speed.md.
+// Package fused is the engine's C++ shim over ATen (fused.cc) for the hot
+// paths whose cost is per-op overhead rather than arithmetic
+// (docs/engine-speed.md §4–5):
+//
+//   - Forward runs a Llama/Qwen decoder stack's forward pass, every layer
+//     and the final norm, in one call into libtorch;
+//   - Argmax is torch.argmax over a vocabulary row, vectorized, where
+//     libtorch 2.1's CPU kernel is a scalar loop.
 //
 // # Why
 //
@@ -23,6 +28,14 @@
 // are computed once per pass), and so does everything with grad on: the
 // fused path is inference only, and model/llama takes it only when no
 // adapter (LoRA) is attached.
+//
+// # Building
+//
+// fused.cc compiles against the headers of the libtorch the Makefile
+// provisions (the torch wheel's include/), with its C++ ABI; the flags depend
+// on the machine, so scripts/gotch-overlay.sh writes them to
+// build/_overlay/fused_cgo.go, which build/overlay.json swaps in for cgo.go,
+// as for model/dist. It links only what gotch already links.
 package fused
 
 // #include <stdlib.h>
