@@ -41,8 +41,8 @@ import (
 // memo table regrows in every row group), levels 5-10%, statistics, RLE and
 // the file's sha256 the rest. The columns are unequal: the token ids take
 // 40% of the CPU and bound the wall time on 2 cores; tasks start largest
-// first. Measured: 0.89x pyarrow's wall time (0.54x one column at a time),
-// 0.57x its CPU time.
+// first. The measured throughput against pyarrow is in docs/engine-speed.md
+// ("Parquet writes").
 type columnWriter struct {
 	w        *file.Writer
 	schema   *arrow.Schema
@@ -64,8 +64,9 @@ type step struct {
 }
 
 type leafPlan struct {
-	field int    // top-level field
-	path  []step // path[0] is the field itself
+	field          int    // top-level field
+	path           []step // path[0] is the field itself
+	maxDef, maxRep int16  // the leaf's maximum definition and repetition levels
 }
 
 // parallelWritable reports whether columnWriter can write every field of
@@ -109,7 +110,17 @@ func leafPlans(sc *arrow.Schema) []leafPlan {
 		case *arrow.ListType:
 			walk(fi, t.ElemField(), append(append([]step{}, path...), step{kind: 'l', nullable: f.Nullable}))
 		default:
-			out = append(out, leafPlan{field: fi, path: append(append([]step{}, path...), step{kind: 'p', nullable: f.Nullable})})
+			l := leafPlan{field: fi, path: append(append([]step{}, path...), step{kind: 'p', nullable: f.Nullable})}
+			for _, s := range l.path {
+				if s.nullable {
+					l.maxDef++
+				}
+				if s.kind == 'l' {
+					l.maxDef++
+					l.maxRep++
+				}
+			}
+			out = append(out, l)
 		}
 	}
 	for fi, f := range sc.Fields() {
@@ -139,18 +150,8 @@ func newColumnWriter(sc *arrow.Schema, sink interface{ Write([]byte) (int, error
 		return nil, fmt.Errorf("%d leaf columns in the Arrow schema, %d in its Parquet schema", len(leaves), pqschema.NumColumns())
 	}
 	for i, l := range leaves {
-		var def, rep int16
-		for _, s := range l.path {
-			if s.nullable {
-				def++
-			}
-			if s.kind == 'l' {
-				def++
-				rep++
-			}
-		}
-		if c := pqschema.Column(i); c.MaxDefinitionLevel() != def || c.MaxRepetitionLevel() != rep {
-			return nil, fmt.Errorf("column %s: levels %d/%d, Parquet schema says %d/%d", c.Path(), def, rep, c.MaxDefinitionLevel(), c.MaxRepetitionLevel())
+		if c := pqschema.Column(i); c.MaxDefinitionLevel() != l.maxDef || c.MaxRepetitionLevel() != l.maxRep {
+			return nil, fmt.Errorf("column %s: levels %d/%d, Parquet schema says %d/%d", c.Path(), l.maxDef, l.maxRep, c.MaxDefinitionLevel(), c.MaxRepetitionLevel())
 		}
 	}
 	w, err := file.NewParquetWriterWithError(sink, pqschema.Root(), file.WithWriterProps(props), file.WithWriteMetadata(meta))
@@ -256,7 +257,7 @@ func (cw *columnWriter) writeRange(rec arrow.RecordBatch, off, size int64) error
 			if err != nil {
 				return err
 			}
-			lv := leafLevels(cols[cw.leaves[i].field], cw.leaves[i].path, cw.props.Allocator(), &cw.scratch[i])
+			lv := leafLevels(cols[cw.leaves[i].field], cw.leaves[i], cw.props.Allocator(), &cw.scratch[i])
 			defer lv.release()
 			ctx := pqarrow.NewArrowWriteContext(context.Background(), &cw.arrProps)
 			if err := pqarrow.WriteArrowToColumn(ctx, c, lv.values, lv.def, lv.rep, lv.leafNullable); err != nil {
@@ -315,12 +316,6 @@ func (l *levels) release() {
 	}
 }
 
-// leafLevels computes the Dremel levels of the leaf at the end of path for
-// every row of arr, the top-level column (path[0] its own node): a null
-// at a node emits the levels so far; a list emits its elements at one more
-// repetition level, an empty one a single level; each level reaching the
-// leaf or a null struct below the innermost list takes the leaf slot at
-// its index. As pqarrow, levels are nil for a column whose maximum is 0.
 // levelScratch holds a leaf's level slices between batches (the column
 // writer copies levels into its pages, keeping none).
 type levelScratch struct{ def, rep []int16 }
@@ -333,17 +328,15 @@ func reuse(buf []int16, capacity int) []int16 {
 	return buf[:0]
 }
 
-func leafLevels(arr arrow.Array, path []step, mem memory.Allocator, scratch *levelScratch) levels {
-	var maxDef, maxRep int16
-	for _, s := range path {
-		if s.nullable {
-			maxDef++
-		}
-		if s.kind == 'l' {
-			maxDef++
-			maxRep++
-		}
-	}
+// leafLevels computes the Dremel levels of plan's leaf, at the end of its
+// path, for every row of arr, the top-level column (path[0] its own node):
+// a null at a node emits the levels so far; a list emits its elements at
+// one more repetition level, an empty one a single level; each level
+// reaching the leaf or a null struct below the innermost list takes the
+// leaf slot at its index. As pqarrow, levels are nil for a column whose
+// maximum is 0.
+func leafLevels(arr arrow.Array, plan leafPlan, mem memory.Allocator, scratch *levelScratch) levels {
+	path, maxDef, maxRep := plan.path, plan.maxDef, plan.maxRep
 	// The leaf's storage (struct children are aligned with their struct,
 	// list values are indexed by absolute offsets), and the span of it the
 	// rows reach: about as many levels as there will be.

@@ -8,7 +8,8 @@
 // dictionary encoding, statistics, the Arrow schema stored, provenance in the
 // key-value metadata). It encodes a batch's columns in parallel
 // (columnWriter: pqarrow's leaf writer fed by our level builder, the same
-// bytes as pqarrow.FileWriter) and compresses pages with libzstd (zstdCodec). It writes to a hidden temp file ".<name>.<rand>.tmp"
+// bytes as pqarrow.FileWriter) and compresses pages with libzstd
+// (zstdCodec). It writes to a hidden temp file ".<name>.<rand>.tmp"
 // in the destination directory, flocked while its writer lives;
 // ShardWriter.Commit fsyncs, renames, closes and fsyncs the directory; Abort
 // removes the temp file. A crash therefore
