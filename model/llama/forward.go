@@ -253,11 +253,7 @@ func checkShape(what string, x *torch.Tensor, B, T int64) error {
 // Logits implements model.CausalLM: lm_head(h) in float32, (…, V).
 func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, error) {
 	var out *torch.Tensor
-	if rows, ok := m.streamedHead(h); ok {
-		sh, err := torch.Shape(h)
-		if err != nil {
-			return nil, fmt.Errorf("%s lm_head: %w", m.cfg.Architectures[0], err)
-		}
+	if sh, rows, ok := m.streamedHead(h); ok {
 		shape := append(sh[:len(sh)-1:len(sh)-1], int64(m.cfg.VocabSize))
 		out = s.Reshape(s.Contiguous(m.headColumns(s, h, rows)), shape...) // (…, V)
 	} else {
@@ -279,20 +275,21 @@ func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, er
 // keep F.linear, which is as fast or faster for them. The two forms differ
 // in the last bits of a logit, so Logits and WriteLogits both choose by the
 // same rule: for the same h they return the same bits.
-func (m *ForCausalLM) streamedHead(h *torch.Tensor) (rows int64, ok bool) {
+// It also returns h's shape and its number of rows.
+func (m *ForCausalLM) streamedHead(h *torch.Tensor) (shape []int64, rows int64, ok bool) {
 	w := m.LMHead.Weight
 	if torch.IsCUDA(m.dev) || m.LMHead.Adapter != nil || m.LMHead.Bias != nil || w.DType() != torch.Float32 || h.DType() != torch.Float32 {
-		return 0, false
+		return nil, 0, false
 	}
 	sh, err := torch.Shape(h)
 	if err != nil || len(sh) == 0 {
-		return 0, false
+		return nil, 0, false
 	}
 	rows, C := int64(1), sh[len(sh)-1]
 	for _, d := range sh[:len(sh)-1] {
 		rows *= d
 	}
-	return rows, (rows >= 2 && rows <= 4) || (rows == 1 && C >= 128)
+	return sh, rows, (rows >= 2 && rows <= 4) || (rows == 1 && C >= 128)
 }
 
 // headColumns is lm_head(h) for rows rows as the (rows, V) transpose of
@@ -315,7 +312,7 @@ func (m *ForCausalLM) WriteLogits(s *torch.Scope, h, out *torch.Tensor) (bool, e
 	if m.LMHead.Adapter != nil || m.LMHead.Bias != nil || w.DType() != torch.Float32 || h.DType() != torch.Float32 {
 		return false, nil
 	}
-	if rows, ok := m.streamedHead(h); ok {
+	if _, rows, ok := m.streamedHead(h); ok {
 		s.Copy_(s.View(out, rows, int64(m.cfg.VocabSize)), m.headColumns(s, h, rows))
 	} else {
 		s.LinearOut(out, h, w)
