@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -187,7 +188,11 @@ func LoadWeights(m CausalLM, src TensorSource) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.Name, err)
 			}
-			if !done { // another device or dtype: through a temporary tensor
+			if done { // a raw copy: tell packed copies of this weight (model/fused) it changed
+				if err := fused.BumpVersion(p.Tensor); err != nil {
+					return fmt.Errorf("%s: %w", p.Name, err)
+				}
+			} else { // another device or dtype: through a temporary tensor
 				ps := s.Child()
 				ps.Copy_(p.Tensor, ps.FromBytes(data, info.Shape, stDTypes[info.DType]))
 				ps.Close()

@@ -238,6 +238,13 @@ void zeroClearPass(evolm_dist_zero2* z) {
   z->next = 0;
 }
 
+// written bumps x's version counter: a collective writes its memory without
+// an ATen in-place op, and model/fused keeps packed copies of weights until
+// their version changes.
+void written(const at::Tensor& x) {
+  if (x.defined() && !x.is_inference()) x.unsafeGetTensorImpl()->bump_version();
+}
+
 }  // namespace
 
 extern "C" {
@@ -345,6 +352,7 @@ char* evolm_dist_all_reduce(evolm_dist_group* g, void* t, int op, int64_t timeou
     o.reduceOp = reduceOp(op);
     o.timeout = timeoutOf(g, timeout_ms);
     wait(g->backend->allreduce(ts, o), o.timeout);
+    written(x);
     if (op == EVOLM_DIST_AVG) {
       x.div_(g->world);
     }
@@ -375,6 +383,7 @@ char* evolm_dist_reduce_scatter(evolm_dist_group* g, void* out, void* in, int op
       wait(g->backend->allreduce(ts, ao), o.timeout);
       y.copy_(all.split(y.size(0), 0)[g->rank]);
     }
+    written(y);
     if (op == EVOLM_DIST_AVG) {
       y.div_(g->world);
     }
@@ -397,6 +406,7 @@ char* evolm_dist_all_gather(evolm_dist_group* g, void* out, void* in, int64_t ti
       std::vector<at::Tensor> ins{x};
       wait(g->backend->allgather(outs, ins, o), o.timeout);
     }
+    written(y);
   });
 }
 
@@ -409,6 +419,7 @@ char* evolm_dist_broadcast(evolm_dist_group* g, void* t, int root, int64_t timeo
     o.rootRank = root;
     o.timeout = timeoutOf(g, timeout_ms);
     wait(g->backend->broadcast(ts, o), o.timeout);
+    written(ts[0]);
   });
 }
 

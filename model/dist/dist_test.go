@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -206,6 +207,27 @@ func runCollectives(g *Group) error {
 	}
 	if err := check("broadcast", t, slices.Repeat([]float32{float32(100 + w - 1)}, 4)); err != nil {
 		return err
+	}
+
+	// A weight written by a collective: a packed copy of it (model/fused,
+	// as the lm_head keeps one) must be remade, so the shim bumps the
+	// weight's version.
+	packed := dev == torch.CPU && fused.PackedAvailable()
+	x := from([]float32{1, 1, 1, 1}, 1, 4)
+	wt := s.Full([]int64{3, 4}, float64(100+r), torch.Float32, dev)
+	if packed {
+		fused.PackedLinear(s, x, wt, nil)
+	}
+	if err := g.Broadcast(wt, w-1); err != nil {
+		return err
+	}
+	if err := check("weight broadcast", wt, slices.Repeat([]float32{float32(100 + w - 1)}, 12)); err != nil {
+		return err
+	}
+	if packed {
+		if err := check("packed linear after a broadcast", fused.PackedLinear(s, x, wt, nil), slices.Repeat([]float32{4 * float32(100+w-1)}, 3)); err != nil {
+			return err
+		}
 	}
 
 	// rows: (2W, 2), row i = (i+1, i+1); rank r sends rows·(r+1) and gets

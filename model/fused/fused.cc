@@ -20,7 +20,12 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <mutex>
+#include <unordered_map>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -206,7 +211,115 @@ bool has_avx2() {
 #endif
 }
 
+// Packed weights (evolm_fused_packed_linear). A weight is reordered once
+// into oneDNN's blocked layout (mkldnn::_reorder_linear_weight) and kept
+// while it is the same weight with the same values: the entry holds a weak
+// reference to the weight's TensorImpl (a new tensor at the same address is
+// not it), its data pointer, and its version counter, which every in-place
+// ATen op bumps (optimizer steps, copy_ from a checkpoint); writes that
+// bypass ATen (model.LoadWeights' raw copy, model/dist's collectives) bump
+// it themselves (evolm_fused_bump_version).
+struct Packed {
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> weight;
+  const void* data;
+  int64_t version;
+  at::Tensor packed;
+  int64_t bytes;
+};
+
+std::mutex packed_mu;
+std::unordered_map<const c10::TensorImpl*, Packed> packed_cache;
+
+bool packing_available() {
+  static const bool yes = [] {
+    if (!at::hasMKLDNN()) return false;
+    auto& d = c10::Dispatcher::singleton();
+    return d.findSchema({"mkldnn::_reorder_linear_weight", ""}).has_value() &&
+           d.findSchema({"mkldnn::_linear_pointwise", ""}).has_value();
+  }();
+  return yes;
+}
+
+// packed_weight is w's packed form, reordered on first use and again after
+// w changed. Entries of freed weights go whenever another weight is packed.
+at::Tensor packed_weight(const at::Tensor& w) {
+  const c10::TensorImpl* key = w.unsafeGetTensorImpl();
+  std::lock_guard<std::mutex> lock(packed_mu);
+  auto it = packed_cache.find(key);
+  if (it != packed_cache.end() && !it->second.weight.expired() &&
+      it->second.data == w.data_ptr() && it->second.version == w._version()) {
+    return it->second.packed;
+  }
+  for (auto e = packed_cache.begin(); e != packed_cache.end();) {
+    e = e->second.weight.expired() ? packed_cache.erase(e) : std::next(e);
+  }
+  static auto reorder = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("mkldnn::_reorder_linear_weight", "")
+                            .typed<at::Tensor(const at::Tensor&, c10::optional<int64_t>)>();
+  at::Tensor p = reorder.call(w, c10::nullopt);
+  packed_cache.insert_or_assign(key, Packed{
+      c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(w.getIntrusivePtr()),
+      w.data_ptr(), w._version(), p, w.numel() * static_cast<int64_t>(w.element_size())});
+  return p;
+}
+
 }  // namespace
+
+extern "C" int evolm_fused_packed_available(void) { return packing_available() ? 1 : 0; }
+
+extern "C" char* evolm_fused_packed_linear(void* x, void* w, void* into, void** out) {
+  return guard([&] {
+    TORCH_CHECK(x != nullptr && w != nullptr, "packed linear: a required argument is NULL");
+    TORCH_CHECK(packing_available(), "packed linear: this libtorch has no oneDNN (mkldnn) linear");
+    at::Tensor a = handle(x), wt = handle(w);
+    TORCH_CHECK(a.is_cpu() && wt.is_cpu() && a.scalar_type() == at::kFloat &&
+                    wt.scalar_type() == at::kFloat,
+                "packed linear: needs float32 CPU tensors, got ", a.scalar_type(), " on ",
+                a.device(), " and ", wt.scalar_type(), " on ", wt.device());
+    TORCH_CHECK(wt.dim() == 2 && wt.is_contiguous() && a.dim() >= 1 && a.size(-1) == wt.size(1),
+                "packed linear: input ", a.sizes(), " against weight ", wt.sizes());
+    TORCH_CHECK(!at::GradMode::is_enabled() || !(a.requires_grad() || wt.requires_grad()),
+                "packed linear: inference only (grad is on)");
+    static auto linear = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                               const c10::optional<at::Tensor>&, c10::string_view,
+                                               c10::List<c10::optional<at::Scalar>>,
+                                               c10::optional<c10::string_view>)>();
+    at::Tensor p = packed_weight(wt);
+    std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end());
+    shape.back() = wt.size(0);
+    at::Tensor y = linear.call(a.reshape({-1, a.size(-1)}).contiguous(), p, c10::nullopt, "none",
+                               c10::List<c10::optional<at::Scalar>>(), c10::string_view(""))
+                       .view(shape);
+    if (into != nullptr) {
+      at::Tensor o = handle(into);
+      TORCH_CHECK(o.numel() == y.numel(), "packed linear: output ", o.sizes(), " for ", y.sizes());
+      o.view(shape).copy_(y);
+      return;
+    }
+    *out = new at::Tensor(std::move(y));
+  });
+}
+
+extern "C" void evolm_fused_packed_stats(int64_t* n, int64_t* bytes) {
+  std::lock_guard<std::mutex> lock(packed_mu);
+  *n = 0;
+  *bytes = 0;
+  for (auto& e : packed_cache) {
+    if (e.second.weight.expired()) continue;
+    (*n)++;
+    *bytes += e.second.bytes;
+  }
+}
+
+extern "C" char* evolm_fused_bump_version(void* t) {
+  return guard([&] {
+    TORCH_CHECK(t != nullptr, "bump version: tensor is NULL");
+    at::Tensor x = handle(t);
+    if (x.defined() && !x.is_inference()) x.unsafeGetTensorImpl()->bump_version();
+  });
+}
 
 extern "C" int evolm_fused_argmax_vectorized(void) { return has_avx2() ? 1 : 0; }
 

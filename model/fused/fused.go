@@ -5,7 +5,24 @@
 //   - Forward runs a Llama/Qwen decoder stack's forward pass, every layer
 //     and the final norm, in one call into libtorch;
 //   - Argmax is torch.argmax over a vocabulary row, vectorized, where
-//     libtorch 2.1's CPU kernel is a scalar loop.
+//     libtorch 2.1's CPU kernel is a scalar loop;
+//   - PackedLinear is x·wᵀ through oneDNN over w packed once into its
+//     blocked layout, for the lm_head: F.linear (MKL) re-packs the whole
+//     weight on every call, which over the few rows of a decode step costs
+//     more than the product.
+//
+// # Packed weights
+//
+// A packed copy is kept per weight until the weight changes, which the shim
+// tells from the weight's TensorImpl (held weakly, so a new tensor at a
+// freed one's address is not mistaken for it), its data pointer and its
+// version counter. Every in-place ATen op bumps that counter: optimizer
+// steps, copy_, LoRA merges. Writes that bypass ATen bump it themselves with
+// BumpVersion (model.LoadWeights' raw copy) or in C++ (model/dist's
+// collectives); model/llama's TestPackedHeadFollowsWeights and model/dist's
+// TestCollectives fail on a stale copy. The copy takes as much memory as the
+// weight (PackedStats); copies of freed weights go when the next weight is
+// packed.
 //
 // # Why
 //
@@ -167,3 +184,53 @@ func Argmax(s *torch.Scope, x *torch.Tensor) *torch.Tensor {
 // ArgmaxVectorized reports whether Argmax takes the vectorized scan on this
 // CPU (x86-64 with AVX2) for contiguous float32 CPU rows.
 func ArgmaxVectorized() bool { return C.evolm_fused_argmax_vectorized() == 1 }
+
+// PackedAvailable reports whether this libtorch has oneDNN's linear over
+// packed weights, which PackedLinear needs.
+func PackedAvailable() bool { return C.evolm_fused_packed_available() == 1 }
+
+// PackedLinear is x·wᵀ for float32 CPU x (…, C) and w (V, C), grad off,
+// through oneDNN with w reordered once into its blocked layout and reused
+// until w changes: its version counter (bumped by every in-place ATen op,
+// and by BumpVersion), its data pointer or its identity. With into not nil
+// the (…, V) result is written there (a contiguous tensor of as many
+// elements) and PackedLinear returns into; else a new tensor owned by s.
+// The packed copy takes as much memory as w. Errors are recorded on s.
+func PackedLinear(s *torch.Scope, x, w, into *torch.Tensor) *torch.Tensor {
+	if s.Err() != nil {
+		return nil
+	}
+	if x == nil || w == nil {
+		s.Fail(errors.New("packed linear: input or weight is nil"))
+		return nil
+	}
+	var out unsafe.Pointer
+	if msg := C.evolm_fused_packed_linear(torch.Handle(x), torch.Handle(w), torch.Handle(into), &out); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		s.Fail(fmt.Errorf("packed linear: %s", C.GoString(msg)))
+		return nil
+	}
+	if into != nil {
+		return into
+	}
+	return s.AdoptHandle("packed linear", out)
+}
+
+// PackedStats reports how many weights PackedLinear holds packed and how
+// many bytes those weights have (their packed copies take about as many).
+func PackedStats() (n int, bytes int64) {
+	var cn, cb C.int64_t
+	C.evolm_fused_packed_stats(&cn, &cb)
+	return int(cn), int64(cb)
+}
+
+// BumpVersion marks t as written. Code that writes a tensor's memory
+// without an ATen in-place op (a raw copy into its data, a collective)
+// calls it, so that PackedLinear repacks the weight.
+func BumpVersion(t *torch.Tensor) error {
+	if msg := C.evolm_fused_bump_version(torch.Handle(t)); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		return fmt.Errorf("bump version: %s", C.GoString(msg))
+	}
+	return nil
+}

@@ -57,6 +57,26 @@ char* evolm_fused_argmax(void* x, void** out);
 // vectorized scan (x86-64 with AVX2).
 int evolm_fused_argmax_vectorized(void);
 
+// evolm_fused_packed_available reports whether this libtorch has oneDNN's
+// linear over packed weights (1) or not (0).
+int evolm_fused_packed_available(void);
+
+// evolm_fused_packed_linear is x·wᵀ for float32 CPU x (…, C) and w (V, C),
+// grad off, through oneDNN with w reordered once into its blocked layout
+// and kept until w changes (its version counter, data pointer or identity).
+// With into non-NULL it writes the (…, V) result there (any tensor of that
+// many elements, contiguous) and leaves *out alone; else *out receives a new
+// handle.
+char* evolm_fused_packed_linear(void* x, void* w, void* into, void** out);
+
+// evolm_fused_packed_stats reports how many weights are held packed and
+// their bytes.
+void evolm_fused_packed_stats(int64_t* n, int64_t* bytes);
+
+// evolm_fused_bump_version marks t as written (its version counter), for
+// writes that bypass ATen's in-place ops.
+char* evolm_fused_bump_version(void* t);
+
 #ifdef __cplusplus
 }
 #endif

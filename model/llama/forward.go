@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -253,9 +254,8 @@ func checkShape(what string, x *torch.Tensor, B, T int64) error {
 // Logits implements model.CausalLM: lm_head(h) in float32, (…, V).
 func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, error) {
 	var out *torch.Tensor
-	if sh, rows, ok := m.streamedHead(h); ok {
-		shape := append(sh[:len(sh)-1:len(sh)-1], int64(m.cfg.VocabSize))
-		out = s.Reshape(s.Contiguous(m.headColumns(s, h, rows)), shape...) // (…, V)
+	if m.packedHead(h) {
+		out = fused.PackedLinear(s, h, m.LMHead.Weight, nil)
 	} else {
 		out = s.Float32(m.LMHead.Forward(s, h))
 	}
@@ -265,44 +265,20 @@ func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, er
 	return out, nil
 }
 
-// streamedHead reports whether lm_head(h) runs as headColumns: on CPU, for
-// a float32 head without adapter or bias, over 2 to 4 rows, or 1 row of a
-// model at least 128 wide. h·Wᵀ with so few rows is a gemv or a skinny GEMM
-// for which MKL packs or re-reads the whole (V, C) weight; W·hᵀ (C, N) is
-// a GEMM in which the weight is the large operand MKL streams once. With
-// Qwen's 151,936 tokens that form measured 1.5–4× faster here (one row at
-// C = 256: 12.8 against 19.3 ms; docs/engine-speed.md). Other row counts
-// keep F.linear, which is as fast or faster for them. The two forms differ
-// in the last bits of a logit, so Logits and WriteLogits both choose by the
-// same rule: for the same h they return the same bits.
-// It also returns h's shape and its number of rows.
-func (m *ForCausalLM) streamedHead(h *torch.Tensor) (shape []int64, rows int64, ok bool) {
+// packedHead reports whether lm_head(h) runs through oneDNN over the head's
+// packed weight (fused.PackedLinear): on CPU, grad off, for a float32 head
+// without adapter or bias, unless EVOLM_PACKED=0. F.linear re-packs the
+// whole (V, C) weight on every call, which for the few rows of a decode
+// step costs more than the arithmetic; the packed weight is reordered once
+// and kept until the weights change. With Qwen's 151,936 tokens it measured
+// 1.5–2.6× faster than F.linear from 1 to 64 rows and level at 512
+// (docs/engine-speed.md §8). The logits equal F.linear's within float32
+// rounding, not bit for bit; Logits and WriteLogits take the same path, so
+// for the same h they return the same bits.
+func (m *ForCausalLM) packedHead(h *torch.Tensor) bool {
 	w := m.LMHead.Weight
-	if torch.IsCUDA(m.dev) || m.LMHead.Adapter != nil || m.LMHead.Bias != nil || w.DType() != torch.Float32 || h.DType() != torch.Float32 {
-		return nil, 0, false
-	}
-	sh, err := torch.Shape(h)
-	if err != nil || len(sh) == 0 {
-		return nil, 0, false
-	}
-	rows, C := int64(1), sh[len(sh)-1]
-	for _, d := range sh[:len(sh)-1] {
-		rows *= d
-	}
-	return sh, rows, (rows >= 2 && rows <= 4) || (rows == 1 && C >= 128)
-}
-
-// headColumns is lm_head(h) for rows rows as the (rows, V) transpose of
-// W·hᵀ (V, N), a view owned by s; one row is padded with a zero row to
-// N = 2, which MKL runs as a GEMM (N = 1 would be its gemv).
-func (m *ForCausalLM) headColumns(s *torch.Scope, h *torch.Tensor, rows int64) *torch.Tensor {
-	C := int64(m.cfg.HiddenSize)
-	x := s.Reshape(h, rows, C) // (rows, C)
-	if rows == 1 {
-		x = s.Cat([]*torch.Tensor{x, s.Zeros([]int64{1, C}, torch.Float32, m.dev)}, 0) // (2, C)
-	}
-	cols := s.Matmul(m.LMHead.Weight, s.Transpose(x, 0, 1)) // (V, N)
-	return s.Narrow(s.Transpose(cols, 0, 1), 0, 0, rows)    // (rows, V)
+	return packedOn && !torch.GradEnabled() && !torch.IsCUDA(m.dev) && m.LMHead.Adapter == nil && m.LMHead.Bias == nil &&
+		w.DType() == torch.Float32 && h.DType() == torch.Float32 && fused.PackedAvailable()
 }
 
 // WriteLogits implements model.LogitsWriter for a float32 lm_head without
@@ -312,8 +288,8 @@ func (m *ForCausalLM) WriteLogits(s *torch.Scope, h, out *torch.Tensor) (bool, e
 	if m.LMHead.Adapter != nil || m.LMHead.Bias != nil || w.DType() != torch.Float32 || h.DType() != torch.Float32 {
 		return false, nil
 	}
-	if _, rows, ok := m.streamedHead(h); ok {
-		s.Copy_(s.View(out, rows, int64(m.cfg.VocabSize)), m.headColumns(s, h, rows))
+	if m.packedHead(h) {
+		fused.PackedLinear(s, h, w, out)
 	} else {
 		s.LinearOut(out, h, w)
 	}

@@ -14,6 +14,18 @@ import (
 // debugging; SetFused does the same for a test.
 var fusedOn = os.Getenv("EVOLM_FUSED") != "0"
 
+// packedOn says whether the lm_head may run over its packed weight
+// (packedHead); EVOLM_PACKED=0 turns that off, SetPacked does the same for
+// a test.
+var packedOn = os.Getenv("EVOLM_PACKED") != "0"
+
+// SetPacked turns the packed lm_head on or off and returns the previous
+// setting. Not safe to call while a forward pass runs.
+func SetPacked(on bool) (prev bool) {
+	prev, packedOn = packedOn, on
+	return prev
+}
+
 // SetFused turns the fused inference path on or off and returns the
 // previous setting. Not safe to call while a forward pass runs.
 func SetFused(on bool) (prev bool) {

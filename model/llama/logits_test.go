@@ -6,7 +6,10 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/fused"
+	"github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/modeltest"
+	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -56,20 +59,22 @@ func TestWriteLogitsEqualsLogits(t *testing.T) {
 	}
 }
 
-// TestStreamedHeadMatchesLinear: where lm_head runs as W·hᵀ (streamedHead:
-// 2 to 4 rows, or 1 row at width ≥ 128, on CPU), Logits and WriteLogits
-// agree bit for bit and equal F.linear within float32 rounding; for other
-// row counts both are F.linear itself.
-func TestStreamedHeadMatchesLinear(t *testing.T) {
+// TestPackedHeadMatchesLinear: with grad off on CPU the lm_head runs over
+// its packed weight (fused.PackedLinear). Logits and WriteLogits agree bit
+// for bit and equal F.linear within float32 rounding, for 1 to 6 rows and
+// 64; with grad on, or EVOLM_PACKED=0 (SetPacked), Logits is F.linear
+// itself.
+func TestPackedHeadMatchesLinear(t *testing.T) {
+	if !fused.PackedAvailable() {
+		t.Skip("this libtorch has no oneDNN linear")
+	}
+	defer torch.SetGrad(false)()
 	const C, V = 128, 1001
-	cfg := &model.Config{Architectures: []string{"Qwen3ForCausalLM"}, HiddenSize: C, IntermediateSize: 64, NumHiddenLayers: 1,
-		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 32, VocabSize: V, TieWordEmbeddings: true,
-		MaxPositionEmbeddings: 64, InitializerRange: 0.3, RMSNormEps: 1e-6, RopeTheta: 1e6}
-	m := modeltest.Random(t, cfg, 7)
+	m := modeltest.Random(t, headConfig(C, V), 7)
 	defer m.Close()
 	w := m.Parameters()[0].Tensor // the tied embedding: lm_head's weight
 	base := torch.Live()
-	for rows := int64(1); rows <= 6; rows++ {
+	for _, rows := range []int64{1, 2, 3, 4, 5, 6, 64} {
 		func() {
 			s := torch.NewScope()
 			defer s.Close()
@@ -87,20 +92,119 @@ func TestStreamedHeadMatchesLinear(t *testing.T) {
 			if !slices.Equal(g, wr) {
 				t.Errorf("%d rows: WriteLogits differs from Logits", rows)
 			}
-			d, scale := 0.0, 0.0
-			for i := range lin {
-				d = max(d, math.Abs(float64(lin[i])-float64(g[i])))
-				scale = max(scale, math.Abs(float64(lin[i])))
-			}
-			streamed := rows <= 4
-			t.Logf("%d rows (streamed %v): max |Logits − F.linear| %.3g of max |logit| %.3g", rows, streamed, d, scale)
+			d, scale := headDiff(lin, g)
+			t.Logf("%d rows: max |Logits − F.linear| %.3g of max |logit| %.3g", rows, d, scale)
 			if len(g) != len(lin) || d > 1e-5*scale {
 				t.Errorf("%d rows: Logits differs from F.linear by %.3g", rows, d)
 			}
-			if !streamed && d != 0 {
-				t.Errorf("%d rows: Logits should be F.linear itself", rows)
+		}()
+	}
+	if n, _ := fused.PackedStats(); n == 0 {
+		t.Errorf("no weight is held packed: the packed head did not run")
+	}
+	for _, c := range []struct {
+		name string
+		grad bool
+	}{{"grad on", true}, {"EVOLM_PACKED=0", false}} {
+		func() {
+			if c.grad {
+				defer torch.SetGrad(true)()
+			} else {
+				defer llama.SetPacked(llama.SetPacked(false))
+			}
+			s := torch.NewScope()
+			defer s.Close()
+			h := s.Randn([]int64{2, 1, C}, torch.Float32, torch.CPU)
+			got, err := m.Logits(s, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, _ := headDiff(modeltest.Float32s(t, s.Linear(h, w, nil)), modeltest.Float32s(t, got)); d != 0 {
+				t.Errorf("%s: Logits differs from F.linear by %.3g; want F.linear itself", c.name, d)
 			}
 		}()
 	}
 	modeltest.CheckLeaks(t, base)
+}
+
+// TestPackedHeadFollowsWeights: the packed head is repacked whenever the
+// weight changes, through an in-place op (an optimizer step), through
+// model.LoadWeights' raw copy into the parameter's memory, and when another
+// model's weight takes the freed one's place.
+func TestPackedHeadFollowsWeights(t *testing.T) {
+	if !fused.PackedAvailable() {
+		t.Skip("this libtorch has no oneDNN linear")
+	}
+	defer torch.SetGrad(false)()
+	const C, V = 64, 503
+	cfg := headConfig(C, V)
+	m := modeltest.Random(t, cfg, 1)
+	defer func() { m.Close() }()
+	w := m.Parameters()[0].Tensor
+	check := func(what string) {
+		t.Helper()
+		s := torch.NewScope()
+		defer s.Close()
+		torch.ManualSeed(3)
+		h := s.Randn([]int64{3, 1, C}, torch.Float32, torch.CPU)
+		got, err := m.Logits(s, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, scale := headDiff(modeltest.Float32s(t, s.Linear(h, w, nil)), modeltest.Float32s(t, got))
+		if d > 1e-5*scale {
+			t.Errorf("%s: the packed head differs from F.linear over the current weight by %.3g (of %.3g): a stale packed copy", what, d, scale)
+		}
+	}
+	check("first use")
+	func() { // an in-place update, as an optimizer step makes
+		s := torch.NewScope()
+		defer s.Close()
+		s.Add_(w, s.Randn([]int64{V, C}, torch.Float32, torch.CPU))
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	check("after an in-place update")
+
+	dir := t.TempDir()
+	other := modeltest.Random(t, cfg, 2)
+	if err := model.Save(other, dir, model.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	ckpt, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ckpt.Close()
+	if err := model.LoadWeights(m, ckpt); err != nil {
+		t.Fatal(err)
+	}
+	check("after LoadWeights")
+
+	// A new model over freed memory: its weight must not find the old
+	// model's packed copy.
+	m.Close()
+	m = modeltest.Random(t, cfg, 3)
+	w = m.Parameters()[0].Tensor
+	check("a new model")
+}
+
+func headConfig(C, V int) *model.Config {
+	return &model.Config{Architectures: []string{"Qwen3ForCausalLM"}, HiddenSize: C, IntermediateSize: 64, NumHiddenLayers: 1,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: C / 4, VocabSize: V, TieWordEmbeddings: true,
+		MaxPositionEmbeddings: 64, InitializerRange: 0.3, RMSNormEps: 1e-6, RopeTheta: 1e6}
+}
+
+// headDiff is max |a − b| and max |a|.
+func headDiff(a, b []float32) (d, scale float64) {
+	if len(a) != len(b) {
+		return math.Inf(1), 0
+	}
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+		scale = max(scale, math.Abs(float64(a[i])))
+	}
+	return d, scale
 }

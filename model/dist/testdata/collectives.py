@@ -46,6 +46,11 @@ def main():
     dist.broadcast(t, src=w - 1)
     check("broadcast", t, torch.full((4,), float(100 + w - 1)))
 
+    # A weight written by a broadcast (the Go side checks its packed copy).
+    wt = torch.full((3, 4), float(100 + r))
+    dist.broadcast(wt, src=w - 1)
+    check("weight broadcast", wt, torch.full((3, 4), float(100 + w - 1)))
+
     rows = torch.arange(1, 2 * w + 1, dtype=torch.float32).repeat_interleave(2).view(2 * w, 2)
     # torch 2.1.0's Gloo has no reduce_scatter; model/dist's ReduceScatter
     # on gloo is an all-reduce of a copy, keeping this rank's rows.
