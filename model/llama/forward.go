@@ -254,9 +254,13 @@ func checkShape(what string, x *torch.Tensor, B, T int64) error {
 // Logits implements model.CausalLM: lm_head(h) in float32, (…, V).
 func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, error) {
 	var out *torch.Tensor
-	if m.packedHead(h) {
+	switch form, sh := m.headForm(h); form {
+	case headPacked:
 		out = fused.PackedLinear(s, h, m.LMHead.Weight, nil)
-	} else {
+	case headStreamed:
+		shape := append(sh[:len(sh)-1:len(sh)-1], int64(m.cfg.VocabSize))
+		out = s.Reshape(s.Contiguous(m.headColumns(s, h)), shape...) // (…, V)
+	default:
 		out = s.Float32(m.LMHead.Forward(s, h))
 	}
 	if err := s.Err(); err != nil {
@@ -265,20 +269,67 @@ func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, er
 	return out, nil
 }
 
-// packedHead reports whether lm_head(h) runs through oneDNN over the head's
-// packed weight (fused.PackedLinear): on CPU, grad off, for a float32 head
-// without adapter or bias, unless EVOLM_PACKED=0. F.linear re-packs the
-// whole (V, C) weight on every call, which for the few rows of a decode
-// step costs more than the arithmetic; the packed weight is reordered once
-// and kept until the weights change. With Qwen's 151,936 tokens it measured
-// 1.5–2.6× faster than F.linear from 1 to 64 rows and level at 512
-// (docs/engine-speed.md §8). The logits equal F.linear's within float32
-// rounding, not bit for bit; Logits and WriteLogits take the same path, so
-// for the same h they return the same bits.
-func (m *ForCausalLM) packedHead(h *torch.Tensor) bool {
+// How lm_head(h) runs (headForm).
+type headForm int
+
+const (
+	headLinear   headForm = iota // F.linear
+	headPacked                   // oneDNN over the packed weight (fused.PackedLinear)
+	headStreamed                 // one row as W·hᵀ (headColumns)
+)
+
+// headForm chooses how lm_head(h) runs and returns h's shape. On CPU with
+// grad off, for a float32 head without adapter or bias:
+//
+//   - 2 rows or more: oneDNN's linear over the head's weight packed once
+//     (fused.PackedLinear; EVOLM_PACKED=0 turns it off). F.linear (MKL)
+//     re-packs the whole (V, C) weight on every call, which for the few
+//     rows of a decode step costs more than the product: with Qwen's
+//     151,936 tokens the packed form measured 1.1–6× faster from 2 to 64
+//     rows and level at 512 (docs/engine-speed.md §8).
+//   - 1 row of a model at least 128 wide: W·hᵀ (headColumns), a GEMM in
+//     which MKL streams the weight once, faster at one row than both
+//     F.linear's gemv and the packed form (§6, §8).
+//   - 1 row of a narrower model: the packed form with more than one
+//     intra-op thread, else F.linear's gemv, the faster of the two at that
+//     thread count (§8).
+//
+// Everything else, and grad on, is F.linear. The forms differ in the last
+// bits of a logit (within float32 rounding: TestHeadFormsMatchLinear), so
+// Logits and WriteLogits both choose here: for the same h they return the
+// same bits.
+func (m *ForCausalLM) headForm(h *torch.Tensor) (headForm, []int64) {
 	w := m.LMHead.Weight
-	return packedOn && !torch.GradEnabled() && !torch.IsCUDA(m.dev) && m.LMHead.Adapter == nil && m.LMHead.Bias == nil &&
-		w.DType() == torch.Float32 && h.DType() == torch.Float32 && fused.PackedAvailable()
+	if torch.GradEnabled() || torch.IsCUDA(m.dev) || m.LMHead.Adapter != nil || m.LMHead.Bias != nil ||
+		w.DType() != torch.Float32 || h.DType() != torch.Float32 {
+		return headLinear, nil
+	}
+	sh, err := torch.Shape(h)
+	if err != nil || len(sh) == 0 {
+		return headLinear, nil
+	}
+	rows, C := int64(1), sh[len(sh)-1]
+	for _, d := range sh[:len(sh)-1] {
+		rows *= d
+	}
+	packed := packedOn && fused.PackedAvailable()
+	switch {
+	case rows == 1 && C >= 128:
+		return headStreamed, sh
+	case packed && (rows > 1 || torch.NumThreads() > 1):
+		return headPacked, sh
+	}
+	return headLinear, sh
+}
+
+// headColumns is lm_head(h) for one row as the (1, V) transpose of W·hᵀ
+// (V, 2), a view owned by s: h is padded with a zero row to 2 columns,
+// which MKL runs as a GEMM (one column would be its gemv).
+func (m *ForCausalLM) headColumns(s *torch.Scope, h *torch.Tensor) *torch.Tensor {
+	C := int64(m.cfg.HiddenSize)
+	x := s.Cat([]*torch.Tensor{s.Reshape(h, 1, C), s.Zeros([]int64{1, C}, torch.Float32, m.dev)}, 0) // (2, C)
+	cols := s.Matmul(m.LMHead.Weight, s.Transpose(x, 0, 1))                                          // (V, 2)
+	return s.Narrow(s.Transpose(cols, 0, 1), 0, 0, 1)                                                // (1, V)
 }
 
 // WriteLogits implements model.LogitsWriter for a float32 lm_head without
@@ -288,9 +339,12 @@ func (m *ForCausalLM) WriteLogits(s *torch.Scope, h, out *torch.Tensor) (bool, e
 	if m.LMHead.Adapter != nil || m.LMHead.Bias != nil || w.DType() != torch.Float32 || h.DType() != torch.Float32 {
 		return false, nil
 	}
-	if m.packedHead(h) {
+	switch form, _ := m.headForm(h); form {
+	case headPacked:
 		fused.PackedLinear(s, h, w, out)
-	} else {
+	case headStreamed:
+		s.Copy_(s.View(out, 1, int64(m.cfg.VocabSize)), m.headColumns(s, h))
+	default:
 		s.LinearOut(out, h, w)
 	}
 	if err := s.Err(); err != nil {

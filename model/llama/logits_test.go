@@ -59,70 +59,84 @@ func TestWriteLogitsEqualsLogits(t *testing.T) {
 	}
 }
 
-// TestPackedHeadMatchesLinear: with grad off on CPU the lm_head runs over
-// its packed weight (fused.PackedLinear). Logits and WriteLogits agree bit
-// for bit and equal F.linear within float32 rounding, for 1 to 6 rows and
-// 64; with grad on, or EVOLM_PACKED=0 (SetPacked), Logits is F.linear
-// itself.
-func TestPackedHeadMatchesLinear(t *testing.T) {
+// TestHeadFormsMatchLinear: with grad off on CPU the lm_head runs over its
+// packed weight (fused.PackedLinear) for 2 rows or more, as W·hᵀ for 1 row
+// of a model at least 128 wide, and for 1 row of a narrower one packed
+// with 2 threads and as F.linear with 1 (headForm). Whatever the form,
+// Logits and WriteLogits agree bit for bit and equal F.linear within
+// float32 rounding; with grad on, or EVOLM_PACKED=0 (SetPacked) at 2 rows,
+// Logits is F.linear itself.
+func TestHeadFormsMatchLinear(t *testing.T) {
 	if !fused.PackedAvailable() {
 		t.Skip("this libtorch has no oneDNN linear")
 	}
 	defer torch.SetGrad(false)()
-	const C, V = 128, 1001
-	m := modeltest.Random(t, headConfig(C, V), 7)
-	defer m.Close()
-	w := m.Parameters()[0].Tensor // the tied embedding: lm_head's weight
+	defer torch.SetNumThreads(torch.NumThreads())
+	const V = 1001
 	base := torch.Live()
-	for _, rows := range []int64{1, 2, 3, 4, 5, 6, 64} {
-		func() {
-			s := torch.NewScope()
-			defer s.Close()
-			h := s.Randn([]int64{rows, 1, C}, torch.Float32, torch.CPU)
-			got, err := m.Logits(s, h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := s.Empty([]int64{rows, 1, V}, torch.Float32, torch.CPU)
-			if ok, err := m.(model.LogitsWriter).WriteLogits(s, h, out); err != nil || !ok {
-				t.Fatalf("WriteLogits: %v, %v", ok, err)
-			}
-			g, wr := modeltest.Float32s(t, got), modeltest.Float32s(t, out)
-			lin := modeltest.Float32s(t, s.Linear(h, w, nil))
-			if !slices.Equal(g, wr) {
-				t.Errorf("%d rows: WriteLogits differs from Logits", rows)
-			}
-			d, scale := headDiff(lin, g)
-			t.Logf("%d rows: max |Logits − F.linear| %.3g of max |logit| %.3g", rows, d, scale)
-			if len(g) != len(lin) || d > 1e-5*scale {
-				t.Errorf("%d rows: Logits differs from F.linear by %.3g", rows, d)
-			}
-		}()
+	logits := func(m model.CausalLM, h *torch.Tensor, s *torch.Scope) (got, lin []float32) {
+		t.Helper()
+		sh, err := torch.Shape(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg, err := m.Logits(s, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := s.Empty([]int64{sh[0], 1, V}, torch.Float32, torch.CPU)
+		if ok, err := m.(model.LogitsWriter).WriteLogits(s, h, out); err != nil || !ok {
+			t.Fatalf("WriteLogits: %v, %v", ok, err)
+		}
+		got = modeltest.Float32s(t, lg)
+		if !slices.Equal(got, modeltest.Float32s(t, out)) {
+			t.Errorf("%d rows: WriteLogits differs from Logits", sh[0])
+		}
+		return got, modeltest.Float32s(t, s.Linear(h, m.Parameters()[0].Tensor, nil)) // the tied embedding: lm_head's weight
 	}
-	if n, _ := fused.PackedStats(); n == 0 {
-		t.Errorf("no weight is held packed: the packed head did not run")
-	}
-	for _, c := range []struct {
-		name string
-		grad bool
-	}{{"grad on", true}, {"EVOLM_PACKED=0", false}} {
-		func() {
-			if c.grad {
-				defer torch.SetGrad(true)()
-			} else {
-				defer llama.SetPacked(llama.SetPacked(false))
+	for _, C := range []int{64, 128} {
+		m := modeltest.Random(t, headConfig(C, V), 7)
+		for _, threads := range []int{1, 2} {
+			torch.SetNumThreads(threads)
+			for _, rows := range []int64{1, 2, 3, 4, 5, 6, 64} {
+				func() {
+					s := torch.NewScope()
+					defer s.Close()
+					h := s.Randn([]int64{rows, 1, int64(C)}, torch.Float32, torch.CPU)
+					got, lin := logits(m, h, s)
+					d, scale := headDiff(lin, got)
+					t.Logf("C %d, %d threads, %d rows: max |Logits − F.linear| %.3g of max |logit| %.3g", C, threads, rows, d, scale)
+					if d > 1e-5*scale {
+						t.Errorf("C %d, %d threads, %d rows: Logits differs from F.linear by %.3g", C, threads, rows, d)
+					}
+					if rows == 1 && C < 128 && threads == 1 && d != 0 {
+						t.Errorf("C %d, 1 thread, 1 row: Logits should be F.linear itself", C)
+					}
+				}()
 			}
-			s := torch.NewScope()
-			defer s.Close()
-			h := s.Randn([]int64{2, 1, C}, torch.Float32, torch.CPU)
-			got, err := m.Logits(s, h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d, _ := headDiff(modeltest.Float32s(t, s.Linear(h, w, nil)), modeltest.Float32s(t, got)); d != 0 {
-				t.Errorf("%s: Logits differs from F.linear by %.3g; want F.linear itself", c.name, d)
-			}
-		}()
+		}
+		for _, c := range []struct {
+			name string
+			grad bool
+		}{{"grad on", true}, {"EVOLM_PACKED=0", false}} {
+			func() {
+				if c.grad {
+					defer torch.SetGrad(true)()
+				} else {
+					defer llama.SetPacked(llama.SetPacked(false))
+				}
+				s := torch.NewScope()
+				defer s.Close()
+				got, lin := logits(m, s.Randn([]int64{2, 1, int64(C)}, torch.Float32, torch.CPU), s)
+				if d, _ := headDiff(lin, got); d != 0 {
+					t.Errorf("C %d, %s: Logits differs from F.linear by %.3g; want F.linear itself", C, c.name, d)
+				}
+			}()
+		}
+		if n, _ := fused.PackedStats(); n == 0 {
+			t.Errorf("C %d: no weight is held packed: the packed head did not run", C)
+		}
+		m.Close()
 	}
 	modeltest.CheckLeaks(t, base)
 }
