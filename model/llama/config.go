@@ -19,12 +19,11 @@
 //     final norm through model/fused: the same ATen ops, called from C++ in
 //     one cgo call instead of ~95 Go-side ops a layer (fused.go). Its
 //     outputs are the plain path's bits (TestFusedEqualsPlain).
-//   - On CPU with grad off the lm_head over 2 rows or more runs through
-//     oneDNN over a copy of its weight packed once into oneDNN's layout
-//     (fused.PackedLinear; EVOLM_PACKED=0 turns it off), and over one row
-//     of a model at least 128 wide as W·hᵀ, which MKL streams once
-//     (headForm). F.linear re-packs the weight on every call. Those
-//     logits equal F.linear's within float32 rounding, not bit for bit.
+//   - On CPU with grad off the lm_head runs through oneDNN over a copy of
+//     its weight packed once into oneDNN's layout (fused.PackedLinear;
+//     EVOLM_PACKED=0 turns it off; packedHead), where F.linear re-packs
+//     the weight on every call. Those logits equal F.linear's within
+//     float32 rounding, not bit for bit.
 package llama
 
 import (

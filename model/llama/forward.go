@@ -254,13 +254,9 @@ func checkShape(what string, x *torch.Tensor, B, T int64) error {
 // Logits implements model.CausalLM: lm_head(h) in float32, (…, V).
 func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, error) {
 	var out *torch.Tensor
-	switch form, sh := m.headForm(h); form {
-	case headPacked:
+	if m.packedHead(h) {
 		out = fused.PackedLinear(s, h, m.LMHead.Weight, nil)
-	case headStreamed:
-		shape := append(sh[:len(sh)-1:len(sh)-1], int64(m.cfg.VocabSize))
-		out = s.Reshape(s.Contiguous(m.headColumns(s, h)), shape...) // (…, V)
-	default:
+	} else {
 		out = s.Float32(m.LMHead.Forward(s, h))
 	}
 	if err := s.Err(); err != nil {
@@ -269,67 +265,37 @@ func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, er
 	return out, nil
 }
 
-// How lm_head(h) runs (headForm).
-type headForm int
-
-const (
-	headLinear   headForm = iota // F.linear
-	headPacked                   // oneDNN over the packed weight (fused.PackedLinear)
-	headStreamed                 // one row as W·hᵀ (headColumns)
-)
-
-// headForm chooses how lm_head(h) runs and returns h's shape. On CPU with
-// grad off, for a float32 head without adapter or bias:
+// packedHead reports whether lm_head(h) runs over the packed weight. On CPU
+// with grad off, for a float32 head without adapter or bias, it is oneDNN's
+// linear over the head's weight packed once (fused.PackedLinear;
+// EVOLM_PACKED=0 turns it off), except for one row of a model narrower
+// than 128 at one intra-op thread, where F.linear's gemv is as fast or
+// faster. F.linear (MKL) re-packs the whole (V, C) weight on every call,
+// which for the few rows of a decode step costs more than the product:
+// with Qwen's 151,936 tokens the packed form measured as fast (within 3%)
+// or faster from 2 rows up on both hosts measured, up to 6× at 4 to 32
+// rows, level at 512; at one row it measured 2× faster on the AMD host and
+// within 10% either way on the Intel one (docs/engine-speed.md §8).
 //
-//   - 2 rows or more: oneDNN's linear over the head's weight packed once
-//     (fused.PackedLinear; EVOLM_PACKED=0 turns it off). F.linear (MKL)
-//     re-packs the whole (V, C) weight on every call, which for the few
-//     rows of a decode step costs more than the product: with Qwen's
-//     151,936 tokens the packed form measured 1.1–6× faster from 2 to 64
-//     rows and level at 512 (docs/engine-speed.md §8).
-//   - 1 row of a model at least 128 wide: W·hᵀ (headColumns), a GEMM in
-//     which MKL streams the weight once, faster at one row than both
-//     F.linear's gemv and the packed form (§6, §8).
-//   - 1 row of a narrower model: the packed form with more than one
-//     intra-op thread, else F.linear's gemv, the faster of the two at that
-//     thread count (§8).
-//
-// Everything else, and grad on, is F.linear. The forms differ in the last
-// bits of a logit (within float32 rounding: TestHeadFormsMatchLinear), so
-// Logits and WriteLogits both choose here: for the same h they return the
-// same bits.
-func (m *ForCausalLM) headForm(h *torch.Tensor) (headForm, []int64) {
+// Everything else, and grad on, is F.linear. The two forms differ in the
+// last bits of a logit (within float32 rounding: TestHeadFormsMatchLinear),
+// so Logits and WriteLogits both ask here: for the same h they return
+// the same bits.
+func (m *ForCausalLM) packedHead(h *torch.Tensor) bool {
 	w := m.LMHead.Weight
-	if torch.GradEnabled() || torch.IsCUDA(m.dev) || m.LMHead.Adapter != nil || m.LMHead.Bias != nil ||
-		w.DType() != torch.Float32 || h.DType() != torch.Float32 {
-		return headLinear, nil
+	if !packedOn || torch.GradEnabled() || torch.IsCUDA(m.dev) || m.LMHead.Adapter != nil || m.LMHead.Bias != nil ||
+		w.DType() != torch.Float32 || h.DType() != torch.Float32 || !fused.PackedAvailable() {
+		return false
 	}
 	sh, err := torch.Shape(h)
 	if err != nil || len(sh) == 0 {
-		return headLinear, nil
+		return false
 	}
 	rows, C := int64(1), sh[len(sh)-1]
 	for _, d := range sh[:len(sh)-1] {
 		rows *= d
 	}
-	packed := packedOn && fused.PackedAvailable()
-	switch {
-	case rows == 1 && C >= 128:
-		return headStreamed, sh
-	case packed && (rows > 1 || torch.NumThreads() > 1):
-		return headPacked, sh
-	}
-	return headLinear, sh
-}
-
-// headColumns is lm_head(h) for one row as the (1, V) transpose of W·hᵀ
-// (V, 2), a view owned by s: h is padded with a zero row to 2 columns,
-// which MKL runs as a GEMM (one column would be its gemv).
-func (m *ForCausalLM) headColumns(s *torch.Scope, h *torch.Tensor) *torch.Tensor {
-	C := int64(m.cfg.HiddenSize)
-	x := s.Cat([]*torch.Tensor{s.Reshape(h, 1, C), s.Zeros([]int64{1, C}, torch.Float32, m.dev)}, 0) // (2, C)
-	cols := s.Matmul(m.LMHead.Weight, s.Transpose(x, 0, 1))                                          // (V, 2)
-	return s.Narrow(s.Transpose(cols, 0, 1), 0, 0, 1)                                                // (1, V)
+	return rows > 1 || C >= 128 || torch.NumThreads() > 1
 }
 
 // WriteLogits implements model.LogitsWriter for a float32 lm_head without
@@ -339,12 +305,9 @@ func (m *ForCausalLM) WriteLogits(s *torch.Scope, h, out *torch.Tensor) (bool, e
 	if m.LMHead.Adapter != nil || m.LMHead.Bias != nil || w.DType() != torch.Float32 || h.DType() != torch.Float32 {
 		return false, nil
 	}
-	switch form, _ := m.headForm(h); form {
-	case headPacked:
+	if m.packedHead(h) {
 		fused.PackedLinear(s, h, w, out)
-	case headStreamed:
-		s.Copy_(s.View(out, 1, int64(m.cfg.VocabSize)), m.headColumns(s, h))
-	default:
+	} else {
 		s.LinearOut(out, h, w)
 	}
 	if err := s.Err(); err != nil {

@@ -15,7 +15,7 @@ import (
 var fusedOn = os.Getenv("EVOLM_FUSED") != "0"
 
 // packedOn says whether the lm_head may run over its packed weight
-// (headForm); EVOLM_PACKED=0 turns that off, SetPacked does the same for
+// (packedHead); EVOLM_PACKED=0 turns that off, SetPacked does the same for
 // a test.
 var packedOn = os.Getenv("EVOLM_PACKED") != "0"
 

@@ -60,9 +60,8 @@ func TestWriteLogitsEqualsLogits(t *testing.T) {
 }
 
 // TestHeadFormsMatchLinear: with grad off on CPU the lm_head runs over its
-// packed weight (fused.PackedLinear) for 2 rows or more, as W·hᵀ for 1 row
-// of a model at least 128 wide, and for 1 row of a narrower one packed
-// with 2 threads and as F.linear with 1 (headForm). Whatever the form,
+// packed weight (fused.PackedLinear), except for 1 row of a model narrower
+// than 128 at 1 thread, which is F.linear (packedHead). Whatever the form,
 // Logits and WriteLogits agree bit for bit and equal F.linear within
 // float32 rounding; with grad on, or EVOLM_PACKED=0 (SetPacked) at 2 rows,
 // Logits is F.linear itself.
