@@ -13,6 +13,9 @@ checkpoint, OUTDIR/<name>/ (the HF checkpoint) and OUTDIR/<name>/ref.safetensors
   case{i}.pos     (B, T) int64  position ids, cumsum(mask) - 1 (HF generate)
   case{i}.logits  (B, T, V) float32
 
+and the same four tensors as long.* for one longer left-padded (2, 300)
+batch, longer than evolm's eager attention block (model/llama AttnBlock),
+
 and OUTDIR/<name>/params.json, the names of model.named_parameters() in order.
 
 Prints a JSON list of the checkpoint names.
@@ -63,6 +66,17 @@ def inputs():
     return _common.inputs(1234, VOCAB)
 
 
+def long_input():
+    """A (2, 300) batch whose second row has 37 tokens of left padding."""
+    g = torch.Generator().manual_seed(4321)
+    ids = torch.randint(0, VOCAB, (2, 300), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :37] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    return ids, mask, pos
+
+
 def main():
     out = sys.argv[1]
     names = []
@@ -86,12 +100,13 @@ def main():
             model.load_state_dict(rounded)
         tensors = {}
         with torch.no_grad():
-            for c, (ids, mask, pos) in enumerate(inputs()):
+            cases = [(f"case{c}", x) for c, x in enumerate(inputs())] + [("long", long_input())]
+            for key, (ids, mask, pos) in cases:
                 logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float()
-                tensors[f"case{c}.ids"] = ids.contiguous()
-                tensors[f"case{c}.mask"] = mask.contiguous()
-                tensors[f"case{c}.pos"] = pos.contiguous()
-                tensors[f"case{c}.logits"] = logits.contiguous()
+                tensors[f"{key}.ids"] = ids.contiguous()
+                tensors[f"{key}.mask"] = mask.contiguous()
+                tensors[f"{key}.pos"] = pos.contiguous()
+                tensors[f"{key}.logits"] = logits.contiguous()
         save_file(tensors, os.path.join(d, "ref.safetensors"))
         with open(os.path.join(d, "params.json"), "w") as f:
             json.dump([n for n, _ in model.named_parameters()], f)

@@ -139,15 +139,35 @@ struct Stack {
     if (cfg->sdpa) {
       y = at::scaled_dot_product_attention(q, k, v, sdpa_bias, 0.0, false, cfg->attn_scale);
     } else {
+      y = eager(q, k, v, T);
+    }
+    y = y.transpose(1, 2).reshape({B, T, nh * hs});
+    return linear(y, W(l, EVOLM_FUSED_O_W), W(l, EVOLM_FUSED_O_B));
+  }
+
+  // eager is eagerAttention: HF's eager attention, over query blocks of
+  // attn_block when T exceeds it, each against the keys up to its last
+  // query (the later ones are masked for the whole block).
+  at::Tensor eager(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T) const {
+    auto block = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& bias) {
       at::Tensor att = at::matmul(q, k.transpose(2, 3));
       att.mul_(cfg->attn_scale);
       att = att.to(at::kFloat);
       att.add_(bias);
       att = at::softmax(att, -1, at::kFloat).to(v.scalar_type());
-      y = at::matmul(att, v);
+      return at::matmul(att, v);
+    };
+    int64_t blk = cfg->attn_block;
+    if (blk <= 0 || T <= blk) return block(q, k, v, bias);
+    int64_t past = k.size(2) - T;
+    std::vector<at::Tensor> ys;
+    for (int64_t q0 = 0; q0 < T; q0 += blk) {
+      int64_t n = std::min(blk, T - q0), keys = past + q0 + n;
+      ys.push_back(block(q.narrow(2, q0, n), k.narrow(2, 0, keys), v.narrow(2, 0, keys),
+                         bias.narrow(2, q0, n).narrow(3, 0, keys)));
     }
-    y = y.transpose(1, 2).reshape({B, T, nh * hs});
-    return linear(y, W(l, EVOLM_FUSED_O_W), W(l, EVOLM_FUSED_O_B));
+    return at::cat(ys, 2);
   }
 
   // mlp is MLP.Forward.

@@ -103,6 +103,10 @@ type Config struct {
 	NormEps                         float64 // every RMSNorm's epsilon
 	AttnScale                       float64
 	SDPA                            bool // scaled_dot_product_attention over blocked, else eager over bias
+	// AttnBlock > 0: eager attention over more queries than this runs in
+	// query blocks of AttnBlock, each against the keys up to its last
+	// query (model/llama's eagerAttention); the mask must be causal.
+	AttnBlock int64
 }
 
 // Forward runs the decoder layers and the final norm on x (B, T, C), the
@@ -144,6 +148,7 @@ func Forward(s *torch.Scope, cfg Config, weights []*torch.Tensor, x, cos, sin, b
 	c := C.evolm_fused_config{
 		layers: C.int64_t(cfg.Layers), heads: C.int64_t(cfg.Heads), kv_heads: C.int64_t(cfg.KVHeads),
 		head_dim: C.int64_t(cfg.HeadDim), norm_eps: C.double(cfg.NormEps), attn_scale: C.double(cfg.AttnScale),
+		attn_block: C.int64_t(cfg.AttnBlock),
 	}
 	if cfg.SDPA {
 		c.sdpa = 1

@@ -31,6 +31,7 @@ typedef struct {
   double norm_eps;    // every RMSNorm's epsilon
   double attn_scale;  // the scores' scale
   int sdpa;           // 1: scaled_dot_product_attention over `blocked`; 0: eager over `bias`
+  int64_t attn_block; // eager: query block (each against the keys up to its last query); <= 0: none
 } evolm_fused_config;
 
 // evolm_fused_forward runs the decoder layers and the final norm on x

@@ -84,18 +84,56 @@ func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, mk mask, ca
 		bias := s.MaskedFill(s.Zeros([]int64{1}, s.DType(q), devOf(s, q)), mk.blocked, minValue(s.DType(q))) // (B or 1, 1, T, Tk)
 		y = s.ScaledDotProductAttention(q, k, v, bias, a.cfg.AttnScale)                                      // (B, nh, T, hs)
 	} else {
-		// Scaled and masked in place (autograd needs neither the matmul's
-		// output nor the product's), so one (B, nh, T, Tk) float32 tensor
-		// and the softmax are alive, not four.
-		att := s.Matmul(q, s.Transpose(k, 2, 3)) // (B, nh, T, Tk)
-		s.MulScalar_(att, a.cfg.AttnScale)
-		att = s.Float32(att)
-		s.Add_(att, mk.bias)                                           // = masked_fill_(blocked, −MaxFloat32), see mask
-		att = s.ToDType(s.Softmax(att, -1, torch.Float32), s.DType(v)) // (B, nh, T, Tk)
-		y = s.Matmul(att, v)                                           // (B, nh, T, hs)
+		y = eagerAttention(s, q, k, v, mk.bias, a.cfg.AttnScale, T) // (B, nh, T, hs)
 	}
 	y = s.Reshape(s.Transpose(y, 1, 2), B, T, nh*hs) // (B, T, nh*hs)
 	return a.OProj.Forward(s, y)                     // (B, T, C)
+}
+
+// AttnBlock is the query block of eager attention: a forward pass over
+// more queries than this runs attention one block of AttnBlock queries at a
+// time, each against the keys up to its last query only.
+const AttnBlock = 128
+
+// eagerAttention is HF's eager attention, softmax(q·kᵀ·scale + bias)·v, for
+// q (B, nh, T, hs), k and v (B, nh, Tk, hs) and the additive mask bias
+// (B or 1, 1, T, Tk), in which key j is blocked for query i whenever
+// j > Tk − T + i (the mask is causal: see hidden). For T > AttnBlock it
+// runs query blocks of AttnBlock: the keys after a block's last query are
+// blocked for every query in it, their softmax weights are exactly 0, and
+// leaving them out skips almost half the scores of a long prompt (their
+// products' sums change only in rounding: the weights' sum order in MKL's
+// GEMM follows the number of keys). The fused path (fused.cc) runs the
+// same blocks, so the two stay bit for bit equal.
+func eagerAttention(s *torch.Scope, q, k, v, bias *torch.Tensor, scale float64, T int64) *torch.Tensor {
+	block := func(q, k, v, bias *torch.Tensor) *torch.Tensor {
+		// Scaled and masked in place (autograd needs neither the matmul's
+		// output nor the product's), so one (B, nh, n, keys) float32 tensor
+		// and the softmax are alive, not four.
+		att := s.Matmul(q, s.Transpose(k, 2, 3)) // (B, nh, n, keys)
+		s.MulScalar_(att, scale)
+		att = s.Float32(att)
+		s.Add_(att, bias)                                              // = masked_fill_(blocked, −MaxFloat32), see mask
+		att = s.ToDType(s.Softmax(att, -1, torch.Float32), s.DType(v)) // (B, nh, n, keys)
+		return s.Matmul(att, v)                                        // (B, nh, n, hs)
+	}
+	if T <= AttnBlock {
+		return block(q, k, v, bias)
+	}
+	sh, err := torch.Shape(k)
+	if err != nil {
+		s.Fail(err)
+		return nil
+	}
+	past := sh[2] - T
+	var ys []*torch.Tensor
+	for q0 := int64(0); q0 < T; q0 += AttnBlock {
+		n := min(AttnBlock, T-q0)
+		keys := past + q0 + n
+		ys = append(ys, block(s.Narrow(q, 2, q0, n), s.Narrow(k, 2, 0, keys), s.Narrow(v, 2, 0, keys),
+			s.Narrow(s.Narrow(bias, 2, q0, n), 3, 0, keys)))
+	}
+	return s.Cat(ys, 2) // (B, nh, T, hs)
 }
 
 // minValue is the most negative finite value of a float dtype: an additive

@@ -87,7 +87,7 @@ func (m *ForCausalLM) fusedLayers(s *torch.Scope, x *torch.Tensor, r rope, mk ma
 	cfg := fused.Config{
 		Layers: int64(L), Heads: int64(m.cfg.NumAttentionHeads), KVHeads: int64(m.cfg.NumKeyValueHeads),
 		HeadDim: int64(m.cfg.HeadDim), NormEps: m.Model.Norm.Eps, AttnScale: m.cfg.AttnScale,
-		SDPA: m.cfg.AttnImplementation == model.AttnSDPA,
+		SDPA: m.cfg.AttnImplementation == model.AttnSDPA, AttnBlock: AttnBlock,
 	}
 	return fused.Forward(s, cfg, w, x, r.cos, r.sin, mk.bias, mk.blocked, k, v, past)
 }

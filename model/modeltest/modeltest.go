@@ -207,19 +207,31 @@ func ReadRefs(t testing.TB, path string) *Refs {
 	t.Cleanup(func() { f.Close() })
 	r := &Refs{f: f}
 	for c := 0; ; c++ {
-		info, ok := f.Info(fmt.Sprintf("case%d.logits", c))
+		rc, ok := r.Case(t, fmt.Sprintf("case%d", c))
 		if !ok {
 			break
 		}
-		r.Cases = append(r.Cases, RefCase{
-			IDs: r.I64s(t, fmt.Sprintf("case%d.ids", c)), Mask: r.I64s(t, fmt.Sprintf("case%d.mask", c)),
-			Pos: r.I64s(t, fmt.Sprintf("case%d.pos", c)), B: info.Shape[0], T: info.Shape[1], V: info.Shape[2],
-		})
+		r.Cases = append(r.Cases, rc)
 	}
 	if len(r.Cases) == 0 {
 		t.Fatalf("%s: no cases", path)
 	}
 	return r
+}
+
+// Case reads the case whose tensors are key.ids, .mask, .pos and .logits;
+// ok is false when the file has no key.logits. Cases outside case0, case1,
+// … are read only by name.
+func (r *Refs) Case(t testing.TB, key string) (rc RefCase, ok bool) {
+	t.Helper()
+	info, ok := r.f.Info(key + ".logits")
+	if !ok {
+		return RefCase{}, false
+	}
+	return RefCase{
+		IDs: r.I64s(t, key+".ids"), Mask: r.I64s(t, key+".mask"), Pos: r.I64s(t, key+".pos"),
+		B: info.Shape[0], T: info.Shape[1], V: info.Shape[2],
+	}, true
 }
 
 // I64s reads the int64 tensor name.
