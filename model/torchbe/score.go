@@ -116,12 +116,11 @@ func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row 
 // headQueue runs the lm_head of a Score or ScoreNaive call once for many
 // requests. The head reads its whole (V, C) weight whatever the number of
 // rows, and a request's few criteria leave that read almost all of the
-// head's cost (with Qwen's vocabulary, 4 rows of a 256-wide model took
-// 12.6 ms at 1 thread, 16 rows 18.5: docs/engine-speed.md section 7). So
-// the final hidden states of every batch of criteria queue here, and one
-// pass of the head, log-softmax and candidate selection serves up to
-// MaxBatch of them, in order. Score and ScoreNaive share it, so they still
-// differ only in the prefill.
+// head's cost (4 rows of a 256-wide model took 11.6 ms at 1 thread, 16 rows
+// about 18: docs/engine-speed.md section 7), so the final hidden states of
+// every batch of criteria queue here, and one pass of the head, log-softmax
+// and candidate selection serves up to MaxBatch of them, in order. Score
+// and ScoreNaive share it, so they still differ only in the prefill.
 type headQueue struct {
 	m     *Model
 	s     *torch.Scope    // holds the queued rows
