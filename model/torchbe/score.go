@@ -69,26 +69,30 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 	if err := backend.CheckRequests(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch score: %w", err)
 	}
-	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse, q *headQueue) error {
+	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse) error {
 		row, err := m.tokenizeScore(r)
 		if err != nil {
 			res.Failure = rejected("request %s: %v", r.ID, err)
 			return nil
 		}
+		lps := make([][]float64, 0, len(row.tails))
 		for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
 			end := min(start+m.opt.MaxBatch, len(row.tails))
-			if err := m.scoreTails(q, res, row.prefix, row.tails[start:end], row.cands); err != nil {
+			part, err := m.scoreTails(row.prefix, row.tails[start:end], row.cands)
+			if err != nil {
 				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
+			lps = append(lps, part...)
 		}
+		res.LogProbs = lps
 		return nil
 	})
 }
 
 // scoreRows answers the requests in order while it holds the engine, with
-// autograd off: row fills a response (a Failure, or its rows of hidden
-// states queued on q, whose LogProbs q fills) and its error ends the call.
-func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row func(*backend.ScoreRequest, *backend.ScoreResponse, *headQueue) error) ([]backend.ScoreResponse, error) {
+// autograd off: row fills a response (its LogProbs or a Failure) and its
+// error ends the call.
+func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row func(*backend.ScoreRequest, *backend.ScoreResponse) error) ([]backend.ScoreResponse, error) {
 	out := make([]backend.ScoreResponse, len(reqs))
 	release, err := m.hold(ctx, "torch score")
 	if err != nil {
@@ -96,117 +100,23 @@ func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row 
 	}
 	defer release()
 	defer torch.SetGrad(false)()
-	q := &headQueue{m: m, s: torch.NewScope()}
-	defer func() { q.s.Close() }()
 	for i := range reqs {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		out[i] = backend.ScoreResponse{ID: reqs[i].ID, Model: m.id}
-		if err := row(&reqs[i], &out[i], q); err != nil {
+		if err := row(&reqs[i], &out[i]); err != nil {
 			return nil, err
 		}
-	}
-	if err := q.flush(); err != nil {
-		return nil, fmt.Errorf("torch score: %w", err)
 	}
 	return out, nil
 }
 
-// headQueue runs the lm_head of a Score or ScoreNaive call once for many
-// requests. The head reads its whole (V, C) weight whatever the number of
-// rows, and a request's few criteria leave that read almost all of the
-// head's cost (4 rows of a 256-wide model took 11.6 ms at 1 thread, 16 rows
-// about 18: docs/engine-speed.md section 7), so the final hidden states of
-// every batch of criteria queue here, and one pass of the head, log-softmax
-// and candidate selection serves up to MaxBatch of them, in order. Score
-// and ScoreNaive share it, so they still differ only in the prefill.
-type headQueue struct {
-	m     *Model
-	s     *torch.Scope    // holds the queued rows
-	rows  []*torch.Tensor // (k, C) each
-	n     int
-	items []queuedHead
-}
-
-// queuedHead is one queued batch of criteria: k rows, whose candidates'
-// log-probs go to res.LogProbs.
-type queuedHead struct {
-	res   *backend.ScoreResponse
-	cands []int
-	k     int
-}
-
-// add queues h (k, C), the final hidden states of k criteria of res, and
-// runs the head once MaxBatch rows are waiting.
-func (q *headQueue) add(from *torch.Scope, h *torch.Tensor, k int, res *backend.ScoreResponse, cands []int) error {
-	q.rows = append(q.rows, from.MoveTo(q.s, h))
-	q.items = append(q.items, queuedHead{res: res, cands: cands, k: k})
-	q.n += k
-	if q.n >= q.m.opt.MaxBatch {
-		return q.flush()
-	}
-	return nil
-}
-
-// flush runs the head over the queued rows and appends every queued
-// batch's candidate log-probs to its response (a NaN becomes −Inf).
-func (q *headQueue) flush() error {
-	if q.n == 0 {
-		return nil
-	}
-	defer func() {
-		q.s.Close()
-		q.s, q.rows, q.n, q.items = torch.NewScope(), nil, 0, nil
-	}()
-	s := q.s.Child()
-	defer s.Close()
-	dev := q.m.lm.Device()
-	lg, err := q.m.lm.Logits(s, s.Cat(q.rows, 0)) // (n, V)
-	if err != nil {
-		return err
-	}
-	V := int64(q.m.lm.Config().VocabSize)
-	var idx []int64 // flat (row, candidate) positions in the (n, V) log-softmax
-	row := int64(0)
-	for _, it := range q.items {
-		for range it.k {
-			for _, c := range it.cands {
-				idx = append(idx, row*V+int64(c))
-			}
-			row++
-		}
-	}
-	lsm := s.Reshape(s.LogSoftmax(lg, -1, torch.Float32), -1)                                                               // (n·V)
-	sel := s.To(s.IndexSelect(lsm, 0, s.To(s.FromInt64(idx, int64(len(idx))), dev, torch.Int64)), torch.CPU, torch.Float32) // (Σ k·J)
-	if err := s.Err(); err != nil {
-		return err
-	}
-	flat, err := torch.Float32s(sel)
-	if err != nil {
-		return err
-	}
-	for _, it := range q.items {
-		J := len(it.cands)
-		for range it.k {
-			lp := make([]float64, J)
-			for j := range lp {
-				if lp[j] = float64(flat[j]); math.IsNaN(lp[j]) {
-					lp[j] = math.Inf(-1)
-				}
-			}
-			it.res.LogProbs = append(it.res.LogProbs, lp)
-			flat = flat[J:]
-		}
-	}
-	return nil
-}
-
 // scoreTails prefills prefix once, runs the tails after it as one
-// right-padded batch and queues, per tail, the hidden state at its last
-// token on q, for res's candidates. Right padding needs no mask: causal
-// attention keeps every real token from seeing the padding after it.
-func (m *Model) scoreTails(q *headQueue, res *backend.ScoreResponse, prefix []int, tails [][]int, cands []int) error {
+// right-padded batch and returns, per tail, the candidates' log-probs at its
+// last token. Right padding needs no mask: causal attention keeps every real
+// token from seeing the padding after it.
+func (m *Model) scoreTails(prefix []int, tails [][]int, cands []int) ([][]float64, error) {
 	s := torch.NewScope()
 	defer s.Close()
 	dev := m.lm.Device()
@@ -218,7 +128,7 @@ func (m *Model) scoreTails(q *headQueue, res *backend.ScoreResponse, prefix []in
 	P := int64(len(prefix))
 	cache, err := model.NewCache(m.lm, 1, len(prefix)+Tt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { cache.Close() }()
 	if P > 0 {
@@ -227,12 +137,12 @@ func (m *Model) scoreTails(q *headQueue, res *backend.ScoreResponse, prefix []in
 			ids[j] = int64(id)
 		}
 		if _, err := generate.Prefill(s, m.lm, model.Batch{IDs: s.To(s.FromInt64(ids, 1, P), dev, torch.Int64), Cache: cache}); err != nil {
-			return fmt.Errorf("prefill: %w", err)
+			return nil, fmt.Errorf("prefill: %w", err)
 		}
 	}
 	expanded, err := cache.Select(make([]int64, K)) // every row copies row 0
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cache.Close()
 	cache = expanded
@@ -240,9 +150,9 @@ func (m *Model) scoreTails(q *headQueue, res *backend.ScoreResponse, prefix []in
 	ids, last := rightPad(tails, Tt)
 	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(Tt)), dev, torch.Int64), Cache: cache}) // (K, Tt, C)
 	if err != nil {
-		return fmt.Errorf("tails: %w", err)
+		return nil, fmt.Errorf("tails: %w", err)
 	}
-	return q.add(s, m.lastHidden(s, h, last), len(tails), res, cands)
+	return m.candidateLogProbs(s, m.lastHidden(s, h, last), cands)
 }
 
 // rightPad lays rows out as one (len(rows), T) batch of ids, right-padded
@@ -271,12 +181,47 @@ func (m *Model) lastHidden(s *torch.Scope, h *torch.Tensor, last []int64) *torch
 	return s.IndexSelect(s.Reshape(h, -1, C), 0, s.To(s.FromInt64(last, K), m.lm.Device(), torch.Int64))
 }
 
+// candidateLogProbs turns final hidden states (K, C) into the candidates'
+// log-probs (K, J).
+func (m *Model) candidateLogProbs(s *torch.Scope, h *torch.Tensor, cands []int) ([][]float64, error) {
+	lg, err := m.lm.Logits(s, h) // (K, V)
+	if err != nil {
+		return nil, err
+	}
+	ci := make([]int64, len(cands))
+	for j, c := range cands {
+		ci[j] = int64(c)
+	}
+	sel := s.IndexSelect(s.LogSoftmax(lg, -1, torch.Float32), 1, s.To(s.FromInt64(ci, int64(len(ci))), m.lm.Device(), torch.Int64)) // (K, J)
+	sel = s.To(sel, torch.CPU, torch.Float32)
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	flat, err := torch.Float32s(sel)
+	if err != nil {
+		return nil, err
+	}
+	J := len(cands)
+	K := len(flat) / J
+	out := make([][]float64, K)
+	for k := range out {
+		out[k] = make([]float64, J)
+		for j := range out[k] {
+			v := float64(flat[k*J+j])
+			if math.IsNaN(v) {
+				v = math.Inf(-1)
+			}
+			out[k][j] = v
+		}
+	}
+	return out, nil
+}
+
 // ScoreNaive answers like Score without prefix reuse: it runs full forward
 // passes over Prefix+Suffix[k], the suffixes batched exactly as Score batches
-// them (up to MaxBatch rows per forward pass, right-padded) and their heads
-// run as Score's do (headQueue), so that the only difference between the
-// two is the shared prefill. It is the baseline of the judge benchmark and
-// the reference Score is tested against.
+// them (up to MaxBatch rows per forward pass, right-padded), so that the only
+// difference between the two is the shared prefill. It is the baseline of
+// the judge benchmark and the reference Score is tested against.
 func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
 	for i := range reqs {
@@ -284,7 +229,7 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 			return nil, fmt.Errorf("torch score: %w", err)
 		}
 	}
-	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse, q *headQueue) error {
+	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse) error {
 		cands, err := m.candidates(r.Candidates)
 		if err != nil {
 			res.Failure = rejected("request %s: %v", r.ID, err)
@@ -302,18 +247,20 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 				return err
 			}
 			end := min(start+m.opt.MaxBatch, len(full))
-			if err := m.scoreFull(q, res, full[start:end], cands); err != nil {
+			part, err := m.scoreFull(full[start:end], cands)
+			if err != nil {
 				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
+			res.LogProbs = append(res.LogProbs, part...)
 		}
 		return nil
 	})
 }
 
 // scoreFull runs one forward pass, without a cache, over the full prompts as
-// one right-padded batch and queues, per prompt, the hidden state at its
-// last token on q (right padding needs no mask, as in scoreTails).
-func (m *Model) scoreFull(q *headQueue, res *backend.ScoreResponse, rows [][]int, cands []int) error {
+// one right-padded batch and returns, per prompt, the candidates' log-probs
+// at its last token (right padding needs no mask, as in scoreTails).
+func (m *Model) scoreFull(rows [][]int, cands []int) ([][]float64, error) {
 	s := torch.NewScope()
 	defer s.Close()
 	dev := m.lm.Device()
@@ -325,9 +272,9 @@ func (m *Model) scoreFull(q *headQueue, res *backend.ScoreResponse, rows [][]int
 	ids, last := rightPad(rows, T)
 	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(T)), dev, torch.Int64)}) // (K, T, C)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return q.add(s, m.lastHidden(s, h, last), len(rows), res, cands)
+	return m.candidateLogProbs(s, m.lastHidden(s, h, last), cands)
 }
 
 // LogProbs implements backend.LogProber over generate.LogProbs.

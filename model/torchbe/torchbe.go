@@ -28,10 +28,7 @@
 //     suffix tails after it in one batch and reads the log-softmax at each
 //     row's final position. Tokenizing each full prompt (not prefix and
 //     suffix apart) keeps the numbers those of a plain forward pass over
-//     Prefix+Suffix[k]. The lm_head, log-softmax and candidate pick run
-//     once for the final positions of many requests of a call (up to
-//     MaxBatch rows; headQueue): the head reads its whole weight whatever
-//     the rows.
+//     Prefix+Suffix[k].
 //   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
 //     prompt+completion per sample, after sampling.
 //   - Concurrency. Concurrent calls (the handlers of `evolm serve`) share

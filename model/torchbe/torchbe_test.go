@@ -178,34 +178,19 @@ func TestTorchBackend(t *testing.T) {
 
 // TestScoreMatchesHF checks the prefix-reusing Scorer against HF
 // transformers: the same checkpoint, the same prompts tokenized by HF
-// `tokenizers`, one plain forward pass per suffix. The call mixes requests
-// with different numbers of suffixes and candidates and a rejected one
-// between them, whose heads run together (headQueue), and runs again with
-// MaxBatch 1, where every suffix is a batch and a head pass of its own.
+// `tokenizers`, one plain forward pass per suffix.
 func TestScoreMatchesHF(t *testing.T) {
 	m := tiny(t)
 	reqs := []backend.ScoreRequest{
 		{ID: "a", Prefix: "You are a judge.\n\n<question>\nWhat is 2+2?\n</question>\n\n<response>\nIt is 4 — four. 😀\n</response>\n\n",
 			Suffixes:   []string{"Criterion: Says 4.\n\nDoes the response meet this criterion? Answer yes or no.\nAnswer:", "Criterion: Uses an emoji.\n\nAnswer:"},
 			Candidates: []string{" yes", " Yes", "yes", " no", "No"}},
-		{ID: "bad", Prefix: "Is it?", Suffixes: []string{" Answer:"}, Candidates: []string{" yes", " absolutely not"}},
 		{ID: "b", Prefix: "<|im_start|>user\n你好<|im_end|>\n", Suffixes: []string{"<|im_start|>assistant\n"}, Candidates: []string{" yes", " no"}},
 	}
-	var runs [2][]backend.ScoreResponse
-	for i, mb := range []int{m.opt.MaxBatch, 1} {
-		prev := m.opt.MaxBatch
-		m.opt.MaxBatch = mb
-		got, err := m.Score(context.Background(), reqs)
-		m.opt.MaxBatch = prev
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f := got[1].Failure; f == nil || f.Reason != backend.FailureRejected || got[1].LogProbs != nil {
-			t.Errorf("MaxBatch %d: the request with a two-token candidate: %+v, want rejected", mb, got[1])
-		}
-		runs[i] = []backend.ScoreResponse{got[0], got[2]}
+	got, err := m.Score(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
 	}
-	reqs = []backend.ScoreRequest{reqs[0], reqs[2]}
 	in := map[string]any{"requests": []map[string]any{}}
 	for _, r := range reqs {
 		in["requests"] = append(in["requests"].([]map[string]any), map[string]any{"prefix": r.Prefix, "suffixes": r.Suffixes, "candidates": r.Candidates})
@@ -221,34 +206,26 @@ func TestScoreMatchesHF(t *testing.T) {
 		LogProbs  [][][]float64 `json:"logprobs"`
 		PromptIDs [][][]int     `json:"prompt_ids"`
 	}
-	b, err := os.ReadFile(outPath)
+	b, err = os.ReadFile(outPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b, &want); err != nil {
 		t.Fatal(err)
 	}
-	for r, got := range runs {
-		maxDiff := 0.0
-		for i := range reqs {
-			if len(got[i].LogProbs) != len(reqs[i].Suffixes) {
-				t.Fatalf("run %d request %s: %d log-prob rows for %d suffixes", r, reqs[i].ID, len(got[i].LogProbs), len(reqs[i].Suffixes))
+	maxDiff := 0.0
+	for i := range reqs {
+		for k := range reqs[i].Suffixes {
+			if ids := m.Tokenizer().Encode(reqs[i].Prefix + reqs[i].Suffixes[k]); !cmp.Equal(ids, want.PromptIDs[i][k]) {
+				t.Errorf("request %d suffix %d: token ids differ from HF tokenizers", i, k)
 			}
-			for k := range reqs[i].Suffixes {
-				if ids := m.Tokenizer().Encode(reqs[i].Prefix + reqs[i].Suffixes[k]); !cmp.Equal(ids, want.PromptIDs[i][k]) {
-					t.Errorf("request %d suffix %d: token ids differ from HF tokenizers", i, k)
-				}
-				if len(got[i].LogProbs[k]) != len(want.LogProbs[i][k]) {
-					t.Fatalf("run %d request %s suffix %d: %d log-probs, want %d", r, reqs[i].ID, k, len(got[i].LogProbs[k]), len(want.LogProbs[i][k]))
-				}
-				for j, w := range want.LogProbs[i][k] {
-					maxDiff = math.Max(maxDiff, math.Abs(w-got[i].LogProbs[k][j]))
-				}
+			for j, w := range want.LogProbs[i][k] {
+				maxDiff = math.Max(maxDiff, math.Abs(w-got[i].LogProbs[k][j]))
 			}
 		}
-		t.Logf("run %d: largest |log-prob difference| against HF: %.2e", r, maxDiff)
-		if maxDiff > 1e-4 {
-			t.Errorf("run %d: largest log-prob difference against HF %.2e > 1e-4", r, maxDiff)
-		}
+	}
+	t.Logf("largest |log-prob difference| against HF: %.2e", maxDiff)
+	if maxDiff > 1e-4 {
+		t.Errorf("largest log-prob difference against HF %.2e > 1e-4", maxDiff)
 	}
 }
