@@ -114,6 +114,50 @@ func (c *Cache) Select(rows []int64) (*Cache, error) {
 	return out, nil
 }
 
+// SelectTo is Select into buffers of capacity maxLen (≥ Len): row i of the
+// new cache holds row rows[i]'s filled positions [0, Len) of c. A prefix
+// prefilled once into a cache of its own length can so be expanded for each
+// later use at the capacity that use needs, and what the use computes does
+// not depend on which cache the prefix came from. c is unchanged.
+func (c *Cache) SelectTo(rows []int64, maxLen int) (*Cache, error) {
+	if maxLen < c.len {
+		return nil, fmt.Errorf("kv cache: select into capacity %d, have %d positions", maxLen, c.len)
+	}
+	for _, r := range rows {
+		if r < 0 || r >= int64(c.batch) {
+			return nil, fmt.Errorf("kv cache: row %d out of range [0, %d)", r, c.batch)
+		}
+	}
+	out := &Cache{len: c.len, batch: len(rows), maxLen: maxLen, cfg: c.cfg}
+	s := torch.NewScope()
+	defer s.Close()
+	if len(c.k) == 0 {
+		return out, nil
+	}
+	dev, err := torch.DeviceOf(c.k[0])
+	if err != nil {
+		return nil, fmt.Errorf("kv cache select: %w", err)
+	}
+	idx := s.To(s.FromInt64(rows, int64(len(rows))), dev, torch.Int64)
+	shape := []int64{int64(len(rows)), int64(c.cfg.NumKeyValueHeads), int64(maxLen), int64(c.cfg.HeadDim)}
+	expand := func(src *torch.Tensor) *torch.Tensor {
+		buf := s.Zeros(shape, s.DType(src), dev)
+		if c.len > 0 {
+			s.Copy_(s.Narrow(buf, 2, 0, int64(c.len)), s.IndexSelect(s.Narrow(src, 2, 0, int64(c.len)), 0, idx))
+		}
+		return s.Keep(buf)
+	}
+	for l := range c.k {
+		out.k = append(out.k, expand(c.k[l]))
+		out.v = append(out.v, expand(c.v[l]))
+	}
+	if err := s.Err(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("kv cache select: %w", err)
+	}
+	return out, nil
+}
+
 // Close frees the buffers.
 func (c *Cache) Close() {
 	torch.Drop(c.k...)

@@ -113,23 +113,40 @@ func TestCacheSelect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer big.Close()
-	last := s.IndexSelect(s.Narrow(ids, 1, rc.T-1, 1), 0, s.FromInt64(rows, 3)) // (3, 1)
-	logits, err := m.Forward(s, model.Batch{IDs: last, Cache: big})
+	// SelectTo: the same rows in buffers of another capacity.
+	roomy, err := cache.SelectTo(rows, int(rc.T)+5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := torch.Float32s(logits) // (3, 1, V)
-	for i, r := range rows {
-		want := full[(r*rc.T+rc.T-1)*rc.V : (r*rc.T+rc.T)*rc.V]
-		worst := 0.0
-		for v := range want {
-			worst = math.Max(worst, math.Abs(float64(want[v]-got[int64(i)*rc.V+int64(v)])))
+	defer roomy.Close()
+	if roomy.MaxLen() != int(rc.T)+5 || roomy.Len() != cache.Len() || roomy.Batch() != 3 {
+		t.Errorf("SelectTo: capacity %d, length %d, batch %d", roomy.MaxLen(), roomy.Len(), roomy.Batch())
+	}
+	last := s.IndexSelect(s.Narrow(ids, 1, rc.T-1, 1), 0, s.FromInt64(rows, 3)) // (3, 1)
+	for name, c := range map[string]*model.Cache{"Select": big, "SelectTo": roomy} {
+		logits, err := m.Forward(s, model.Batch{IDs: last, Cache: c})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if worst > 1e-5 {
-			t.Errorf("row %d (from %d): max diff %.3g from the full forward", i, r, worst)
+		got, _ := torch.Float32s(logits) // (3, 1, V)
+		for i, r := range rows {
+			want := full[(r*rc.T+rc.T-1)*rc.V : (r*rc.T+rc.T)*rc.V]
+			worst := 0.0
+			for v := range want {
+				worst = math.Max(worst, math.Abs(float64(want[v]-got[int64(i)*rc.V+int64(v)])))
+			}
+			if worst > 1e-5 {
+				t.Errorf("%s: row %d (from %d): max diff %.3g from the full forward", name, i, r, worst)
+			}
 		}
 	}
 	if _, err := big.Select([]int64{5}); err == nil {
 		t.Errorf("Select of a missing row did not fail")
+	}
+	if _, err := cache.SelectTo([]int64{5}, int(rc.T)); err == nil {
+		t.Errorf("SelectTo of a missing row did not fail")
+	}
+	if _, err := cache.SelectTo([]int64{0}, cache.Len()-1); err == nil {
+		t.Errorf("SelectTo into less than the filled length did not fail")
 	}
 }
