@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"sync/atomic"
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
@@ -11,11 +13,22 @@ import (
 	"github.com/evolm/evolm/model/torch"
 )
 
-// scoreRow is one ScoreRequest tokenized: the shared prefix and the tails.
+// scoreRow is one ScoreRequest tokenized: the shared prefix, split in two,
+// and the tails.
 type scoreRow struct {
-	prefix []int   // tokens every full prompt starts with (≥ 1 unless some prompt is one token)
+	prefix []int   // the tokens of Prefix alone, when every full prompt starts with them; else the common prefix
+	extra  []int   // the rest of the tokens every full prompt starts with (often "Criterion:")
 	tails  [][]int // per suffix, the rest (each ≥ 1 token)
 	cands  []int   // candidate token ids
+}
+
+// need is the cache capacity the row's forward passes use.
+func (r *scoreRow) need() int {
+	n := 0
+	for _, t := range r.tails {
+		n = max(n, len(t))
+	}
+	return len(r.prefix) + len(r.extra) + n
 }
 
 // candidates maps candidate strings to single token ids.
@@ -57,6 +70,13 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 		L = min(L, n)
 	}
 	row := scoreRow{prefix: full[0][:L], cands: cands}
+	// Requests about one response (the rubrics of a pair in the rubric
+	// phase) share Prefix, not always the tokens after it: the shared part is
+	// Prefix's own tokens when the full prompts start with them, so that its
+	// prefill depends on Prefix alone and can serve them all.
+	if p := m.tok.Encode(r.Prefix); len(p) > 0 && len(p) <= L && slices.Equal(p, full[0][:len(p)]) {
+		row.prefix, row.extra = full[0][:len(p)], full[0][len(p):L]
+	}
 	for _, f := range full {
 		row.tails = append(row.tails, f[L:])
 	}
@@ -64,29 +84,94 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 }
 
 // Score implements backend.Scorer with prefix reuse (see the package doc).
+// Consecutive requests whose Prefix tokenizes alike share one prefill of it.
 func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
 	if err := backend.CheckRequests(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch score: %w", err)
 	}
+	rows := make([]scoreRow, len(reqs))
+	bad := make([]error, len(reqs))
+	for i := range reqs {
+		rows[i], bad[i] = m.tokenizeScore(&reqs[i])
+	}
+	var shared sharedPrefix
+	defer shared.close()
+	i := 0
 	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse) error {
-		row, err := m.tokenizeScore(r)
+		row, err := &rows[i], bad[i]
+		i++
 		if err != nil {
 			res.Failure = rejected("request %s: %v", r.ID, err)
 			return nil
 		}
-		lps := make([][]float64, 0, len(row.tails))
-		for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
-			end := min(start+m.opt.MaxBatch, len(row.tails))
-			part, err := m.scoreTails(row.prefix, row.tails[start:end], row.cands)
-			if err != nil {
-				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
-			}
-			lps = append(lps, part...)
+		pc, err := shared.get(m.lm, row.prefix)
+		if err != nil {
+			return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
+		}
+		lps, err := m.scoreTails(pc, row)
+		if err != nil {
+			return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 		}
 		res.LogProbs = lps
 		return nil
 	})
+}
+
+// sharedPrefix holds the last prefix Score prefilled, in a cache of exactly
+// its length, for the next request with the same prefix tokens. What a
+// request computes after it (scoreTails) starts from a copy at the
+// request's own capacity, so its log-probs are the same bits whether the
+// prefix was prefilled for it or for an earlier request of the call.
+type sharedPrefix struct {
+	ids   []int
+	cache *model.Cache
+}
+
+// get returns the cache holding ids prefilled (batch 1, Len = len(ids)),
+// still owned by p.
+func (p *sharedPrefix) get(lm model.CausalLM, ids []int) (*model.Cache, error) {
+	if p.cache != nil && slices.Equal(p.ids, ids) {
+		return p.cache, nil
+	}
+	p.close()
+	prefixPrefills.Add(1)
+	cache, err := model.NewCache(lm, 1, max(len(ids), 1))
+	if err != nil {
+		return nil, err
+	}
+	// p owns the cache from here, so that p.close frees it after an error
+	// or a panic in the prefill too.
+	p.ids, p.cache = ids, cache
+	if len(ids) > 0 {
+		if err := prefill(lm, cache, ids); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	return cache, nil
+}
+
+// prefixPrefills counts the prefixes sharedPrefix prefilled (for tests).
+var prefixPrefills atomic.Int64
+
+func (p *sharedPrefix) close() {
+	if p.cache != nil {
+		p.cache.Close()
+	}
+	p.ids, p.cache = nil, nil
+}
+
+// prefill runs ids (one row) through lm after what cache holds.
+func prefill(lm model.CausalLM, cache *model.Cache, ids []int) error {
+	s := torch.NewScope()
+	defer s.Close()
+	x := make([]int64, len(ids))
+	for j, id := range ids {
+		x[j] = int64(id)
+	}
+	_, err := generate.Prefill(s, lm, model.Batch{IDs: s.To(s.FromInt64(x, 1, int64(len(x))), lm.Device(), torch.Int64), Cache: cache})
+	return err
 }
 
 // scoreRows answers the requests in order while it holds the engine, with
@@ -112,11 +197,37 @@ func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row 
 	return out, nil
 }
 
-// scoreTails prefills prefix once, runs the tails after it as one
-// right-padded batch and returns, per tail, the candidates' log-probs at its
-// last token. Right padding needs no mask: causal attention keeps every real
-// token from seeing the padding after it.
-func (m *Model) scoreTails(prefix []int, tails [][]int, cands []int) ([][]float64, error) {
+// scoreTails scores row after its prefix, which pc holds: it copies pc to
+// a cache of the row's capacity, prefills the row's extra tokens there,
+// then runs the tails in batches of up to MaxBatch, each batch after its
+// own copy of that cache as one right-padded batch, and returns, per tail,
+// the candidates' log-probs at its last token. Right padding needs no mask:
+// causal attention keeps every real token from seeing the padding after it.
+func (m *Model) scoreTails(pc *model.Cache, row *scoreRow) ([][]float64, error) {
+	cache, err := pc.SelectTo([]int64{0}, row.need())
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Close()
+	if len(row.extra) > 0 {
+		if err := prefill(m.lm, cache, row.extra); err != nil {
+			return nil, fmt.Errorf("prefill: %w", err)
+		}
+	}
+	out := make([][]float64, 0, len(row.tails))
+	for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
+		part, err := m.scoreBatch(cache, row.tails[start:min(start+m.opt.MaxBatch, len(row.tails))], row.cands)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
+}
+
+// scoreBatch runs tails as one right-padded batch after a copy per tail of
+// cache's one row and returns their candidates' log-probs.
+func (m *Model) scoreBatch(cache *model.Cache, tails [][]int, cands []int) ([][]float64, error) {
 	s := torch.NewScope()
 	defer s.Close()
 	dev := m.lm.Device()
@@ -125,30 +236,13 @@ func (m *Model) scoreTails(prefix []int, tails [][]int, cands []int) ([][]float6
 	for _, t := range tails {
 		Tt = max(Tt, len(t))
 	}
-	P := int64(len(prefix))
-	cache, err := model.NewCache(m.lm, 1, len(prefix)+Tt)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { cache.Close() }()
-	if P > 0 {
-		ids := make([]int64, P)
-		for j, id := range prefix {
-			ids[j] = int64(id)
-		}
-		if _, err := generate.Prefill(s, m.lm, model.Batch{IDs: s.To(s.FromInt64(ids, 1, P), dev, torch.Int64), Cache: cache}); err != nil {
-			return nil, fmt.Errorf("prefill: %w", err)
-		}
-	}
 	expanded, err := cache.Select(make([]int64, K)) // every row copies row 0
 	if err != nil {
 		return nil, err
 	}
-	cache.Close()
-	cache = expanded
-
+	defer expanded.Close()
 	ids, last := rightPad(tails, Tt)
-	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(Tt)), dev, torch.Int64), Cache: cache}) // (K, Tt, C)
+	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(Tt)), dev, torch.Int64), Cache: expanded}) // (K, Tt, C)
 	if err != nil {
 		return nil, fmt.Errorf("tails: %w", err)
 	}

@@ -28,7 +28,13 @@
 //     suffix tails after it in one batch and reads the log-softmax at each
 //     row's final position. Tokenizing each full prompt (not prefix and
 //     suffix apart) keeps the numbers those of a plain forward pass over
-//     Prefix+Suffix[k].
+//     Prefix+Suffix[k]. The shared prefix is prefilled in two parts: the
+//     tokens of Prefix alone (when every full prompt starts with them),
+//     then the rest the full prompts share (the judge prompt's
+//     "Criterion:"). The first part depends on Prefix only, so consecutive
+//     requests with the same Prefix (one response under several rubrics,
+//     as the judge stage orders them) share its prefill, and each request's
+//     log-probs are the same bits alone or in any call.
 //   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
 //     prompt+completion per sample, after sampling.
 //   - Concurrency. Concurrent calls (the handlers of `evolm serve`) share

@@ -229,3 +229,54 @@ func TestScoreMatchesHF(t *testing.T) {
 		t.Errorf("largest log-prob difference against HF %.2e > 1e-4", maxDiff)
 	}
 }
+
+// TestScoreSharesPrefix checks that consecutive requests with the same
+// Prefix share one prefill of it, and that sharing changes no bit: every
+// request's log-probs equal those of scoring it alone, whatever its
+// neighbours, with the criteria in one batch or in batches of 2, and stay
+// within 1e-4 of the naive forward passes.
+func TestScoreSharesPrefix(t *testing.T) {
+	m := tiny(t)
+	ctx := context.Background()
+	resp := "Question: what is 17 times 23?\n\nResponse: 17 × 23 = 391, since 17 × 20 = 340 and 17 × 3 = 51.\n\n"
+	reqs := []backend.ScoreRequest{
+		// All criteria start alike: the shared tokens reach into them.
+		{ID: "r1", Prefix: resp, Suffixes: []string{"Criterion: The response states 391.\nAnswer:", "Criterion: The response shows the steps.\nAnswer:", "Criterion: The response is short.\nAnswer:"}},
+		{ID: "r2", Prefix: resp, Suffixes: []string{"Criterion: Correct product.\nAnswer:", "Criterion: Mentions 340 and 51, the partial products, and adds them.\nAnswer:"}},
+		{ID: "other", Prefix: "Question: name a prime.\n\nResponse: 7\n\n", Suffixes: []string{"Criterion: Is prime.\nAnswer:"}},
+		{ID: "r3", Prefix: resp, Suffixes: []string{"Criterion: Uses no emoji.\nAnswer:"}},
+		{ID: "r4", Prefix: resp, Suffixes: []string{"Criterion: Answers in one line.\nAnswer:", "Criterion: Gives 391.\nAnswer:"}},
+	}
+	for i := range reqs {
+		reqs[i].Candidates = []string{" yes", " no"}
+	}
+	for _, mb := range []int{64, 2} {
+		m.opt.MaxBatch = mb
+		before := prefixPrefills.Load()
+		got, err := m.Score(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// r1 r2 share one prefill, then other, then r3 r4 share one.
+		if n := prefixPrefills.Load() - before; n != 3 {
+			t.Errorf("max batch %d: %d prefix prefills for 5 requests, want 3", mb, n)
+		}
+		naive, err := m.ScoreNaive(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(naive, got, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-4 })); d != "" {
+			t.Errorf("max batch %d: Score vs ScoreNaive (-naive +score):\n%s", mb, d)
+		}
+		for i, r := range reqs {
+			alone, err := m.Score(ctx, []backend.ScoreRequest{r})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !cmp.Equal(alone[0].LogProbs, got[i].LogProbs) {
+				t.Errorf("max batch %d: request %s: log-probs alone %v, in the call %v: not the same bits", mb, r.ID, alone[0].LogProbs, got[i].LogProbs)
+			}
+		}
+	}
+	m.opt.MaxBatch = 64
+}
