@@ -23,10 +23,13 @@
 //     temperature; the reply is parsed by prompts.ParseJudge, and a reply
 //     that is not JSON, has no score, or a score that is not a number, NaN
 //     or outside [0, 1] leaves score null with score_missing_reason
-//     "<reason>: <detail>" and the raw reply kept. yesno: one Score call per
-//     (response, rubric) whose suffixes are the criteria; P(yes)/(P(yes)+P(no))
+//     "<reason>: <detail>" and the raw reply kept. yesno: one Score request
+//     per (response, rubric) whose suffixes are the criteria; P(yes)/(P(yes)+P(no))
 //     per criterion (prompts.YesNoScore) goes to criterion_scores and the
-//     renormalized weighted sum to score.
+//     renormalized weighted sum to score. A response's requests (one per
+//     rubric of its item) are consecutive in the backend call, so that the
+//     torch backend prefills the shared (question, response) prefix once
+//     for all of them.
 //   - Per-row failures, never NaN and never dropped: a rubric with no
 //     criteria (empty_rubric), weights that sum to zero (zero_weights) or a
 //     bad weight, a response whose generation failed, and a backend row

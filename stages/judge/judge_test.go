@@ -26,6 +26,7 @@ type fakeJudgeBackend struct {
 	calls   int
 	seen    [][]backend.Message // every generative request's messages
 	suffix  []string            // every yes/no suffix
+	prefix  [][]string          // per Score call, each request's prefix
 }
 
 func (f *fakeJudgeBackend) Generate(_ context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
@@ -51,7 +52,9 @@ func (f *fakeJudgeBackend) Generate(_ context.Context, reqs []backend.GenerateRe
 func (f *fakeJudgeBackend) Score(_ context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
 	f.calls++
 	out := make([]backend.ScoreResponse, len(reqs))
+	f.prefix = append(f.prefix, nil)
 	for i, r := range reqs {
+		f.prefix[len(f.prefix)-1] = append(f.prefix[len(f.prefix)-1], r.Prefix)
 		out[i] = backend.ScoreResponse{ID: r.ID, Model: "fake-judge"}
 		f.suffix = append(f.suffix, r.Suffixes...)
 		for range r.Suffixes {
@@ -197,6 +200,40 @@ func TestJudgeRubricFailures(t *testing.T) {
 				t.Errorf("backend calls = %d, want 1 (only the valid rubric is sent)", fb.calls)
 			}
 		})
+	}
+}
+
+// TestYesNoSendsAResponsesRubricsTogether checks the order the torch
+// backend's prefix sharing relies on: in the rubric phase each answer of a
+// pair is judged under all the pair's rubrics, and those requests reach the
+// backend consecutively, in one call, with the same prefix.
+func TestYesNoSendsAResponsesRubricsTogether(t *testing.T) {
+	var resps []Response
+	byItem := map[string][]schemas.Rubric{}
+	for p := range 2 {
+		item := fmt.Sprintf("pair%d", p)
+		for _, side := range []string{"chosen", "rejected"} {
+			resps = append(resps, Response{ID: item + "/" + side, ItemID: item, Question: "Q" + item + "?", HasQuestion: true, Text: side + " answer of " + item})
+		}
+		for r := range 3 {
+			byItem[item] = append(byItem[item], schemas.Rubric{RubricID: fmt.Sprintf("%s-r%d", item, r), SampleIdx: int32(r), Criteria: crit(1, 2)})
+		}
+	}
+	fb := &fakeJudgeBackend{yes: 0.7}
+	if _, _, err := newJudge(t, schemas.JudgeYesNo, fb).judge(context.Background(), resps, byItem); err != nil {
+		t.Fatal(err)
+	}
+	if len(fb.prefix) != 1 || len(fb.prefix[0]) != 12 {
+		t.Fatalf("Score calls %v, want one of 12 requests", fb.prefix)
+	}
+	got := fb.prefix[0]
+	for i := 0; i < 12; i += 3 {
+		if got[i] != got[i+1] || got[i] != got[i+2] || (i > 0 && got[i] == got[i-1]) {
+			t.Errorf("requests %d..%d: prefixes not shared by one answer's three rubrics alone", i, i+2)
+		}
+		if !strings.Contains(got[i], resps[i/3].Text) {
+			t.Errorf("requests %d..%d: prefix does not hold answer %q", i, i+2, resps[i/3].Text)
+		}
 	}
 }
 
