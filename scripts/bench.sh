@@ -30,8 +30,10 @@ for b in $only; do
 		go test -run '^$' -bench . -benchmem -count "$runs" ./...
 		;;
 	judge)
-		header "bench/judge: yes/no judging, prefix reuse vs the same batching without it"
+		header "bench/judge: yes/no judging, prefix reuse vs the same batching without it (policy phase: one rubric per response)"
 		go run ./bench/judge -preset small -threads 1 -runs "$runs"
+		header "bench/judge: the same, rubric phase (8 rubrics per response, one prefill for them)"
+		go run ./bench/judge -preset small -threads 1 -runs "$runs" -responses 2 -rubrics 8
 		;;
 	engine)
 		for preset in tiny small; do

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"testing"
+
+	"github.com/evolm/evolm/model/backend"
 )
 
 // BenchmarkYesNo compares yes/no judging with prefix reuse against the same
@@ -17,7 +19,7 @@ func BenchmarkYesNo(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(m.Close)
-	reqs, err := workload(1, 300, 4)
+	reqs, err := workload(1, 1, 300, 4)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func BenchmarkYesNo(b *testing.B) {
 // with the criteria in one batch and split over batches of 3, and that
 // maxDiff refuses a larger difference.
 func TestSidesAgree(t *testing.T) {
-	reqs, err := workload(2, 60, 5)
+	reqs, err := workload(2, 2, 60, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,11 +77,51 @@ func TestSidesAgree(t *testing.T) {
 // TestWorkloadShape checks that the benchmark's requests share a real
 // prefix: every suffix is one criterion of the yes/no prompt.
 func TestWorkloadShape(t *testing.T) {
-	reqs, err := workload(2, 10, 3)
+	reqs, err := workload(2, 1, 10, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(reqs) != 2 || len(reqs[0].Suffixes) != 3 || reqs[0].Prefix == "" || reqs[0].Prefix == reqs[1].Prefix {
 		t.Fatalf("workload = %+v", reqs)
+	}
+	// -rubrics: the requests of one response are consecutive, share its
+	// prefix and ask other criteria.
+	reqs, err = workload(2, 3, 10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 6 {
+		t.Fatalf("%d requests, want 6", len(reqs))
+	}
+	for i, r := range reqs {
+		same := reqs[i/3*3]
+		if r.Prefix != same.Prefix || (i%3 == 0 && i > 0 && r.Prefix == reqs[i-1].Prefix) {
+			t.Errorf("request %d: prefix not shared with its response's requests only", i)
+		}
+		if i%3 > 0 && r.Suffixes[0] == reqs[i-1].Suffixes[0] {
+			t.Errorf("request %d asks the same criterion as request %d", i, i-1)
+		}
+	}
+}
+
+// TestTokens checks the token counts on a one-character-per-token encoder.
+func TestTokens(t *testing.T) {
+	enc := func(s string) []int {
+		out := make([]int, len(s))
+		for i := range s {
+			out[i] = int(s[i])
+		}
+		return out
+	}
+	reqs := []backend.ScoreRequest{
+		{Prefix: "pppp", Suffixes: []string{"Cxa", "Cyb"}}, // shares "pppp" + "C"
+		{Prefix: "pppp", Suffixes: []string{"Dz"}},         // "pppp" + "D" (a lone suffix keeps 1 tail token)
+		{Prefix: "qq", Suffixes: []string{"ab", "ac"}},
+	}
+	naive, reuse := tokens(enc, reqs)
+	// naive: 7+7 + 6 + 4+4. reuse: "pppp" once; "C", then "xa" and "yb";
+	// "D", then "z"; "qq", "a", then "b" and "c".
+	if naive != 28 || reuse != 4+1+2+2+1+1+2+1+1+1 {
+		t.Errorf("tokens = %d, %d; want 28, 16", naive, reuse)
 	}
 }

@@ -6,6 +6,13 @@
 //
 //	go run ./bench/judge -preset small -threads 1 -response-words 300 -criteria 4 -reps 3 -runs 3
 //
+// -rubrics N sends N requests per response, each another rubric's criteria
+// over the same (question, response), consecutively as the judge stage
+// orders them: the rubric phase scores both answers of a pair under each of
+// its n = 8 candidate rubrics (-rubrics 8), the policy phase each response
+// under its group's one rubric (-rubrics 1, the default). Score prefills a
+// response once for all its rubrics.
+//
 // Fairness: both sides tokenize the same full prompts and batch the criteria
 // of a request the same way (up to the backend's MaxBatch rows, right-padded,
 // per forward pass), so the one difference measured is the shared prefill.
@@ -13,7 +20,9 @@
 // log-probs agree within -tol (absolute) and fails otherwise. Each of -runs
 // runs times both sides (the mean of -reps calls after a warm-up call); the
 // speed-up is printed as min / median / max over the runs, with the load
-// average before and after.
+// average before and after, and beside it the token ratio: the tokens the
+// naive side runs over those prefix reuse runs, which bounds the speed-up
+// that skipping tokens can give.
 //
 // Without -model it writes a random checkpoint of -preset with model.Init.
 // The prompts are the real judge_yesno role prompt (stages/prompts). The Go
@@ -27,6 +36,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -42,7 +52,8 @@ type config struct {
 	model, preset  string
 	responseWords  int
 	criteria, reps int
-	requests       int
+	responses      int
+	rubrics        int
 	threads        int
 	maxBatch       int
 	runs           int
@@ -55,7 +66,8 @@ func main() {
 	flag.StringVar(&cfg.preset, "preset", "small", "model.Init preset when -model is empty: tiny or small")
 	flag.IntVar(&cfg.responseWords, "response-words", 300, "words in the judged response")
 	flag.IntVar(&cfg.criteria, "criteria", 4, "criteria per rubric")
-	flag.IntVar(&cfg.requests, "requests", 4, "(response, rubric) requests per call")
+	flag.IntVar(&cfg.responses, "responses", 4, "responses per call")
+	flag.IntVar(&cfg.rubrics, "rubrics", 1, "rubrics per response: one request each, consecutive in the call (1: the policy phase; 8: the rubric phase)")
 	flag.IntVar(&cfg.reps, "reps", 3, "timed calls of each method per run (their mean is the run's time)")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs; the speed-up is shown as min / median / max over them")
 	flag.Float64Var(&cfg.tol, "tol", defaultTol, "largest allowed absolute difference between the two sides' log-probs")
@@ -68,8 +80,9 @@ func main() {
 	}
 }
 
-// workload builds yes/no score requests from the judge_yesno prompt.
-func workload(requests, responseWords, criteria int) ([]backend.ScoreRequest, error) {
+// workload builds yes/no score requests from the judge_yesno prompt:
+// responses × rubrics requests, those of one response consecutive.
+func workload(responses, rubrics, responseWords, criteria int) ([]backend.ScoreRequest, error) {
 	set, err := prompts.Default()
 	if err != nil {
 		return nil, err
@@ -82,17 +95,19 @@ func workload(requests, responseWords, criteria int) ([]backend.ScoreRequest, er
 		}
 		resp.WriteString(words[i%len(words)])
 	}
-	cs := make([]prompts.Criterion, criteria)
-	for k := range cs {
-		cs[k] = prompts.Criterion{Criterion: fmt.Sprintf("The response states the final numeric result %d and explains how it was obtained.", k), Weight: 1}
-	}
-	reqs := make([]backend.ScoreRequest, requests)
-	for i := range reqs {
-		prefix, suffixes, err := set.JudgeYesNo(fmt.Sprintf("Question %d: what is 17 times 23, and why?", i), resp.String(), cs)
-		if err != nil {
-			return nil, err
+	var reqs []backend.ScoreRequest
+	for i := range responses {
+		for r := range rubrics {
+			cs := make([]prompts.Criterion, criteria)
+			for k := range cs {
+				cs[k] = prompts.Criterion{Criterion: fmt.Sprintf("The response states the final numeric result %d and explains how it was obtained.", r*criteria+k), Weight: 1}
+			}
+			prefix, suffixes, err := set.JudgeYesNo(fmt.Sprintf("Question %d: what is 17 times 23, and why?", i), resp.String(), cs)
+			if err != nil {
+				return nil, err
+			}
+			reqs = append(reqs, backend.ScoreRequest{ID: fmt.Sprintf("%d/%d", i, r), Prefix: prefix, Suffixes: suffixes, Candidates: prompts.DefaultYesNo.Candidates()})
 		}
-		reqs[i] = backend.ScoreRequest{ID: fmt.Sprint(i), Prefix: prefix, Suffixes: suffixes, Candidates: prompts.DefaultYesNo.Candidates()}
 	}
 	return reqs, nil
 }
@@ -129,6 +144,43 @@ func timeIt(ctx context.Context, f scoreFunc, reqs []backend.ScoreRequest, reps 
 		}
 	}
 	return time.Since(start) / time.Duration(max(reps, 1)), out, nil
+}
+
+// tokens counts the tokens each side runs through the model for reqs: the
+// naive side every full prompt; prefix reuse, per request, its shared tokens
+// (Prefix's own once per run of consecutive requests with the same Prefix,
+// the rest once per request) and each suffix's tail, as the torch backend's
+// Score splits them.
+func tokens(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reuse int) {
+	last := ""
+	for i, r := range reqs {
+		full := make([][]int, len(r.Suffixes))
+		for k, suf := range r.Suffixes {
+			full[k] = encode(r.Prefix + suf)
+			naive += len(full[k])
+		}
+		L := len(full[0]) - 1
+		for _, f := range full[1:] {
+			n := 0
+			for n < L && n < len(f)-1 && f[n] == full[0][n] {
+				n++
+			}
+			L = min(L, n)
+		}
+		p := len(encode(r.Prefix))
+		if p > L || !slices.Equal(encode(r.Prefix), full[0][:p]) {
+			p = L
+		}
+		if i == 0 || r.Prefix != last {
+			reuse += p
+		}
+		last = r.Prefix
+		reuse += L - p
+		for _, f := range full {
+			reuse += len(f) - L
+		}
+	}
+	return naive, reuse
 }
 
 // maxDiff returns the largest absolute difference between two answers'
@@ -181,12 +233,16 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	reqs, err := workload(cfg.requests, cfg.responseWords, cfg.criteria)
+	if cfg.responses < 1 || cfg.rubrics < 1 || cfg.criteria < 1 {
+		return fmt.Errorf("-responses %d, -rubrics %d, -criteria %d: each must be ≥ 1", cfg.responses, cfg.rubrics, cfg.criteria)
+	}
+	reqs, err := workload(cfg.responses, cfg.rubrics, cfg.responseWords, cfg.criteria)
 	if err != nil {
 		return err
 	}
 	prefixTok := len(m.Tokenizer().Encode(reqs[0].Prefix))
 	suffixTok := len(m.Tokenizer().Encode(reqs[0].Suffixes[0]))
+	naiveTok, reuseTok := tokens(m.Tokenizer().Encode, reqs)
 	var naiveMS, reuseMS, speedup []float64
 	worst := 0.0
 	for r := range cfg.runs {
@@ -203,14 +259,15 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 			return fmt.Errorf("run %d: %w", r+1, err)
 		}
 		worst = max(worst, d)
-		naiveMS = append(naiveMS, naive.Seconds()*1e3/float64(cfg.requests))
-		reuseMS = append(reuseMS, reuse.Seconds()*1e3/float64(cfg.requests))
+		naiveMS = append(naiveMS, naive.Seconds()*1e3/float64(len(reqs)))
+		reuseMS = append(reuseMS, reuse.Seconds()*1e3/float64(len(reqs)))
 		speedup = append(speedup, naive.Seconds()/reuse.Seconds())
 	}
 	load1 := stat.LoadAvg()
 	n := float64(cfg.criteria)
-	fmt.Fprintf(w, "model %s (%d parameters): %d requests × %d criteria, prefix ≈ %d tokens, suffix ≈ %d tokens; both sides batch up to %d criteria per forward pass\n",
-		m.ID(), m.LM().Config().NumParams(), cfg.requests, cfg.criteria, prefixTok, suffixTok, cfg.maxBatch)
+	fmt.Fprintf(w, "model %s (%d parameters): %d responses × %d rubrics × %d criteria, prefix ≈ %d tokens, suffix ≈ %d tokens; both sides batch up to %d criteria per forward pass\n",
+		m.ID(), m.LM().Config().NumParams(), cfg.responses, cfg.rubrics, cfg.criteria, prefixTok, suffixTok, cfg.maxBatch)
+	fmt.Fprintf(w, "tokens per call: naive %d, prefix reuse %d; token ratio %.2f (what skipping tokens alone can give)\n", naiveTok, reuseTok, float64(naiveTok)/float64(reuseTok))
 	fmt.Fprintf(w, "log-probs agree in every run: max abs difference %.3g (tolerance %.3g)\n", worst, cfg.tol)
 	fmt.Fprintf(w, "load average (1, 5, 15 min): before %s, after %s; mean of %d calls after a warm-up, %d runs\n", load0, load1, cfg.reps, cfg.runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
