@@ -46,8 +46,10 @@ func LogitChunk(B, T, V int64) int64 {
 // entropy = −Σ exp(lsm)·lsm with lsm = log_softmax(logits). Each chunk's
 // logits are freed before the next.
 //
-// Backward. When grad is on and h requires grad, the forward above runs with
-// grad off, and the outputs are leaves that require grad. A deferred backward
+// Backward. When one chunk covers all T positions, autograd backpropagates
+// through that chunk as through any op. Otherwise, when grad is on and h
+// requires grad, the forward above runs with grad off, and the outputs are
+// leaves that require grad. A deferred backward
 // stage (torch.Scope.DeferBackward) runs after the loss's backward: it reads
 // ∂loss/∂log-prob and ∂loss/∂entropy from those leaves, and per chunk
 // recomputes the chunk's logits with grad on from a boundary leaf of h and
@@ -66,15 +68,19 @@ func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entro
 		return nil, nil, fmt.Errorf("selective log-softmax: hidden shape %v, want (B, T, C)", sh)
 	}
 	B, T := sh[0], sh[1]
-	if FullLogits {
+	chunk := LogitChunk(B, T, int64(m.Config().VocabSize))
+	grad := torch.GradEnabled() && torch.RequiresGrad(h)
+	// One chunk covers every position: autograd keeps its logits until
+	// backward, which then needs no second projection. The logits alive at
+	// once are the chunked backward's (one chunk and its gradient), so the
+	// memory bound holds.
+	if FullLogits || (grad && chunk >= T) {
 		lp, ent, err = selectiveChunk(s, m, h, targets, entropy)
 		if err != nil {
 			return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
 		}
 		return lp, ent, nil
 	}
-	chunk := LogitChunk(B, T, int64(m.Config().VocabSize))
-	grad := torch.GradEnabled() && torch.RequiresGrad(h)
 
 	hd := h
 	if grad {

@@ -87,8 +87,9 @@ func fullScore(s *torch.Scope, m model.CausalLM, rows []Continuation) (lp, ent, 
 }
 
 type scored struct {
-	lp, ent []float32
-	grads   map[string][]float32
+	lp, ent  []float32
+	grads    map[string][]float32
+	deferred int // backward stages Score deferred (1: the chunks are recomputed in backward)
 }
 
 // scoreAndGrad scores rows (chunked Score, or the reference) and
@@ -100,12 +101,14 @@ func scoreAndGrad(t *testing.T, m model.CausalLM, rows []Continuation, entropy, 
 	s := torch.NewScope()
 	defer s.Close()
 	var lp, ent *torch.Tensor
+	deferred := torch.Deferred()
 	if chunked {
 		sc, err := Score(s, m, rows, entropy)
 		if err != nil {
 			t.Fatal(err)
 		}
 		lp, ent = sc.LogProbs, sc.Entropy
+		deferred = torch.Deferred() - deferred
 	} else {
 		lp, ent, _ = fullScore(s, m, rows)
 	}
@@ -131,7 +134,7 @@ func scoreAndGrad(t *testing.T, m model.CausalLM, rows []Continuation, entropy, 
 	if err := torch.Backward(loss); err != nil {
 		t.Fatal(err)
 	}
-	out := scored{grads: map[string][]float32{}}
+	out := scored{grads: map[string][]float32{}, deferred: deferred}
 	if out.lp, err = torch.Float32s(s.Detach(lp)); err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +167,10 @@ func maxAbs(a []float32) float64 {
 }
 
 // TestSelectiveMatchesFull: the chunked selective log-softmax (3 positions
-// per chunk, recomputed in backward) gives the full computation's log-probs,
-// entropies and parameter gradients within 1e-6 in float32, tied and untied
-// heads, with and without entropy, and frees every tensor.
+// per chunk, recomputed in backward, or one chunk for all positions, kept
+// by autograd) gives the full computation's log-probs, entropies and
+// parameter gradients within 1e-6 in float32, tied and untied heads, with
+// and without entropy, and frees every tensor.
 func TestSelectiveMatchesFull(t *testing.T) {
 	defer func(v int64) { chunkElems = v }(chunkElems)
 	base := torch.Live()
@@ -176,32 +180,47 @@ func TestSelectiveMatchesFull(t *testing.T) {
 	}{{"Qwen3ForCausalLM", true}, {"LlamaForCausalLM", false}} {
 		m := tinyLM(t, tc.arch, tc.tied)
 		rows := randRows(rand.New(rand.NewSource(1)), 4, m.Config().VocabSize)
-		chunkElems = 3 * int64(len(rows)) * int64(m.Config().VocabSize)
-		for _, entropy := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/entropy=%v", tc.arch, entropy), func(t *testing.T) {
-				want := scoreAndGrad(t, m, rows, entropy, false)
-				got := scoreAndGrad(t, m, rows, entropy, true)
-				if torch.Deferred() != 0 {
-					t.Errorf("%d backward stages left over", torch.Deferred())
-				}
-				if d := modeltest.MaxAbsDiff(want.lp, got.lp); d > 1e-6 {
-					t.Errorf("log-probs differ by %.3g", d)
-				}
-				if entropy {
-					if d := modeltest.MaxAbsDiff(want.ent, got.ent); d > 1e-6 {
-						t.Errorf("entropies differ by %.3g", d)
+		for _, c := range []struct {
+			positions int64 // per chunk
+			deferred  int
+		}{{3, 1}, {1 << 20, 0}} {
+			chunkElems = c.positions * int64(len(rows)) * int64(m.Config().VocabSize)
+			for _, entropy := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/chunk=%d/entropy=%v", tc.arch, c.positions, entropy), func(t *testing.T) {
+					want := scoreAndGrad(t, m, rows, entropy, false)
+					got := scoreAndGrad(t, m, rows, entropy, true)
+					if got.deferred != c.deferred {
+						t.Errorf("Score deferred %d backward stages, want %d", got.deferred, c.deferred)
 					}
-				}
-				for _, p := range m.Parameters() {
-					d, scale := modeltest.MaxAbsDiff(want.grads[p.Name], got.grads[p.Name]), maxAbs(want.grads[p.Name])
-					t.Logf("%-40s max |g| %.3e  max abs diff %.2e", p.Name, scale, d)
-					if d > 1e-6*max(1, scale) {
-						t.Errorf("%s: gradient differs by %.3g (max |g| %.3g)", p.Name, d, scale)
-					}
-				}
-			})
+					checkScored(t, m, want, got, entropy)
+				})
+			}
 		}
 		m.Close()
 	}
 	modeltest.CheckLeaks(t, base)
+}
+
+// checkScored compares Score's log-probs, entropies and gradients with the
+// full computation's.
+func checkScored(t *testing.T, m model.CausalLM, want, got scored, entropy bool) {
+	t.Helper()
+	if torch.Deferred() != 0 {
+		t.Errorf("%d backward stages left over", torch.Deferred())
+	}
+	if d := modeltest.MaxAbsDiff(want.lp, got.lp); d > 1e-6 {
+		t.Errorf("log-probs differ by %.3g", d)
+	}
+	if entropy {
+		if d := modeltest.MaxAbsDiff(want.ent, got.ent); d > 1e-6 {
+			t.Errorf("entropies differ by %.3g", d)
+		}
+	}
+	for _, p := range m.Parameters() {
+		d, scale := modeltest.MaxAbsDiff(want.grads[p.Name], got.grads[p.Name]), maxAbs(want.grads[p.Name])
+		t.Logf("%-40s max |g| %.3e  max abs diff %.2e", p.Name, scale, d)
+		if d > 1e-6*max(1, scale) {
+			t.Errorf("%s: gradient differs by %.3g (max |g| %.3g)", p.Name, d, scale)
+		}
+	}
 }
