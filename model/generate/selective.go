@@ -74,9 +74,20 @@ func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entro
 	// backward, which then needs no second projection. The logits alive at
 	// once are the chunked backward's (one chunk and its gradient), so the
 	// memory bound holds.
+	// The chunk's intermediates live in a child scope, closed on return:
+	// past that, only what autograd saved for backward holds their memory.
 	if FullLogits || (grad && chunk >= T) {
-		lp, ent, err = selectiveChunk(s, m, h, targets, entropy)
+		c := s.Child()
+		defer c.Close()
+		l, e, err := selectiveChunk(c, m, h, targets, entropy)
 		if err != nil {
+			return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
+		}
+		lp = c.MoveTo(s, l)
+		if entropy {
+			ent = c.MoveTo(s, e)
+		}
+		if err := s.Err(); err != nil {
 			return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
 		}
 		return lp, ent, nil
