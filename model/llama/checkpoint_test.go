@@ -27,6 +27,9 @@ func ckptGrads(t *testing.T, m model.CausalLM, score bool) (float64, int, map[st
 	const B, T = 3, 11
 	var loss *torch.Tensor
 	if score {
+		// 4 positions per chunk: the chunked path, recomputed in backward
+		// (one chunk for all positions is kept by autograd instead).
+		defer generate.SetLogitChunkElems(4 * B * int64(V))()
 		rows := make([]generate.Continuation, B)
 		for i := range rows {
 			rows[i].Prompt = []int{r.Intn(V), r.Intn(V)}[:1+i%2]
