@@ -36,7 +36,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -150,7 +149,7 @@ func timeIt(ctx context.Context, f scoreFunc, reqs []backend.ScoreRequest, reps 
 // naive side every full prompt; prefix reuse, per request, its shared tokens
 // (Prefix's own once per run of consecutive requests with the same Prefix,
 // the rest once per request) and each suffix's tail, as the torch backend's
-// Score splits them.
+// Score splits them (torchbe.SplitScore).
 func tokens(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reuse int) {
 	last := ""
 	for i, r := range reqs {
@@ -159,18 +158,7 @@ func tokens(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reus
 			full[k] = encode(r.Prefix + suf)
 			naive += len(full[k])
 		}
-		L := len(full[0]) - 1
-		for _, f := range full[1:] {
-			n := 0
-			for n < L && n < len(f)-1 && f[n] == full[0][n] {
-				n++
-			}
-			L = min(L, n)
-		}
-		p := len(encode(r.Prefix))
-		if p > L || !slices.Equal(encode(r.Prefix), full[0][:p]) {
-			p = L
-		}
+		p, L := torchbe.SplitScore(encode(r.Prefix), full)
 		if i == 0 || r.Prefix != last {
 			reuse += p
 		}

@@ -44,8 +44,31 @@ func (m *Model) candidates(cs []string) ([]int, error) {
 	return out, nil
 }
 
-// tokenizeScore tokenizes Prefix+Suffixes[k] whole and splits off the
-// longest common token prefix, leaving every tail at least one token.
+// SplitScore is how Score splits one request's full prompts (Prefix +
+// Suffixes[k], each tokenized whole; at least one, none empty), given
+// prefix, the tokens of Prefix alone. The first L tokens are common to
+// every full prompt, L as large as leaves each tail at least one token; of
+// them, the first P are prefilled once for consecutive requests with the
+// same Prefix. P is len(prefix) when every full prompt starts with prefix
+// (requests about one response, the rubrics of a pair in the rubric phase,
+// share Prefix but not always the tokens after it), else L.
+func SplitScore(prefix []int, full [][]int) (P, L int) {
+	L = len(full[0]) - 1
+	for _, f := range full[1:] {
+		n := 0
+		for n < L && n < len(f)-1 && f[n] == full[0][n] {
+			n++
+		}
+		L = min(L, n)
+	}
+	if len(prefix) > 0 && len(prefix) <= L && slices.Equal(prefix, full[0][:len(prefix)]) {
+		return len(prefix), L
+	}
+	return L, L
+}
+
+// tokenizeScore tokenizes Prefix+Suffixes[k] whole and splits them as
+// SplitScore says.
 func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 	cands, err := m.candidates(r.Candidates)
 	if err != nil {
@@ -61,22 +84,8 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 			return scoreRow{}, fmt.Errorf("suffix %d: prompt of %d tokens exceeds the context of %d", k, len(full[k]), m.maxLen)
 		}
 	}
-	L := len(full[0]) - 1
-	for _, f := range full[1:] {
-		n := 0
-		for n < L && n < len(f)-1 && f[n] == full[0][n] {
-			n++
-		}
-		L = min(L, n)
-	}
-	row := scoreRow{prefix: full[0][:L], cands: cands}
-	// Requests about one response (the rubrics of a pair in the rubric
-	// phase) share Prefix, not always the tokens after it: the shared part is
-	// Prefix's own tokens when the full prompts start with them, so that its
-	// prefill depends on Prefix alone and can serve them all.
-	if p := m.tok.Encode(r.Prefix); len(p) > 0 && len(p) <= L && slices.Equal(p, full[0][:len(p)]) {
-		row.prefix, row.extra = full[0][:len(p)], full[0][len(p):L]
-	}
+	P, L := SplitScore(m.tok.Encode(r.Prefix), full)
+	row := scoreRow{prefix: full[0][:P], extra: full[0][P:L], cands: cands}
 	for _, f := range full {
 		row.tails = append(row.tails, f[L:])
 	}
