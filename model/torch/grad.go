@@ -7,9 +7,11 @@ import "runtime"
 //
 //	defer torch.SetGrad(false)()
 //
-// The thread stays locked until restore runs, since the mode is thread-local.
+// The thread stays locked until restore runs, since the mode is thread-local
+// (and, like a Scope, SetGrad keeps a goroutine on its first thread for
+// good: see claimThread).
 func SetGrad(enabled bool) (restore func()) {
-	runtime.LockOSThread()
+	claimThread()
 	prev := setGrad(enabled)
 	return func() {
 		setGrad(prev)

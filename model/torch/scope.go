@@ -16,7 +16,9 @@ func Live() int64 { return live.Load() }
 // Scope owns the tensors created through it and drops them on Close. It holds
 // a sticky error: the first op that fails records it, later ops return nil.
 // A scope locks its goroutine to the OS thread until Close (libtorch state is
-// per thread); it must be closed on the goroutine that created it.
+// per thread), and the first one a goroutine opens keeps it on that thread
+// for the rest of its life (see claimThread). A scope must be closed on the
+// goroutine that created it.
 //
 //	s := torch.NewScope()
 //	defer s.Close()
@@ -33,7 +35,7 @@ type Scope struct {
 
 // NewScope returns an empty root scope.
 func NewScope() *Scope {
-	runtime.LockOSThread()
+	claimThread()
 	return &Scope{}
 }
 
@@ -195,8 +197,38 @@ func (s *Scope) Close() {
 // TorchErr that follows it: libtorch keeps the last error per thread, so a
 // migration in between would lose the error or pin it on a later op.
 func lockThread() (unlock func()) {
-	runtime.LockOSThread()
+	claimThread()
 	return runtime.UnlockOSThread
+}
+
+// claimThread locks the calling goroutine to its OS thread, undone by one
+// runtime.UnlockOSThread, like runtime.LockOSThread. The first goroutine to
+// claim a thread also takes a second lock that it never releases: from then
+// on it runs on that thread alone, and when it exits the thread exits with it
+// (Go ends a thread whose goroutine exits locked). So every goroutine that
+// calls libtorch does so from one OS thread, its own.
+//
+// Why: the OpenMP runtime inside libtorch's CPU build (libgomp) gives each OS
+// thread that starts a parallel region its own pool of worker threads, kept
+// until that thread exits. Go would otherwise run a goroutine's successive
+// engine calls on whichever thread is free, and each new thread adds a pool.
+// Once the pools hold more threads than there are CPUs, libgomp lets an idle
+// worker spin only 100 iterations before it sleeps (instead of about 3 ms),
+// and from then on every small operation pays a futex wake-up: a sequence of
+// short forward passes at 2 threads ran about 1.6 times slower in such a
+// process (docs/engine-speed.md §12). One thread per goroutine keeps one pool
+// per goroutine that uses the engine, and a goroutine that ends frees its
+// pool.
+//
+// The mark that a thread is claimed is thread-local in C; a claimed thread
+// only ever runs its claimant, and dies with it (the main thread, which Go
+// never ends, is parked for good instead), so the mark is never seen by
+// another goroutine.
+func claimThread() {
+	runtime.LockOSThread()
+	if !cClaimThread() {
+		runtime.LockOSThread()
+	}
 }
 
 // Len is the number of tensors s owns (for tests and debugging).

@@ -13,10 +13,20 @@ int at_grad_set_enabled(int);
 
 #include <malloc.h>
 static int evolm_mmap_threshold(int n) { return mallopt(M_MMAP_THRESHOLD, n); }
+
+// evolm_claim_thread marks the calling OS thread as claimed and reports
+// whether it already was. The mark is thread-local, so it dies with the
+// thread.
+static __thread int evolm_claimed;
+static int evolm_claim_thread(void) { int was = evolm_claimed; evolm_claimed = 1; return was; }
 */
 import "C"
 
 import "fmt"
+
+// cClaimThread marks the calling OS thread and reports whether it was
+// marked before.
+func cClaimThread() bool { return C.evolm_claim_thread() == 1 }
 
 func cManualSeed(seed int64) { C.at_manual_seed(C.int64_t(seed)) }
 func cSetNumThreads(n int)   { C.at_set_num_threads(C.int(n)) }

@@ -16,7 +16,10 @@
 //   - Threads. libtorch keeps the last error and the grad mode per OS thread, so
 //     a Scope locks its goroutine to its OS thread until Close, and SetGrad
 //     locks it until the returned restore function runs. A Scope belongs to the
-//     goroutine that created it.
+//     goroutine that created it. A goroutine's first call into libtorch also
+//     keeps it on that OS thread until it exits, so that libtorch's OpenMP
+//     runtime keeps one worker pool per goroutine, not one per thread Go
+//     happened to use (see claimThread).
 //   - Missing wrappers (manual seed, thread count) are reached through a tiny
 //     cgo shim over gotch's own exported C symbols.
 //

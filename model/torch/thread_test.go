@@ -1,0 +1,91 @@
+package torch
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A goroutine that has called into libtorch stays on its OS thread, though
+// it blocks and is woken from other threads between calls, so libgomp keeps
+// one worker pool for it (claimThread).
+func TestGoroutineKeepsItsThread(t *testing.T) {
+	// Many Ps and busy neighbours, so that a goroutine not bound to its
+	// thread resumes on another one within a few iterations.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	stop := make(chan struct{})
+	defer close(stop)
+	for range 8 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					time.Sleep(20 * time.Microsecond)
+				}
+			}
+		}()
+	}
+	errc := make(chan error)
+	go func() {
+		s := NewScope()
+		s.Close()
+		tid := syscall.Gettid()
+		wake := make(chan struct{})
+		for i := range 300 {
+			go func() { wake <- struct{}{} }() // woken by another goroutine
+			<-wake
+			time.Sleep(50 * time.Microsecond) // and by a timer
+			runtime.Gosched()
+			if got := syscall.Gettid(); got != tid {
+				errc <- fmt.Errorf("iteration %d: on thread %d, want %d, the thread of its first scope", i, got, tid)
+				return
+			}
+			switch i % 3 { // each way into libtorch: a scope, SetGrad, a lone op
+			case 0:
+				s := NewScope()
+				s.Add(s.FromFloat32([]float32{1, 2}, 2), s.FromFloat32([]float32{3, 4}, 2))
+				err := s.Err()
+				s.Close()
+				if err != nil {
+					errc <- err
+					return
+				}
+			case 1:
+				SetGrad(false)()
+			case 2:
+				if GradEnabled() != true {
+					errc <- fmt.Errorf("grad mode off outside SetGrad")
+					return
+				}
+			}
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The thread ends with its goroutine, and with it libgomp's pool for it.
+func TestThreadEndsWithItsGoroutine(t *testing.T) {
+	tidc := make(chan int)
+	go func() {
+		s := NewScope()
+		s.Close()
+		tidc <- syscall.Gettid()
+	}()
+	tid := <-tidc
+	task := fmt.Sprintf("/proc/self/task/%d", tid)
+	for range 1000 { // the runtime ends it right after the goroutine's return
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("thread %d still runs 10 s after its goroutine ended", tid)
+}
