@@ -93,7 +93,10 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 }
 
 // Score implements backend.Scorer with prefix reuse (see the package doc).
-// Consecutive requests whose Prefix tokenizes alike share one prefill of it.
+// Consecutive requests whose Prefix tokenizes alike share one prefill of
+// it. A request whose Prefix neither neighbour shares is prefilled with its
+// extra tokens in one pass, and leaves the shared prefill in place for the
+// requests after it.
 func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
 	if err := backend.CheckRequests(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
@@ -107,22 +110,46 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 	var shared sharedPrefix
 	defer shared.close()
 	i := 0
-	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse) error {
+	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse, q *heads) error {
 		row, err := &rows[i], bad[i]
 		i++
 		if err != nil {
 			res.Failure = rejected("request %s: %v", r.ID, err)
 			return nil
 		}
-		pc, err := shared.get(m.lm, row.prefix)
-		if err != nil {
-			return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
+		// A prefix that the request before or after shares is prefilled
+		// once for both; one that neither shares is prefilled with the
+		// request's extra tokens in the same pass.
+		var cache *model.Cache
+		if shared.holds(row.prefix) || (i < len(rows) && bad[i] == nil && slices.Equal(rows[i].prefix, row.prefix)) {
+			pc, err := shared.get(m.lm, row.prefix)
+			if err != nil {
+				return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
+			}
+			if cache, err = pc.SelectTo([]int64{0}, row.need()); err != nil {
+				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
+			}
+			defer cache.Close()
+			if len(row.extra) > 0 {
+				if err := prefill(m.lm, cache, row.extra); err != nil {
+					return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
+				}
+			}
+		} else {
+			prefixPrefills.Add(1)
+			if cache, err = model.NewCache(m.lm, 1, row.need()); err != nil {
+				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
+			}
+			defer cache.Close()
+			if ids := slices.Concat(row.prefix, row.extra); len(ids) > 0 {
+				if err := prefill(m.lm, cache, ids); err != nil {
+					return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
+				}
+			}
 		}
-		lps, err := m.scoreTails(pc, row)
-		if err != nil {
+		if err := m.scoreTails(cache, row, res, q); err != nil {
 			return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 		}
-		res.LogProbs = lps
 		return nil
 	})
 }
@@ -137,10 +164,15 @@ type sharedPrefix struct {
 	cache *model.Cache
 }
 
+// holds reports whether p holds ids prefilled.
+func (p *sharedPrefix) holds(ids []int) bool {
+	return p.cache != nil && slices.Equal(p.ids, ids)
+}
+
 // get returns the cache holding ids prefilled (batch 1, Len = len(ids)),
 // still owned by p.
 func (p *sharedPrefix) get(lm model.CausalLM, ids []int) (*model.Cache, error) {
-	if p.cache != nil && slices.Equal(p.ids, ids) {
+	if p.holds(ids) {
 		return p.cache, nil
 	}
 	p.close()
@@ -184,9 +216,10 @@ func prefill(lm model.CausalLM, cache *model.Cache, ids []int) error {
 }
 
 // scoreRows answers the requests in order while it holds the engine, with
-// autograd off: row fills a response (its LogProbs or a Failure) and its
-// error ends the call.
-func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row func(*backend.ScoreRequest, *backend.ScoreResponse) error) ([]backend.ScoreResponse, error) {
+// autograd off: row fills a response, a Failure or the final hidden states
+// of its criteria queued on q, and its error ends the call. The queued rows
+// get their heads before scoreRows returns.
+func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row func(*backend.ScoreRequest, *backend.ScoreResponse, *heads) error) ([]backend.ScoreResponse, error) {
 	out := make([]backend.ScoreResponse, len(reqs))
 	release, err := m.hold(ctx, "torch score")
 	if err != nil {
@@ -194,49 +227,149 @@ func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row 
 	}
 	defer release()
 	defer torch.SetGrad(false)()
+	q := &heads{m: m}
+	defer q.close()
 	for i := range reqs {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		out[i] = backend.ScoreResponse{ID: reqs[i].ID, Model: m.id}
-		if err := row(&reqs[i], &out[i]); err != nil {
+		if err := row(&reqs[i], &out[i], q); err != nil {
 			return nil, err
 		}
+	}
+	if err := q.flush(); err != nil {
+		return nil, fmt.Errorf("torch score: %w", err)
 	}
 	return out, nil
 }
 
-// scoreTails scores row after its prefix, which pc holds: it copies pc to
-// a cache of the row's capacity, prefills the row's extra tokens there,
-// then runs the tails in batches of up to MaxBatch, each batch after its
-// own copy of that cache as one right-padded batch, and returns, per tail,
-// the candidates' log-probs at its last token. Right padding needs no mask:
-// causal attention keeps every real token from seeing the padding after it.
-func (m *Model) scoreTails(pc *model.Cache, row *scoreRow) ([][]float64, error) {
-	cache, err := pc.SelectTo([]int64{0}, row.need())
+// heads runs the vocabulary head over the criteria's final hidden states of
+// several forward passes at once, up to MaxBatch rows per call, in the
+// order they were queued. A head over a few rows is bound by reading its
+// weight (V × C, most of a small model), so one call for the criteria of
+// several requests costs about what one for a single request did.
+type heads struct {
+	m    *Model
+	rows []*torch.Tensor // owned (K, C) final hidden states, in queue order
+	dst  []headDst
+	n    int // rows queued
+}
+
+// headDst is where the log-probs of k queued rows go: appended, one per row,
+// to res.LogProbs.
+type headDst struct {
+	res   *backend.ScoreResponse
+	k     int
+	cands []int
+}
+
+// add queues h (k rows, owned by q from here) for res, after flushing the
+// queue first if h would take it past MaxBatch rows.
+func (q *heads) add(h *torch.Tensor, k int, cands []int, res *backend.ScoreResponse) error {
+	if q.n > 0 && q.n+k > q.m.opt.MaxBatch {
+		if err := q.flush(); err != nil {
+			torch.Drop(h)
+			return err
+		}
+	}
+	q.rows = append(q.rows, h)
+	q.dst = append(q.dst, headDst{res: res, k: k, cands: cands})
+	q.n += k
+	return nil
+}
+
+// flush runs the head over the queued rows and appends each row's
+// candidates' log-probs to its response.
+func (q *heads) flush() error {
+	if len(q.rows) == 0 {
+		return nil
+	}
+	rows, dst := q.rows, q.dst
+	q.rows, q.dst, q.n = nil, nil, 0
+	headCalls.Add(1)
+	s := torch.NewScope()
+	defer s.Close()
+	for _, r := range rows {
+		s.Adopt(r)
+	}
+	h := rows[0]
+	if len(rows) > 1 {
+		h = s.Cat(rows, 0) // (N, C)
+	}
+	lg, err := q.m.lm.Logits(s, h) // (N, V)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer cache.Close()
-	if len(row.extra) > 0 {
-		if err := prefill(m.lm, cache, row.extra); err != nil {
-			return nil, fmt.Errorf("prefill: %w", err)
+	V := int64(q.m.lm.Config().VocabSize)
+	var idx []int64 // flat index of each row's candidates in the (N, V) log-probs
+	row := int64(0)
+	for _, d := range dst {
+		for range d.k {
+			for _, c := range d.cands {
+				idx = append(idx, row*V+int64(c))
+			}
+			row++
 		}
 	}
-	out := make([][]float64, 0, len(row.tails))
-	for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
-		part, err := m.scoreBatch(cache, row.tails[start:min(start+m.opt.MaxBatch, len(row.tails))], row.cands)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, part...)
+	dev := q.m.lm.Device()
+	sel := s.IndexSelect(s.Reshape(s.LogSoftmax(lg, -1, torch.Float32), -1), 0, s.To(s.FromInt64(idx, int64(len(idx))), dev, torch.Int64))
+	sel = s.To(sel, torch.CPU, torch.Float32)
+	if err := s.Err(); err != nil {
+		return err
 	}
-	return out, nil
+	flat, err := torch.Float32s(sel)
+	if err != nil {
+		return err
+	}
+	for _, d := range dst {
+		for range d.k {
+			lp := make([]float64, len(d.cands))
+			for j := range lp {
+				if lp[j] = float64(flat[j]); math.IsNaN(lp[j]) {
+					lp[j] = math.Inf(-1)
+				}
+			}
+			flat = flat[len(lp):]
+			d.res.LogProbs = append(d.res.LogProbs, lp)
+		}
+	}
+	return nil
 }
 
-// scoreBatch runs tails as one right-padded batch after a copy per tail of
-// cache's one row and returns their candidates' log-probs.
-func (m *Model) scoreBatch(cache *model.Cache, tails [][]int, cands []int) ([][]float64, error) {
+// headCalls counts the heads flush ran (for tests).
+var headCalls atomic.Int64
+
+// close drops rows still queued (after an error).
+func (q *heads) close() {
+	torch.Drop(q.rows...)
+	q.rows, q.dst, q.n = nil, nil, 0
+}
+
+// scoreTails scores row after its shared tokens, which cache holds (one
+// row, capacity row.need()): it runs the tails in batches of up to
+// MaxBatch, each batch after its own copy of the cache as one right-padded
+// batch, and queues on q, per tail, the final hidden state at its last
+// token, for res. Right padding needs no mask: causal attention keeps every
+// real token from seeing the padding after it.
+func (m *Model) scoreTails(cache *model.Cache, row *scoreRow, res *backend.ScoreResponse, q *heads) error {
+	for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
+		tails := row.tails[start:min(start+m.opt.MaxBatch, len(row.tails))]
+		h, err := m.tailHidden(cache, tails)
+		if err != nil {
+			return err
+		}
+		if err := q.add(h, len(tails), row.cands, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tailHidden runs tails as one right-padded batch after a copy per tail of
+// cache's one row and returns, owned, the final hidden state at each tail's
+// last token (K, C).
+func (m *Model) tailHidden(cache *model.Cache, tails [][]int) (*torch.Tensor, error) {
 	s := torch.NewScope()
 	defer s.Close()
 	dev := m.lm.Device()
@@ -255,7 +388,7 @@ func (m *Model) scoreBatch(cache *model.Cache, tails [][]int, cands []int) ([][]
 	if err != nil {
 		return nil, fmt.Errorf("tails: %w", err)
 	}
-	return m.candidateLogProbs(s, m.lastHidden(s, h, last), cands)
+	return m.keepLast(s, h, last)
 }
 
 // rightPad lays rows out as one (len(rows), T) batch of ids, right-padded
@@ -276,53 +409,22 @@ func rightPad(rows [][]int, T int) (ids, last []int64) {
 	return ids, last
 }
 
-// lastHidden picks, from hidden states h (K, T, C), the rows at the flat
-// indices last: (K, C).
-func (m *Model) lastHidden(s *torch.Scope, h *torch.Tensor, last []int64) *torch.Tensor {
+// keepLast picks, from hidden states h (K, T, C), the rows at the flat
+// indices last, and returns them (K, C), owned by the caller.
+func (m *Model) keepLast(s *torch.Scope, h *torch.Tensor, last []int64) (*torch.Tensor, error) {
 	C := int64(m.lm.Config().HiddenSize)
 	K := int64(len(last))
-	return s.IndexSelect(s.Reshape(h, -1, C), 0, s.To(s.FromInt64(last, K), m.lm.Device(), torch.Int64))
-}
-
-// candidateLogProbs turns final hidden states (K, C) into the candidates'
-// log-probs (K, J).
-func (m *Model) candidateLogProbs(s *torch.Scope, h *torch.Tensor, cands []int) ([][]float64, error) {
-	lg, err := m.lm.Logits(s, h) // (K, V)
-	if err != nil {
-		return nil, err
-	}
-	ci := make([]int64, len(cands))
-	for j, c := range cands {
-		ci[j] = int64(c)
-	}
-	sel := s.IndexSelect(s.LogSoftmax(lg, -1, torch.Float32), 1, s.To(s.FromInt64(ci, int64(len(ci))), m.lm.Device(), torch.Int64)) // (K, J)
-	sel = s.To(sel, torch.CPU, torch.Float32)
+	x := s.IndexSelect(s.Reshape(h, -1, C), 0, s.To(s.FromInt64(last, K), m.lm.Device(), torch.Int64)) // a copy: K rows, not h
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
-	flat, err := torch.Float32s(sel)
-	if err != nil {
-		return nil, err
-	}
-	J := len(cands)
-	K := len(flat) / J
-	out := make([][]float64, K)
-	for k := range out {
-		out[k] = make([]float64, J)
-		for j := range out[k] {
-			v := float64(flat[k*J+j])
-			if math.IsNaN(v) {
-				v = math.Inf(-1)
-			}
-			out[k][j] = v
-		}
-	}
-	return out, nil
+	return s.Keep(x), nil
 }
 
 // ScoreNaive answers like Score without prefix reuse: it runs full forward
 // passes over Prefix+Suffix[k], the suffixes batched exactly as Score batches
-// them (up to MaxBatch rows per forward pass, right-padded), so that the only
+// them (up to MaxBatch rows per forward pass, right-padded, and the head
+// over up to MaxBatch queued rows across requests), so that the only
 // difference between the two is the shared prefill. It is the baseline of
 // the judge benchmark and the reference Score is tested against.
 func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
@@ -332,7 +434,7 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 			return nil, fmt.Errorf("torch score: %w", err)
 		}
 	}
-	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse) error {
+	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse, q *heads) error {
 		cands, err := m.candidates(r.Candidates)
 		if err != nil {
 			res.Failure = rejected("request %s: %v", r.ID, err)
@@ -350,20 +452,22 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 				return err
 			}
 			end := min(start+m.opt.MaxBatch, len(full))
-			part, err := m.scoreFull(full[start:end], cands)
+			h, err := m.fullHidden(full[start:end])
 			if err != nil {
 				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
-			res.LogProbs = append(res.LogProbs, part...)
+			if err := q.add(h, end-start, cands, res); err != nil {
+				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
+			}
 		}
 		return nil
 	})
 }
 
-// scoreFull runs one forward pass, without a cache, over the full prompts as
-// one right-padded batch and returns, per prompt, the candidates' log-probs
-// at its last token (right padding needs no mask, as in scoreTails).
-func (m *Model) scoreFull(rows [][]int, cands []int) ([][]float64, error) {
+// fullHidden runs one forward pass, without a cache, over the full prompts
+// as one right-padded batch and returns, owned, the final hidden state at
+// each prompt's last token (right padding needs no mask, as in scoreTails).
+func (m *Model) fullHidden(rows [][]int) (*torch.Tensor, error) {
 	s := torch.NewScope()
 	defer s.Close()
 	dev := m.lm.Device()
@@ -377,7 +481,7 @@ func (m *Model) scoreFull(rows [][]int, cands []int) ([][]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.candidateLogProbs(s, m.lastHidden(s, h, last), cands)
+	return m.keepLast(s, h, last)
 }
 
 // LogProbs implements backend.LogProber over generate.LogProbs.

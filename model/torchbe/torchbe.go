@@ -33,8 +33,13 @@
 //     then the rest the full prompts share (the judge prompt's
 //     "Criterion:"). The first part depends on Prefix only, so consecutive
 //     requests with the same Prefix (one response under several rubrics,
-//     as the judge stage orders them) share its prefill, and each request's
-//     log-probs are the same bits alone or in any call.
+//     as the judge stage orders them) share its prefill; a request that
+//     shares its Prefix with neither neighbour prefills both parts in one
+//     pass. The vocabulary
+//     head, whose weight is most of what a few rows cost, runs once over
+//     the final states of up to MaxBatch criteria, across requests. A
+//     request's log-probs are the same, up to float rounding (1e-6), alone
+//     or in any call.
 //   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
 //     prompt+completion per sample, after sampling.
 //   - Concurrency. Concurrent calls (the handlers of `evolm serve`) share
