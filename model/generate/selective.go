@@ -48,16 +48,21 @@ func LogitChunk(B, T, V int64) int64 {
 //
 // Backward. When one chunk covers all T positions, autograd backpropagates
 // through that chunk as through any op. Otherwise, when grad is on and h
-// requires grad, the forward above runs with grad off, and the outputs are
-// leaves that require grad. A deferred backward
-// stage (torch.Scope.DeferBackward) runs after the loss's backward: it reads
-// ∂loss/∂log-prob and ∂loss/∂entropy from those leaves, and per chunk
-// recomputes the chunk's logits with grad on from a boundary leaf of h and
+// requires grad, every chunk after the first runs the forward above with
+// grad off, and its outputs are leaves that require grad; the first chunk
+// runs last, with grad on from a boundary leaf of h, and autograd keeps its
+// logits. The loss's backward takes the first chunk's share into lm_head's
+// gradient and the leaf's. A deferred backward stage
+// (torch.Scope.DeferBackward) runs after it: it reads ∂loss/∂log-prob and
+// ∂loss/∂entropy of the other chunks from their leaves, and per chunk
+// recomputes the chunk's logits with grad on from the boundary leaf and
 // backpropagates the explicit grad outputs (torch.Scope.BackwardWith). That
 // accumulates lm_head's gradient and ∂loss/∂h chunk by chunk; finally ∂loss/∂h
-// goes back through the model's graph once. So at most one chunk's logits and
-// their gradient are alive at any time, and the result equals the full
-// computation's gradient (up to float summation order). torch.Backward on
+// goes back through the model's graph once. The first chunk's logits are
+// alive from its forward to the loss's backward, while no other chunk's are,
+// so at most one chunk's logits and their gradient are alive at any time,
+// only the chunks after the first are projected twice, and the result
+// equals the full computation's gradient (up to float summation order). torch.Backward on
 // the loss runs the stage; s must stay open until then.
 func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entropy bool) (lp, ent *torch.Tensor, err error) {
 	sh, err := torch.Shape(h)
@@ -94,14 +99,16 @@ func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entro
 	}
 
 	hd := h
+	first := int64(0) // positions [0, first) are the chunk autograd keeps
 	if grad {
 		hd = s.Boundary(h) // (B, T, C) leaf: the chunk graphs stop here
+		first = chunk
 	}
 	c := s.Child()
 	defer c.Close()
 	var lps, ents []*torch.Tensor
 	err = torch.NoGrad(func() error {
-		for t0 := int64(0); t0 < T; t0 += chunk {
+		for t0 := first; t0 < T; t0 += chunk {
 			// Each chunk's (B, n, V) logits and their softmax live in a
 			// scope of their own, freed before the next chunk: only the
 			// (B, n) results outlive it.
@@ -123,9 +130,9 @@ func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entro
 	if err != nil {
 		return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
 	}
-	lp = c.MoveTo(s, c.Cat(lps, 1)) // (B, T)
+	lp = c.MoveTo(s, c.Cat(lps, 1)) // (B, T) or, with grad, (B, T - first)
 	if entropy {
-		ent = c.MoveTo(s, c.Cat(ents, 1)) // (B, T)
+		ent = c.MoveTo(s, c.Cat(ents, 1))
 	}
 	if err := s.Err(); err != nil {
 		return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
@@ -133,15 +140,29 @@ func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entro
 	if !grad {
 		return lp, ent, nil
 	}
-	lp = s.Boundary(lp)
+	lpRest, entRest := s.Boundary(lp), ent // leaves the deferred stage reads
 	if entropy {
-		ent = s.Boundary(ent)
+		entRest = s.Boundary(ent)
 	}
-	for _, t := range []*torch.Tensor{h, hd, targets, lp, ent} {
+	// The first chunk, last and with grad on: its logits are kept for the
+	// loss's backward, after the other chunks' forward freed theirs.
+	k := s.Child()
+	l, e, err := selectiveChunk(k, m, k.Narrow(hd, 1, 0, first), k.Narrow(targets, 1, 0, first), entropy)
+	if err == nil {
+		lp = s.Cat([]*torch.Tensor{l, lpRest}, 1) // (B, T)
+		if entropy {
+			ent = s.Cat([]*torch.Tensor{e, entRest}, 1)
+		}
+	}
+	k.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("selective log-softmax: %w", err)
+	}
+	for _, t := range []*torch.Tensor{h, hd, targets, lpRest, entRest} {
 		s.Hold(t)
 	}
 	s.DeferBackward("selective log-softmax", func() error {
-		return selectiveBackward(m, h, hd, targets, lp, ent, chunk)
+		return selectiveBackward(m, h, hd, targets, lpRest, entRest, chunk, first)
 	})
 	return lp, ent, s.Err()
 }
@@ -165,8 +186,15 @@ func selectiveChunk(s *torch.Scope, m model.CausalLM, h, tgt *torch.Tensor, entr
 	return lp, ent, s.Err()
 }
 
-// selectiveBackward is Selective's deferred backward stage (grad on).
-func selectiveBackward(m model.CausalLM, h, hd, targets, lp, ent *torch.Tensor, chunk int64) error {
+// recomputedPositions counts the positions selectiveBackward projected
+// again (for tests).
+var recomputedPositions int64
+
+// selectiveBackward is Selective's deferred backward stage (grad on): lp
+// and ent are the leaves of positions [first, T), which it recomputes
+// chunk by chunk; the loss's backward has already taken the first chunk's
+// share into hd's gradient.
+func selectiveBackward(m model.CausalLM, h, hd, targets, lp, ent *torch.Tensor, chunk, first int64) error {
 	s := torch.NewScope()
 	defer s.Close()
 	gl := s.Grad(lp)
@@ -182,17 +210,17 @@ func selectiveBackward(m model.CausalLM, h, hd, targets, lp, ent *torch.Tensor, 
 		return err
 	}
 	T := sh[1]
-	for t0 := int64(0); t0 < T; t0 += chunk {
+	for t0 := first; t0 < T; t0 += chunk {
 		n := min(chunk, T-t0)
 		c := s.Child()
 		l, e, err := selectiveChunk(c, m, c.Narrow(hd, 1, t0, n), c.Narrow(targets, 1, t0, n), ent != nil)
 		if err == nil {
 			var y, g []*torch.Tensor
 			if gl != nil {
-				y, g = append(y, l), append(g, c.Narrow(gl, 1, t0, n))
+				y, g = append(y, l), append(g, c.Narrow(gl, 1, t0-first, n))
 			}
 			if ge != nil {
-				y, g = append(y, e), append(g, c.Narrow(ge, 1, t0, n))
+				y, g = append(y, e), append(g, c.Narrow(ge, 1, t0-first, n))
 			}
 			err = c.BackwardWith(c.Cat(y, 1), c.Cat(g, 1))
 		}
@@ -200,6 +228,7 @@ func selectiveBackward(m model.CausalLM, h, hd, targets, lp, ent *torch.Tensor, 
 		if err != nil {
 			return fmt.Errorf("positions %d..%d: %w", t0, t0+n-1, err)
 		}
+		recomputedPositions += n
 	}
 	gh := s.Grad(hd) // (B, T, C) ∂loss/∂h
 	if gh == nil {

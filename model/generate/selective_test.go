@@ -90,6 +90,8 @@ type scored struct {
 	lp, ent  []float32
 	grads    map[string][]float32
 	deferred int // backward stages Score deferred (1: the chunks are recomputed in backward)
+	T        int64
+	recomp   int64 // positions whose logits backward recomputed
 }
 
 // scoreAndGrad scores rows (chunked Score, or the reference) and
@@ -131,10 +133,11 @@ func scoreAndGrad(t *testing.T, m model.CausalLM, rows []Continuation, entropy, 
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
+	recomp := recomputedPositions
 	if err := torch.Backward(loss); err != nil {
 		t.Fatal(err)
 	}
-	out := scored{grads: map[string][]float32{}, deferred: deferred}
+	out := scored{grads: map[string][]float32{}, deferred: deferred, T: sh[1], recomp: recomputedPositions - recomp}
 	if out.lp, err = torch.Float32s(s.Detach(lp)); err != nil {
 		t.Fatal(err)
 	}
@@ -167,8 +170,8 @@ func maxAbs(a []float32) float64 {
 }
 
 // TestSelectiveMatchesFull: the chunked selective log-softmax (3 positions
-// per chunk, recomputed in backward, or one chunk for all positions, kept
-// by autograd) gives the full computation's log-probs, entropies and
+// per chunk, all but the first recomputed in backward, or one chunk for all
+// positions, kept by autograd) gives the full computation's log-probs, entropies and
 // parameter gradients within 1e-6 in float32, tied and untied heads, with
 // and without entropy, and frees every tensor.
 func TestSelectiveMatchesFull(t *testing.T) {
@@ -191,6 +194,9 @@ func TestSelectiveMatchesFull(t *testing.T) {
 					got := scoreAndGrad(t, m, rows, entropy, true)
 					if got.deferred != c.deferred {
 						t.Errorf("Score deferred %d backward stages, want %d", got.deferred, c.deferred)
+					}
+					if want := max(0, got.T-c.positions); got.recomp != want {
+						t.Errorf("backward recomputed the logits of %d positions of %d, want %d: all but the first chunk", got.recomp, got.T, want)
 					}
 					checkScored(t, m, want, got, entropy)
 				})
