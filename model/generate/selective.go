@@ -2,6 +2,7 @@ package generate
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/torch"
@@ -62,8 +63,8 @@ func LogitChunk(B, T, V int64) int64 {
 // alive from its forward to the loss's backward, while no other chunk's are,
 // so at most one chunk's logits and their gradient are alive at any time,
 // only the chunks after the first are projected twice, and the result
-// equals the full computation's gradient (up to float summation order). torch.Backward on
-// the loss runs the stage; s must stay open until then.
+// equals the full computation's gradient (up to float summation order).
+// torch.Backward on the loss runs the stage; s must stay open until then.
 func Selective(s *torch.Scope, m model.CausalLM, h, targets *torch.Tensor, entropy bool) (lp, ent *torch.Tensor, err error) {
 	sh, err := torch.Shape(h)
 	if err != nil {
@@ -188,7 +189,7 @@ func selectiveChunk(s *torch.Scope, m model.CausalLM, h, tgt *torch.Tensor, entr
 
 // recomputedPositions counts the positions selectiveBackward projected
 // again (for tests).
-var recomputedPositions int64
+var recomputedPositions atomic.Int64
 
 // selectiveBackward is Selective's deferred backward stage (grad on): lp
 // and ent are the leaves of positions [first, T), which it recomputes
@@ -228,7 +229,7 @@ func selectiveBackward(m model.CausalLM, h, hd, targets, lp, ent *torch.Tensor, 
 		if err != nil {
 			return fmt.Errorf("positions %d..%d: %w", t0, t0+n-1, err)
 		}
-		recomputedPositions += n
+		recomputedPositions.Add(n)
 	}
 	gh := s.Grad(hd) // (B, T, C) ∂loss/∂h
 	if gh == nil {

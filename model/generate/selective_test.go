@@ -133,11 +133,11 @@ func scoreAndGrad(t *testing.T, m model.CausalLM, rows []Continuation, entropy, 
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
-	recomp := recomputedPositions
+	recomp := recomputedPositions.Load()
 	if err := torch.Backward(loss); err != nil {
 		t.Fatal(err)
 	}
-	out := scored{grads: map[string][]float32{}, deferred: deferred, T: sh[1], recomp: recomputedPositions - recomp}
+	out := scored{grads: map[string][]float32{}, deferred: deferred, T: sh[1], recomp: recomputedPositions.Load() - recomp}
 	if out.lp, err = torch.Float32s(s.Detach(lp)); err != nil {
 		t.Fatal(err)
 	}
@@ -171,9 +171,9 @@ func maxAbs(a []float32) float64 {
 
 // TestSelectiveMatchesFull: the chunked selective log-softmax (3 positions
 // per chunk, all but the first recomputed in backward, or one chunk for all
-// positions, kept by autograd) gives the full computation's log-probs, entropies and
-// parameter gradients within 1e-6 in float32, tied and untied heads, with
-// and without entropy, and frees every tensor.
+// positions, kept by autograd) gives the full computation's log-probs,
+// entropies and parameter gradients within 1e-6 in float32, tied and
+// untied heads, with and without entropy, and frees every tensor.
 func TestSelectiveMatchesFull(t *testing.T) {
 	defer func(v int64) { chunkElems = v }(chunkElems)
 	base := torch.Live()

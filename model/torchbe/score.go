@@ -155,10 +155,10 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 }
 
 // sharedPrefix holds the last prefix Score prefilled, in a cache of exactly
-// its length, for the next request with the same prefix tokens. What a
-// request computes after it (scoreTails) starts from a copy at the
-// request's own capacity, so its log-probs are the same bits whether the
-// prefix was prefilled for it or for an earlier request of the call.
+// its length, for the next request with the same prefix tokens. A request
+// goes on from a copy at its own capacity, so what it computes after the
+// prefix does not depend on whether the prefix was prefilled for it or for
+// an earlier request of the call.
 type sharedPrefix struct {
 	ids   []int
 	cache *model.Cache
