@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Batcher coalesces concurrent Generate calls into larger calls of the
@@ -32,16 +33,30 @@ import (
 // not wait for it), and a failed call retries only the requests it had not
 // answered.
 // A Batcher starts goroutines only while it has work, so it needs no Close.
+// A goroutine whose queue empties waits Linger for more before it ends, so
+// that requests arriving one after another run on one goroutine: an engine
+// keeps per-thread state warm on the goroutine's thread (libtorch's OpenMP
+// pool, see model/torch's claimThread), which a new goroutine would build
+// again.
 type Batcher struct {
+	// Linger is how long a batch goroutine with nothing queued waits for
+	// more before it ends (NewBatcher: DefaultLinger; 0 ends at once).
+	Linger time.Duration
+
 	g          Generator
 	maxBatch   int
 	maxRunning int
 
 	mu      sync.Mutex
 	queue   []*batchItem
-	running int
+	running int           // batch goroutines, lingering ones included
+	idle    int           // of which lingering
+	wake    chan struct{} // wakes a lingering goroutine (buffered 1)
 	seq     atomic.Uint64
 }
+
+// DefaultLinger is NewBatcher's Linger.
+const DefaultLinger = 2 * time.Second
 
 type batchItem struct {
 	ctx  context.Context
@@ -58,7 +73,7 @@ type batchResult struct {
 // 1); maxRunning is how many calls of g may run at once (at least 1; 1 for
 // an engine that serializes calls anyway).
 func NewBatcher(g Generator, maxBatch, maxRunning int) *Batcher {
-	return &Batcher{g: g, maxBatch: max(maxBatch, 1), maxRunning: max(maxRunning, 1)}
+	return &Batcher{g: g, maxBatch: max(maxBatch, 1), maxRunning: max(maxRunning, 1), Linger: DefaultLinger, wake: make(chan struct{}, 1)}
 }
 
 // Generate implements Generator.
@@ -72,7 +87,13 @@ func (b *Batcher) Generate(ctx context.Context, reqs []GenerateRequest) ([]Gener
 	}
 	b.mu.Lock()
 	b.queue = append(b.queue, items...)
-	if b.running < b.maxRunning {
+	switch {
+	case b.idle > 0:
+		select {
+		case b.wake <- struct{}{}:
+		default: // a wake-up is already on its way
+		}
+	case b.running < b.maxRunning:
 		b.running++
 		go b.loop()
 	}
@@ -99,8 +120,9 @@ func (b *Batcher) Queued() int {
 	return len(b.queue)
 }
 
-// loop runs batches until the queue is empty.
+// loop runs batches until the queue has stayed empty for Linger.
 func (b *Batcher) loop() {
+	waited := false // the last wait for work ran out
 	for {
 		b.mu.Lock()
 		var batch []*batchItem
@@ -113,11 +135,28 @@ func (b *Batcher) loop() {
 			}
 		}
 		if len(batch) == 0 {
-			b.running--
+			if waited || b.Linger <= 0 || b.wake == nil {
+				b.running--
+				b.mu.Unlock()
+				return
+			}
+			b.idle++
 			b.mu.Unlock()
-			return
+			t := time.NewTimer(b.Linger)
+			select {
+			case <-b.wake:
+				waited = false
+			case <-t.C:
+				waited = true
+			}
+			t.Stop()
+			b.mu.Lock()
+			b.idle--
+			b.mu.Unlock()
+			continue
 		}
 		b.mu.Unlock()
+		waited = false
 		b.run(batch)
 	}
 }

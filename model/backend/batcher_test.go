@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -333,5 +334,62 @@ func wantOnlyPoisonFails(t *testing.T, errs []chan error, poison int, prompt str
 		if i != poison && err != nil {
 			t.Errorf("request %d: %v; only the poison request may fail", i, err)
 		}
+	}
+}
+
+// goroutineGenerator is a test double that records the goroutine each call
+// runs on (from runtime.Stack's header; ids are never reused).
+type goroutineGenerator struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (g *goroutineGenerator) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
+	buf := make([]byte, 64)
+	id := strings.Fields(string(buf[:runtime.Stack(buf, false)]))[1]
+	g.mu.Lock()
+	g.ids = append(g.ids, id)
+	g.mu.Unlock()
+	out := make([]GenerateResponse, len(reqs))
+	for i, r := range reqs {
+		out[i] = GenerateResponse{ID: r.ID}
+	}
+	return out, nil
+}
+
+// TestBatcherLingers: calls made one after another run on one goroutine
+// while each comes within Linger of the last (an engine's per-thread state
+// stays warm on it), and the goroutine ends once Linger passes with nothing
+// queued. (Without Linger most of them start a goroutine of their own.)
+func TestBatcherLingers(t *testing.T) {
+	g := &goroutineGenerator{}
+	b := NewBatcher(g, 8, 1)
+	b.Linger = time.Minute
+	for i := range 5 {
+		if _, err := b.Generate(context.Background(), []GenerateRequest{{ID: fmt.Sprint(i), Prompt: "p"}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // long enough for the goroutine to go idle
+	}
+	if !slices.Equal(g.ids, slices.Repeat(g.ids[:1], 5)) {
+		t.Errorf("5 calls ran on goroutines %v, want one", g.ids)
+	}
+	g = &goroutineGenerator{}
+	b = NewBatcher(g, 8, 1)
+	b.Linger = 10 * time.Millisecond
+	if _, err := b.Generate(context.Background(), []GenerateRequest{{ID: "a", Prompt: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		b.mu.Lock()
+		running := b.running
+		b.mu.Unlock()
+		if running == 0 {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("%d batch goroutines 10 s after a linger of 10 ms", running)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
