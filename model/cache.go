@@ -88,31 +88,7 @@ func (c *Cache) Truncate(n int) error {
 // Select returns a new cache whose row i is row rows[i] of c, with the same
 // Len and capacity: Select([0,0,1,1]) expands two prompts to two samples each
 // after one shared prefill. c is unchanged.
-func (c *Cache) Select(rows []int64) (*Cache, error) {
-	for _, r := range rows {
-		if r < 0 || r >= int64(c.batch) {
-			return nil, fmt.Errorf("kv cache: row %d out of range [0, %d)", r, c.batch)
-		}
-	}
-	out := &Cache{len: c.len, batch: len(rows), maxLen: c.maxLen, cfg: c.cfg}
-	s := torch.NewScope()
-	defer s.Close()
-	idx := s.FromInt64(rows, int64(len(rows)))
-	if len(c.k) > 0 {
-		if dev, err := torch.DeviceOf(c.k[0]); err == nil && torch.IsCUDA(dev) {
-			idx = s.To(idx, dev, torch.Int64)
-		}
-	}
-	for l := range c.k {
-		out.k = append(out.k, s.Keep(s.IndexSelect(c.k[l], 0, idx)))
-		out.v = append(out.v, s.Keep(s.IndexSelect(c.v[l], 0, idx)))
-	}
-	if err := s.Err(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("kv cache select: %w", err)
-	}
-	return out, nil
-}
+func (c *Cache) Select(rows []int64) (*Cache, error) { return c.SelectTo(rows, c.maxLen) }
 
 // SelectTo is Select into buffers of capacity maxLen (≥ Len): row i of the
 // new cache holds row rows[i]'s filled positions [0, Len) of c. A prefix

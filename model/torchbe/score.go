@@ -120,38 +120,52 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 		// A prefix that the request before or after shares is prefilled
 		// once for both; one that neither shares is prefilled with the
 		// request's extra tokens in the same pass.
-		var cache *model.Cache
-		if shared.holds(row.prefix) || (i < len(rows) && bad[i] == nil && slices.Equal(rows[i].prefix, row.prefix)) {
-			pc, err := shared.get(m.lm, row.prefix)
-			if err != nil {
-				return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
-			}
-			if cache, err = pc.SelectTo([]int64{0}, row.need()); err != nil {
-				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
-			}
-			defer cache.Close()
-			if len(row.extra) > 0 {
-				if err := prefill(m.lm, cache, row.extra); err != nil {
-					return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
-				}
-			}
-		} else {
-			prefixPrefills.Add(1)
-			if cache, err = model.NewCache(m.lm, 1, row.need()); err != nil {
-				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
-			}
-			defer cache.Close()
-			if ids := slices.Concat(row.prefix, row.extra); len(ids) > 0 {
-				if err := prefill(m.lm, cache, ids); err != nil {
-					return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
-				}
-			}
+		share := shared.holds(row.prefix) || (i < len(rows) && bad[i] == nil && slices.Equal(rows[i].prefix, row.prefix))
+		cache, err := m.requestCache(&shared, row, share)
+		if err == nil {
+			defer cache.Close() // also when an engine panic unwinds
+			err = m.scoreTails(cache, row, res, q)
 		}
-		if err := m.scoreTails(cache, row, res, q); err != nil {
+		if err != nil {
 			return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 		}
 		return nil
 	})
+}
+
+// requestCache returns a one-row cache of capacity row.need() holding the
+// row's prefix and extra tokens prefilled, owned by the caller: a copy of
+// shared's prefill of the prefix followed by the extra tokens, or, when the
+// prefix is not shared, both prefilled in one pass.
+func (m *Model) requestCache(shared *sharedPrefix, row *scoreRow, share bool) (cache *model.Cache, err error) {
+	ids := slices.Concat(row.prefix, row.extra)
+	if share {
+		pc, err := shared.get(m.lm, row.prefix)
+		if err != nil {
+			return nil, fmt.Errorf("prefill: %w", err)
+		}
+		cache, err = pc.SelectTo([]int64{0}, row.need())
+		ids = row.extra
+	} else {
+		prefixPrefills.Add(1)
+		cache, err = model.NewCache(m.lm, 1, row.need())
+	}
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() { // an error or an engine panic in the prefill frees it
+		if !ok {
+			cache.Close()
+		}
+	}()
+	if len(ids) > 0 {
+		if err := prefill(m.lm, cache, ids); err != nil {
+			return nil, fmt.Errorf("prefill: %w", err)
+		}
+	}
+	ok = true
+	return cache, nil
 }
 
 // sharedPrefix holds the last prefix Score prefilled, in a cache of exactly
@@ -348,16 +362,14 @@ func (q *heads) close() {
 
 // scoreTails scores row after its shared tokens, which cache holds (one
 // row, capacity row.need()): it runs the tails in batches of up to
-// MaxBatch, each batch after its own copy of the cache as one right-padded
-// batch, and queues on q, per tail, the final hidden state at its last
-// token, for res. Right padding needs no mask: causal attention keeps every
-// real token from seeing the padding after it.
+// MaxBatch (lastHidden) and queues on q, per tail, the final hidden state
+// at its last token, for res.
 func (m *Model) scoreTails(cache *model.Cache, row *scoreRow, res *backend.ScoreResponse, q *heads) error {
 	for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
 		tails := row.tails[start:min(start+m.opt.MaxBatch, len(row.tails))]
-		h, err := m.tailHidden(cache, tails)
+		h, err := m.lastHidden(cache, tails)
 		if err != nil {
-			return err
+			return fmt.Errorf("tails: %w", err)
 		}
 		if err := q.add(h, len(tails), row.cands, res); err != nil {
 			return err
@@ -366,29 +378,39 @@ func (m *Model) scoreTails(cache *model.Cache, row *scoreRow, res *backend.Score
 	return nil
 }
 
-// tailHidden runs tails as one right-padded batch after a copy per tail of
-// cache's one row and returns, owned, the final hidden state at each tail's
-// last token (K, C).
-func (m *Model) tailHidden(cache *model.Cache, tails [][]int) (*torch.Tensor, error) {
+// lastHidden runs rows as one right-padded batch, after a copy per row of
+// cache's one row when cache is set (the tails of a request) or from the
+// start (full prompts), and returns, owned, the final hidden state at each
+// row's last token (K, C). Right padding needs no mask: causal attention
+// keeps every real token from seeing the padding after it.
+func (m *Model) lastHidden(cache *model.Cache, rows [][]int) (*torch.Tensor, error) {
 	s := torch.NewScope()
 	defer s.Close()
-	dev := m.lm.Device()
-	K := int64(len(tails))
-	Tt := 0
-	for _, t := range tails {
-		Tt = max(Tt, len(t))
+	K := int64(len(rows))
+	T := 0
+	for _, r := range rows {
+		T = max(T, len(r))
 	}
-	expanded, err := cache.Select(make([]int64, K)) // every row copies row 0
+	ids, last := rightPad(rows, T)
+	b := model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(T)), m.lm.Device(), torch.Int64)}
+	if cache != nil {
+		expanded, err := cache.Select(make([]int64, K)) // every row copies row 0
+		if err != nil {
+			return nil, err
+		}
+		defer expanded.Close()
+		b.Cache = expanded
+	}
+	h, err := m.lm.Hidden(s, b) // (K, T, C)
 	if err != nil {
 		return nil, err
 	}
-	defer expanded.Close()
-	ids, last := rightPad(tails, Tt)
-	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(Tt)), dev, torch.Int64), Cache: expanded}) // (K, Tt, C)
-	if err != nil {
-		return nil, fmt.Errorf("tails: %w", err)
+	C := int64(m.lm.Config().HiddenSize)
+	x := s.IndexSelect(s.Reshape(h, -1, C), 0, s.To(s.FromInt64(last, K), m.lm.Device(), torch.Int64)) // a copy: K rows, not h
+	if err := s.Err(); err != nil {
+		return nil, err
 	}
-	return m.keepLast(s, h, last)
+	return s.Keep(x), nil
 }
 
 // rightPad lays rows out as one (len(rows), T) batch of ids, right-padded
@@ -407,18 +429,6 @@ func rightPad(rows [][]int, T int) (ids, last []int64) {
 		last[k] = int64(k*T + len(r) - 1)
 	}
 	return ids, last
-}
-
-// keepLast picks, from hidden states h (K, T, C), the rows at the flat
-// indices last, and returns them (K, C), owned by the caller.
-func (m *Model) keepLast(s *torch.Scope, h *torch.Tensor, last []int64) (*torch.Tensor, error) {
-	C := int64(m.lm.Config().HiddenSize)
-	K := int64(len(last))
-	x := s.IndexSelect(s.Reshape(h, -1, C), 0, s.To(s.FromInt64(last, K), m.lm.Device(), torch.Int64)) // a copy: K rows, not h
-	if err := s.Err(); err != nil {
-		return nil, err
-	}
-	return s.Keep(x), nil
 }
 
 // ScoreNaive answers like Score without prefix reuse: it runs full forward
@@ -452,7 +462,7 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 				return err
 			}
 			end := min(start+m.opt.MaxBatch, len(full))
-			h, err := m.fullHidden(full[start:end])
+			h, err := m.lastHidden(nil, full[start:end])
 			if err != nil {
 				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
@@ -462,26 +472,6 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 		}
 		return nil
 	})
-}
-
-// fullHidden runs one forward pass, without a cache, over the full prompts
-// as one right-padded batch and returns, owned, the final hidden state at
-// each prompt's last token (right padding needs no mask, as in scoreTails).
-func (m *Model) fullHidden(rows [][]int) (*torch.Tensor, error) {
-	s := torch.NewScope()
-	defer s.Close()
-	dev := m.lm.Device()
-	K := int64(len(rows))
-	T := 0
-	for _, r := range rows {
-		T = max(T, len(r))
-	}
-	ids, last := rightPad(rows, T)
-	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(T)), dev, torch.Int64)}) // (K, T, C)
-	if err != nil {
-		return nil, err
-	}
-	return m.keepLast(s, h, last)
 }
 
 // LogProbs implements backend.LogProber over generate.LogProbs.
