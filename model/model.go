@@ -95,6 +95,16 @@ type Batch struct {
 	// Cache, when set, supplies Tpast = Cache.Len() past keys/values; the new
 	// ones are appended and Len advances by T on success.
 	Cache *Cache
+	// Branches, when set, is (B, T) int64: the branch of each new token,
+	// 0 for the trunk, and every cached key is trunk. A query attends to
+	// the trunk keys before it and to the keys of its own branch before it,
+	// never to another branch (combined with the causal mask and Mask).
+	// Several continuations of one prefix then run in one row, the trunk
+	// first and each branch after it, laid out one after another, with
+	// Positions restarting at the same value for each branch: every branch
+	// computes what a row holding only the trunk and that branch computes.
+	// Positions are required with Branches.
+	Branches *torch.Tensor
 }
 
 // Arch is a registered architecture.

@@ -35,6 +35,9 @@ func Prefill(s *torch.Scope, m model.CausalLM, b model.Batch) (*torch.Tensor, er
 	if b.Cache == nil {
 		return nil, fmt.Errorf("prefill: no cache")
 	}
+	if b.Branches != nil {
+		return nil, fmt.Errorf("prefill: branches need one pass, not chunks") // a later chunk would see them as trunk
+	}
 	sh, err := torch.Shape(b.IDs)
 	if err != nil {
 		return nil, fmt.Errorf("prefill: ids: %w", err)

@@ -203,6 +203,12 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 	if err := checkShape("mask", b.Mask, B, Tk); err != nil {
 		return nil, err
 	}
+	if err := checkShape("branches", b.Branches, B, T); err != nil {
+		return nil, err
+	}
+	if b.Branches != nil && b.Positions == nil {
+		return nil, fmt.Errorf("branches without positions")
+	}
 
 	s := parent.Child()
 	defer s.Close()
@@ -224,6 +230,20 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 		kpos = s.Add(kpos, s.View(s.MulScalar(pad, 1<<40), B, 1, 1, Tk)) // (B, 1, 1, Tk)
 	}
 	mk := mask{blocked: s.Gt(kpos, qpos)} // (B or 1, 1, T, Tk)
+	if b.Branches != nil {
+		// Also blocked: a key of a branch other than the trunk and the
+		// query's own.
+		qb := m.onDevice(s, b.Branches, torch.Int64) // (B, T)
+		kb := qb
+		if past > 0 {
+			kb = s.Cat([]*torch.Tensor{s.Zeros([]int64{B, past}, torch.Int64, m.dev), qb}, 1) // (B, Tk): the cache is trunk
+		}
+		kb = s.View(kb, B, 1, 1, Tk)
+		// The full-shape operand first: libtorch 2.1's logical ops size
+		// their output like the first and warn when they resize it.
+		other := s.LogicalAnd(s.LogicalNot(s.Eq(kb, s.View(qb, B, 1, T, 1))), s.NeScalar(kb, 0)) // (B, 1, T, Tk)
+		mk.blocked = s.LogicalOr(other, mk.blocked)
+	}
 	if m.cfg.AttnImplementation != model.AttnSDPA {
 		mk.bias = s.MaskedFill(s.Zeros([]int64{1}, torch.Float32, m.dev), mk.blocked, -math.MaxFloat32) // (B or 1, 1, T, Tk)
 	}
