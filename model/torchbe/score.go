@@ -22,15 +22,6 @@ type scoreRow struct {
 	cands  []int   // candidate token ids
 }
 
-// need is the cache capacity the row's forward passes use.
-func (r *scoreRow) need() int {
-	n := 0
-	for _, t := range r.tails {
-		n = max(n, len(t))
-	}
-	return len(r.prefix) + len(r.extra) + n
-}
-
 // candidates maps candidate strings to single token ids.
 func (m *Model) candidates(cs []string) ([]int, error) {
 	out := make([]int, len(cs))
@@ -118,37 +109,103 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 			return nil
 		}
 		// A prefix that the request before or after shares is prefilled
-		// once for both; one that neither shares is prefilled with the
-		// request's extra tokens in the same pass.
+		// once for both; one that neither shares runs in the request's
+		// packed pass.
 		share := shared.holds(row.prefix) || (i < len(rows) && bad[i] == nil && slices.Equal(rows[i].prefix, row.prefix))
-		cache, err := m.requestCache(&shared, row, share)
-		if err == nil {
-			defer cache.Close() // also when an engine panic unwinds
-			err = m.scoreTails(cache, row, res, q)
-		}
-		if err != nil {
+		if err := m.scoreRequest(&shared, row, share, res, q); err != nil {
 			return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 		}
 		return nil
 	})
 }
 
-// requestCache returns a one-row cache of capacity row.need() holding the
+// scoreRequest scores row's tails, up to MaxBatch of them per forward pass,
+// each pass one packed row (packedHidden): the tokens not yet cached (the
+// trunk) and the tails after it as branches. It queues on q, per tail, the
+// final hidden state at its last token, for res.
+//
+// What is cached first: with share, shared's prefill of the prefix, whose
+// cache the passes extend and then truncate back to the prefix. Without
+// it, nothing, and the prefix and extra tokens are the trunk of the one
+// pass. When the tails take more than one pass, or the one pass would
+// attend more scores than one chunk of generate.Prefill, the trunk is
+// first prefilled (chunked) into a cache of the request's own.
+func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, share bool, res *backend.ScoreResponse, q *heads) error {
+	var groups [][][]int // the tails of each pass
+	width := 0           // the most tail tokens in a pass
+	for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
+		g := row.tails[start:min(start+m.opt.MaxBatch, len(row.tails))]
+		groups = append(groups, g)
+		n := 0
+		for _, t := range g {
+			n += len(t)
+		}
+		width = max(width, n)
+	}
+	trunk := slices.Concat(row.prefix, row.extra)
+	var cache *model.Cache
+	if share {
+		pc, err := shared.get(m.lm, row.prefix, len(trunk)+width)
+		if err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		cache, trunk = pc, row.extra
+	}
+	past := 0 // positions cached
+	if share {
+		past = len(row.prefix)
+	}
+	T := len(trunk) + width
+	if len(groups) > 1 || generate.PrefillChunk(1, int64(past+T), int64(m.lm.Config().NumAttentionHeads)) < int64(T) {
+		own, err := m.requestCache(shared, row, share, len(row.prefix)+len(row.extra)+width)
+		if err != nil {
+			return err
+		}
+		defer own.Close() // also when an engine panic unwinds
+		cache, trunk = own, nil
+	} else if !share {
+		prefixPrefills.Add(1) // the prefix runs in the pass
+	}
+	base := 0
+	if cache != nil {
+		base = cache.Len()
+	}
+	for _, g := range groups {
+		h, err := m.packedHidden(cache, trunk, g)
+		if cache != nil {
+			// Back to what was cached before the pass, for the next pass
+			// or request: the shared prefix holds only the prefix.
+			if terr := cache.Truncate(base); err == nil {
+				err = terr
+			}
+		}
+		if err != nil {
+			torch.Drop(h)
+			return fmt.Errorf("tails: %w", err)
+		}
+		if err := q.add(h, len(g), row.cands, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// requestCache returns a one-row cache of capacity maxLen holding the
 // row's prefix and extra tokens prefilled, owned by the caller: a copy of
 // shared's prefill of the prefix followed by the extra tokens, or, when the
 // prefix is not shared, both prefilled in one pass.
-func (m *Model) requestCache(shared *sharedPrefix, row *scoreRow, share bool) (cache *model.Cache, err error) {
+func (m *Model) requestCache(shared *sharedPrefix, row *scoreRow, share bool, maxLen int) (cache *model.Cache, err error) {
 	ids := slices.Concat(row.prefix, row.extra)
 	if share {
-		pc, err := shared.get(m.lm, row.prefix)
+		pc, err := shared.get(m.lm, row.prefix, 0)
 		if err != nil {
 			return nil, fmt.Errorf("prefill: %w", err)
 		}
-		cache, err = pc.SelectTo([]int64{0}, row.need())
+		cache, err = pc.SelectTo([]int64{0}, maxLen)
 		ids = row.extra
 	} else {
 		prefixPrefills.Add(1)
-		cache, err = model.NewCache(m.lm, 1, row.need())
+		cache, err = model.NewCache(m.lm, 1, maxLen)
 	}
 	if err != nil {
 		return nil, err
@@ -168,11 +225,11 @@ func (m *Model) requestCache(shared *sharedPrefix, row *scoreRow, share bool) (c
 	return cache, nil
 }
 
-// sharedPrefix holds the last prefix Score prefilled, in a cache of exactly
-// its length, for the next request with the same prefix tokens. A request
-// goes on from a copy at its own capacity, so what it computes after the
-// prefix does not depend on whether the prefix was prefilled for it or for
-// an earlier request of the call.
+// sharedPrefix holds the last prefix Score prefilled for the next request
+// with the same prefix tokens, in a cache that requests extend and then
+// truncate back to the prefix (or copy), so what a request computes after
+// the prefix does not depend on whether the prefix was prefilled for it or
+// for an earlier request of the call.
 type sharedPrefix struct {
 	ids   []int
 	cache *model.Cache
@@ -184,14 +241,23 @@ func (p *sharedPrefix) holds(ids []int) bool {
 }
 
 // get returns the cache holding ids prefilled (batch 1, Len = len(ids)),
-// still owned by p.
-func (p *sharedPrefix) get(lm model.CausalLM, ids []int) (*model.Cache, error) {
+// with room for at least maxLen positions, still owned by p.
+func (p *sharedPrefix) get(lm model.CausalLM, ids []int, maxLen int) (*model.Cache, error) {
+	maxLen = max(maxLen, len(ids), 1)
 	if p.holds(ids) {
+		if p.cache.MaxLen() < maxLen { // a copy with more room
+			grown, err := p.cache.SelectTo([]int64{0}, maxLen)
+			if err != nil {
+				return nil, err
+			}
+			p.cache.Close()
+			p.cache = grown
+		}
 		return p.cache, nil
 	}
 	p.close()
 	prefixPrefills.Add(1)
-	cache, err := model.NewCache(lm, 1, max(len(ids), 1))
+	cache, err := model.NewCache(lm, 1, maxLen)
 	if err != nil {
 		return nil, err
 	}
@@ -360,30 +426,52 @@ func (q *heads) close() {
 	q.rows, q.dst, q.n = nil, nil, 0
 }
 
-// scoreTails scores row after its shared tokens, which cache holds (one
-// row, capacity row.need()): it runs the tails in batches of up to
-// MaxBatch (lastHidden) and queues on q, per tail, the final hidden state
-// at its last token, for res.
-func (m *Model) scoreTails(cache *model.Cache, row *scoreRow, res *backend.ScoreResponse, q *heads) error {
-	for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
-		tails := row.tails[start:min(start+m.opt.MaxBatch, len(row.tails))]
-		h, err := m.lastHidden(cache, tails)
-		if err != nil {
-			return fmt.Errorf("tails: %w", err)
-		}
-		if err := q.add(h, len(tails), row.cands, res); err != nil {
-			return err
-		}
+// packedHidden runs one row: trunk (may be empty) after what cache holds
+// (nil: nothing), then each tail as a branch of its own
+// (model.Batch.Branches), at the positions it has in its full prompt. It
+// returns, owned, the final hidden state at each tail's last token (K, C):
+// what a row holding the cached tokens, the trunk and that tail alone
+// computes there. With cache set the row's keys are appended to it; the
+// caller truncates them.
+func (m *Model) packedHidden(cache *model.Cache, trunk []int, tails [][]int) (*torch.Tensor, error) {
+	s := torch.NewScope()
+	defer s.Close()
+	past := 0
+	if cache != nil {
+		past = cache.Len()
 	}
-	return nil
+	var ids, pos, branch, last []int64
+	for j, id := range trunk {
+		ids, pos, branch = append(ids, int64(id)), append(pos, int64(past+j)), append(branch, 0)
+	}
+	for k, t := range tails {
+		for j, id := range t {
+			ids, pos, branch = append(ids, int64(id)), append(pos, int64(past+len(trunk)+j)), append(branch, int64(k+1))
+		}
+		last = append(last, int64(len(ids)-1))
+	}
+	T, dev := int64(len(ids)), m.lm.Device()
+	h, err := m.lm.Hidden(s, model.Batch{
+		IDs:       s.To(s.FromInt64(ids, 1, T), dev, torch.Int64),
+		Positions: s.To(s.FromInt64(pos, 1, T), dev, torch.Int64),
+		Branches:  s.To(s.FromInt64(branch, 1, T), dev, torch.Int64),
+		Cache:     cache,
+	}) // (1, T, C)
+	if err != nil {
+		return nil, err
+	}
+	x := s.IndexSelect(s.Squeeze(h, 0), 0, s.To(s.FromInt64(last, int64(len(last))), dev, torch.Int64)) // a copy: K rows, not h
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	return s.Keep(x), nil
 }
 
-// lastHidden runs rows as one right-padded batch, after a copy per row of
-// cache's one row when cache is set (the tails of a request) or from the
-// start (full prompts), and returns, owned, the final hidden state at each
-// row's last token (K, C). Right padding needs no mask: causal attention
-// keeps every real token from seeing the padding after it.
-func (m *Model) lastHidden(cache *model.Cache, rows [][]int) (*torch.Tensor, error) {
+// lastHidden runs full prompts as one right-padded batch and returns,
+// owned, the final hidden state at each row's last token (K, C). Right
+// padding needs no mask: causal attention keeps every real token from
+// seeing the padding after it.
+func (m *Model) lastHidden(rows [][]int) (*torch.Tensor, error) {
 	s := torch.NewScope()
 	defer s.Close()
 	K := int64(len(rows))
@@ -392,16 +480,7 @@ func (m *Model) lastHidden(cache *model.Cache, rows [][]int) (*torch.Tensor, err
 		T = max(T, len(r))
 	}
 	ids, last := rightPad(rows, T)
-	b := model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(T)), m.lm.Device(), torch.Int64)}
-	if cache != nil {
-		expanded, err := cache.Select(make([]int64, K)) // every row copies row 0
-		if err != nil {
-			return nil, err
-		}
-		defer expanded.Close()
-		b.Cache = expanded
-	}
-	h, err := m.lm.Hidden(s, b) // (K, T, C)
+	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(T)), m.lm.Device(), torch.Int64)}) // (K, T, C)
 	if err != nil {
 		return nil, err
 	}
@@ -462,7 +541,7 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 				return err
 			}
 			end := min(start+m.opt.MaxBatch, len(full))
-			h, err := m.lastHidden(nil, full[start:end])
+			h, err := m.lastHidden(full[start:end])
 			if err != nil {
 				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
