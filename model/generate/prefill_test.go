@@ -2,6 +2,7 @@ package generate
 
 import (
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/evolm/evolm/model"
@@ -84,4 +85,24 @@ func TestPrefillChunks(t *testing.T) {
 	}
 	m.Close()
 	modeltest.CheckLeaks(t, base)
+}
+
+// TestPrefillRejectsBranches: Prefill runs chunks through the cache, where
+// a later chunk would take an earlier chunk's branch keys for trunk, so it
+// refuses model.Batch.Branches.
+func TestPrefillRejectsBranches(t *testing.T) {
+	m := tinyLM(t, "Qwen3ForCausalLM", true)
+	defer torch.SetGrad(false)()
+	s := torch.NewScope()
+	defer s.Close()
+	cache, err := model.NewCache(m, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	x := s.FromInt64([]int64{1, 2, 2}, 1, 3)
+	_, err = Prefill(s, m, model.Batch{IDs: x, Positions: x, Branches: x, Cache: cache})
+	if err == nil || !strings.Contains(err.Error(), "prefill: branches need one pass") {
+		t.Fatalf("error %v, want branches refused", err)
+	}
 }

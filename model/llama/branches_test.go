@@ -55,11 +55,11 @@ func TestBranchesEqualSeparateRows(t *testing.T) {
 						V := m.Config().VocabSize
 						what := fmt.Sprintf("%s %s fused=%v cached=%d pad=%d", name, attn, fusedOn, cached, pad)
 						// The trunk's positions, then each branch's.
-						d := maxAbs(got[:(len(trunk)-cached)*V], want[0][cached*V:len(trunk)*V])
+						d := modeltest.MaxAbsDiff(got[:(len(trunk)-cached)*V], want[0][cached*V:len(trunk)*V])
 						off := len(trunk) - cached
 						for b, br := range branches {
 							n := len(br) * V
-							d = math.Max(d, maxAbs(got[off*V:off*V+n], want[b][len(trunk)*V:]))
+							d = math.Max(d, modeltest.MaxAbsDiff(got[off*V:off*V+n], want[b][len(trunk)*V:]))
 							off += len(br)
 						}
 						t.Logf("%s: max |packed - separate| = %.3g", what, d)
@@ -159,15 +159,4 @@ func rowLogits(t *testing.T, m model.CausalLM, ids, pos, branches []int64, cache
 		t.Fatal(err)
 	}
 	return out
-}
-
-func maxAbs(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	d := 0.0
-	for i := range a {
-		d = math.Max(d, math.Abs(float64(a[i])-float64(b[i])))
-	}
-	return d
 }

@@ -23,21 +23,27 @@
 //     (prompt + MaxTokens > MaxModelLen), a chat that does not
 //     render, or a Score candidate that is not exactly one token fails its
 //     row with backend.FailureRejected; the rest of the call goes on.
-//   - Score prefills the longest token prefix that every Prefix+Suffix[k]
-//     shares ONCE, expands the KV cache to one row per suffix, runs the
-//     suffix tails after it in one batch and reads the log-softmax at each
-//     row's final position. Tokenizing each full prompt (not prefix and
-//     suffix apart) keeps the numbers those of a plain forward pass over
-//     Prefix+Suffix[k]. The shared prefix is prefilled in two parts: the
-//     tokens of Prefix alone (when every full prompt starts with them),
-//     then the rest the full prompts share (the judge prompt's
-//     "Criterion:"). The first part depends on Prefix only, so consecutive
-//     requests with the same Prefix (one response under several rubrics,
-//     as the judge stage orders them) share its prefill; a request that
-//     shares its Prefix with neither neighbour prefills both parts in one
-//     pass. The vocabulary
-//     head, whose weight is most of what a few rows cost, runs once over
-//     the final states of up to MaxBatch criteria, across requests. A
+//   - Score computes the longest token prefix that every Prefix+Suffix[k]
+//     shares ONCE: one forward pass per request holds that prefix (the
+//     trunk) and every suffix's tail after it, each tail a branch that
+//     attends to the trunk and to itself only (model.Batch.Branches), at
+//     the positions it has in its full prompt; the log-softmax is read at
+//     each tail's final position. Tokenizing each full prompt (not prefix
+//     and suffix apart) keeps the numbers those of a plain forward pass
+//     over Prefix+Suffix[k]. The shared prefix has two parts: the tokens of
+//     Prefix alone (when every full prompt starts with them), then the
+//     rest the full prompts share (the judge prompt's "Criterion:"). The
+//     first part depends on Prefix only, so consecutive requests with the
+//     same Prefix (one response under several rubrics, as the judge stage
+//     orders them) share one prefill of it in a KV cache, and each runs
+//     its packed pass after it; a request that shares its Prefix with
+//     neither neighbour runs both parts in its packed pass. A request with
+//     more than MaxBatch suffixes, or whose pass would attend more scores
+//     than a chunk of generate.Prefill, has its shared tokens prefilled
+//     into a cache first (chunked) and its tails packed after it. The
+//     vocabulary head, whose weight is most of what a few rows cost, runs
+//     once over the final states of up to MaxBatch criteria, across
+//     requests. A
 //     request's log-probs are the same, up to float rounding (1e-6), alone
 //     or in any call.
 //   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
