@@ -9,7 +9,10 @@
 //   - PackedLinear is x·wᵀ through oneDNN over w packed once into its
 //     blocked layout, for the lm_head: F.linear (MKL) re-packs the whole
 //     weight on every call, which over the few rows of a decode step costs
-//     more than the product.
+//     more than the product;
+//   - KeepBlocks (blocks.cc) runs a function with libtorch's CPU tensor
+//     blocks of 1 MiB or more cached for reuse, where glibc maps and
+//     unmaps each afresh, for a training step's repeated micro-batches.
 //
 // # Packed weights
 //

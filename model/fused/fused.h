@@ -78,6 +78,15 @@ void evolm_fused_packed_stats(int64_t* n, int64_t* bytes);
 // writes that bypass ATen's in-place ops.
 char* evolm_fused_bump_version(void* t);
 
+// Host block caching (blocks.cc, blocks.go). evolm_blocks_open opens a
+// window in which freed CPU tensor blocks of 1 MiB or more are kept for
+// reuse; it returns 0 (and opens nothing) when another allocator of higher
+// priority owns libtorch's CPU allocations. evolm_blocks_close closes one
+// window; the last one frees every cached block.
+int evolm_blocks_open(void);
+void evolm_blocks_close(void);
+void evolm_blocks_stats(int64_t* hits, int64_t* misses, int64_t* live, int64_t* cached, int64_t* peak);
+
 #ifdef __cplusplus
 }
 #endif
