@@ -24,10 +24,16 @@ func CopyInto(dst, src *Tensor) error {
 // SetRequiresGrad sets x.requires_grad in place (leaf tensors only).
 func SetRequiresGrad(x *Tensor, on bool) error {
 	defer lockThread()()
-	if err := x.RequiresGrad_(on); err != nil {
-		return cleanErr("RequiresGrad_", err)
+	if x == nil || x.Ctensor() == nil {
+		return fmt.Errorf("torch RequiresGrad_: nil tensor")
 	}
-	return nil
+	b := int32(0)
+	if on {
+		b = 1
+	}
+	// Not gotch's x.RequiresGrad_, which leaks a handle and so x's storage
+	// (inplace.go).
+	return inPlaceErr("RequiresGrad_", func(out *lib.Ctensor) { lib.AtgRequiresGrad_(out, ctensor(x), b) })
 }
 
 // RequiresGrad reports x.requires_grad.
@@ -88,13 +94,10 @@ func ZeroGrad(x *Tensor) error {
 	if !Defined(g) {
 		return nil
 	}
-	if err := g.Detach_(); err != nil {
-		return cleanErr("Detach_", err)
+	if err := inPlaceErr("Detach_", func(out *lib.Ctensor) { lib.AtgDetach_(out, ctensor(g)) }); err != nil {
+		return err
 	}
-	if err := g.Zero_(); err != nil {
-		return cleanErr("Zero_", err)
-	}
-	return nil
+	return inPlaceErr("Zero_", func(out *lib.Ctensor) { lib.AtgZero_(out, ctensor(g)) })
 }
 
 // Defined reports whether x holds a defined tensor (not torch's None).

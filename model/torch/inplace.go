@@ -24,15 +24,23 @@ func (s *Scope) inPlace(op string, f func(out *lib.Ctensor), xs ...*Tensor) {
 	if !s.ok(op, xs...) {
 		return
 	}
+	if err := inPlaceErr(op, f); err != nil {
+		s.Fail(err)
+	}
+}
+
+// inPlaceErr runs f as inPlace does, on the calling thread, and returns
+// libtorch's error.
+func inPlaceErr(op string, f func(out *lib.Ctensor)) error {
 	var out lib.Ctensor
 	f(&out)
 	if err := torchErr(op); err != nil {
-		s.Fail(err)
-		return
+		return err
 	}
 	if out != nil {
 		lib.AtFree(out)
 	}
+	return nil
 }
 
 // inPlaceScalar is inPlace with a float scalar argument.
