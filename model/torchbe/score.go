@@ -142,29 +142,30 @@ func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, share bool, re
 		}
 		width = max(width, n)
 	}
-	trunk := slices.Concat(row.prefix, row.extra)
-	var cache *model.Cache
-	if share {
-		pc, err := shared.get(m.lm, row.prefix, len(trunk)+width)
-		if err != nil {
-			return fmt.Errorf("prefill: %w", err)
-		}
-		cache, trunk = pc, row.extra
-	}
-	past := 0 // positions cached
+	past := 0 // positions a shared prefill holds
 	if share {
 		past = len(row.prefix)
 	}
-	T := len(trunk) + width
-	if len(groups) > 1 || generate.PrefillChunk(1, int64(past+T), int64(m.lm.Config().NumAttentionHeads)) < int64(T) {
+	T := len(row.prefix) + len(row.extra) - past + width // the longest packed row
+	var cache *model.Cache
+	var trunk []int
+	switch {
+	case len(groups) > 1 || generate.PrefillChunk(1, int64(past+T), int64(m.lm.Config().NumAttentionHeads)) < int64(T):
 		own, err := m.requestCache(shared, row, share, len(row.prefix)+len(row.extra)+width)
 		if err != nil {
 			return err
 		}
 		defer own.Close() // also when an engine panic unwinds
-		cache, trunk = own, nil
-	} else if !share {
+		cache = own
+	case share:
+		pc, err := shared.get(m.lm, row.prefix, len(row.prefix)+len(row.extra)+width)
+		if err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		cache, trunk = pc, row.extra
+	default:
 		prefixPrefills.Add(1) // the prefix runs in the pass
+		trunk = slices.Concat(row.prefix, row.extra)
 	}
 	base := 0
 	if cache != nil {
