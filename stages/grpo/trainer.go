@@ -7,6 +7,7 @@ import (
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/generate"
 	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/model/optim"
@@ -176,7 +177,17 @@ func (t *Trainer) Close() {
 // TrainStep takes one optimizer step on batch. Samples whose completion is
 // empty carry no tokens and are skipped; a batch with no tokens at all is an
 // error. Reference log-probs missing from the samples are computed with Ref.
-func (t *Trainer) TrainStep(ctx context.Context, batch []backend.TrainSample) (backend.TrainStats, error) {
+// The reference passes and the step run inside one fused.KeepBlocks: they
+// reuse each other's large host blocks, within the step's peak.
+func (t *Trainer) TrainStep(ctx context.Context, batch []backend.TrainSample) (st backend.TrainStats, err error) {
+	err = fused.KeepBlocks(func() error {
+		st, err = t.trainStep(ctx, batch)
+		return err
+	})
+	return st, err
+}
+
+func (t *Trainer) trainStep(ctx context.Context, batch []backend.TrainSample) (backend.TrainStats, error) {
 	var rows []backend.TrainSample
 	for _, s := range batch {
 		if len(s.CompletionTokenIDs) > 0 {
