@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/evolm/evolm/model/fused"
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/generate"
@@ -104,9 +105,15 @@ func sampled(m model.CausalLM, w *Workload) (int, error) {
 
 // fwdBwd is one forward+backward pass of −mean over rows of the mean
 // completion log-prob; gradients are zeroed afterwards.
+//
+// It runs inside fused.KeepBlocks, as train.Trainer.Step runs every
+// micro-batch: the pass's large host blocks (logits, their softmax and
+// gradient) reuse each other instead of being mapped afresh.
 func fwdBwd(m model.CausalLM, w *Workload) error {
-	_, err := fwdBwdLoss(m, w)
-	return err
+	return fused.KeepBlocks(func() error {
+		_, err := fwdBwdLoss(m, w)
+		return err
+	})
 }
 
 // fwdBwdLoss is fwdBwd, returning the loss.
