@@ -9,6 +9,7 @@ import (
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/generate"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -308,19 +309,28 @@ func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row 
 	}
 	defer release()
 	defer torch.SetGrad(false)()
-	q := &heads{m: m}
-	defer q.close()
-	for i := range reqs {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	// The call's passes reuse each other's large host blocks (activations,
+	// the head's logits) instead of mapping them afresh, within the call's
+	// peak; they go back to the OS when it returns.
+	err = fused.KeepBlocks(func() error {
+		q := &heads{m: m}
+		defer q.close()
+		for i := range reqs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			out[i] = backend.ScoreResponse{ID: reqs[i].ID, Model: m.id}
+			if err := row(&reqs[i], &out[i], q); err != nil {
+				return err
+			}
 		}
-		out[i] = backend.ScoreResponse{ID: reqs[i].ID, Model: m.id}
-		if err := row(&reqs[i], &out[i], q); err != nil {
-			return nil, err
+		if err := q.flush(); err != nil {
+			return fmt.Errorf("torch score: %w", err)
 		}
-	}
-	if err := q.flush(); err != nil {
-		return nil, fmt.Errorf("torch score: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
