@@ -43,6 +43,7 @@ import (
 	"github.com/evolm/evolm/bench/internal/stat"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/torch"
 	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/stages/prompts"
 )
@@ -72,7 +73,14 @@ func main() {
 	flag.Float64Var(&cfg.tol, "tol", defaultTol, "largest allowed absolute difference between the two sides' log-probs")
 	flag.IntVar(&cfg.threads, "threads", 0, "libtorch threads (0: default)")
 	flag.IntVar(&cfg.maxBatch, "max-batch", 64, "criteria per forward pass, on both sides (the backend's MaxBatch)")
+	mmap := flag.Int("mmap-threshold", 0, "glibc's M_MMAP_THRESHOLD in bytes, as `evolm` sets it (torch.mmap_threshold, default 1MiB there); 0 keeps glibc's adaptive default")
 	flag.Parse()
+	if *mmap > 0 {
+		if err := torch.SetMmapThreshold(*mmap); err != nil {
+			fmt.Fprintln(os.Stderr, "judge-bench:", err)
+			os.Exit(2)
+		}
+	}
 	if err := run(context.Background(), cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "judge-bench:", err)
 		os.Exit(1)
