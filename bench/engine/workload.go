@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/evolm/evolm/model/fused"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/generate"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
