@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -227,6 +228,51 @@ func checkScored(t *testing.T, m model.CausalLM, want, got scored, entropy bool)
 		t.Logf("%-40s max |g| %.3e  max abs diff %.2e", p.Name, scale, d)
 		if d > 1e-6*max(1, scale) {
 			t.Errorf("%s: gradient differs by %.3g (max |g| %.3g)", p.Name, d, scale)
+		}
+	}
+}
+
+// TestSelectiveFreesEverything: after the loss's backward and the scope's
+// close, nothing Selective allocated stays alive, chunked (its boundary
+// leaves and deferred stage) or not. The hidden states are 1 MiB, so the
+// caching allocator's count of live large blocks (fused.Blocks) sees them;
+// gotch's RequiresGrad_ once kept every boundary leaf's storage alive
+// (model/torch), one hidden state per training micro-batch.
+func TestSelectiveFreesEverything(t *testing.T) {
+	defer func(v int64) { chunkElems = v }(chunkElems)
+	m := tinyLM(t, "Qwen3ForCausalLM", true)
+	B, T, C := int64(64), int64(128), int64(m.Config().HiddenSize) // h: B × T × C floats, 1 MiB
+	V := int64(m.Config().VocabSize)
+	for _, chunk := range []int64{T, 48} {
+		chunkElems = chunk * B * V
+		err := fused.KeepBlocks(func() error {
+			base := fused.Blocks().Live
+			for it := range 3 {
+				err := func() error {
+					defer torch.SetGrad(true)()
+					s := torch.NewScope()
+					defer s.Close()
+					x := s.Full([]int64{B, T, C}, 0.1, torch.Float32, torch.CPU)
+					if err := torch.SetRequiresGrad(x, true); err != nil {
+						return err
+					}
+					lp, ent, err := Selective(s, m, s.MulScalar(x, 2), s.Zeros([]int64{B, T}, torch.Int64, torch.CPU), true)
+					if err != nil {
+						return err
+					}
+					return torch.Backward(s.Add(s.Sum(lp), s.Sum(ent)))
+				}()
+				if err != nil {
+					return err
+				}
+				if n := fused.Blocks().Live - base; n != 0 {
+					t.Errorf("chunk %d, iteration %d: %d bytes still allocated after the scope closed", chunk, it, n)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }
