@@ -28,6 +28,9 @@
 //	reference      a frozen copy P·b for the KL term when β ≠ 0 in full
 //	               fine-tuning; none with LoRA (the base with adapters off)
 //	judge          an in-process judge's weights on this device
+//	packed lm_head on the CPU with fp32 weights, the oneDNN copy of each
+//	               lm_head that inference passes keep (V·C·4; the policy's
+//	               and, with full fine-tuning and β ≠ 0, the reference's)
 //
 // One at a time (Plan.Phases: generation, a training micro-batch and the
 // optimizer step never overlap, so only the largest counts):
@@ -412,13 +415,29 @@ func Estimate(in Input) Plan {
 			Line{role + " reference model", ref, rnote},
 		)
 	}
+	// packedHead is the oneDNN copy of a float32 lm_head that inference
+	// passes on the CPU keep (model/fused.PackedLinear, model/llama's
+	// packedHead): V·C·4 for as long as the weight is unchanged.
+	packedHead := func(role string, s Shape, bytes int64, copies int64, why string) {
+		if in.CUDA || bytes != 4 {
+			return
+		}
+		p.Static = append(p.Static, Line{role + " packed lm_head", copies * int64(s.Vocab) * int64(s.Hidden) * 4, why})
+	}
 	learner("policy", in.Policy)
+	heads, hnote := int64(1), "oneDNN's packed fp32 copy for inference passes on the CPU"
+	if in.LoRA.Rank <= 0 && in.Beta != 0 {
+		heads, hnote = 2, hnote+", the policy's and the reference's"
+	}
+	packedHead("policy", in.Policy, b, heads, hnote)
 	if in.RubricGenerator != nil {
 		learner("rubric generator", *in.RubricGenerator)
+		packedHead("rubric generator", *in.RubricGenerator, b, heads, hnote)
 	}
 	jb := int64(in.JudgeBytes)
 	if in.Judge != nil {
 		p.Static = append(p.Static, Line{"judge", in.Judge.Params() * jb, fmt.Sprintf("%.2fB parameters × %d B, in process", float64(in.Judge.Params())/1e9, jb)})
+		packedHead("judge", *in.Judge, jb, 1, "oneDNN's packed fp32 copy for inference passes on the CPU")
 	} else {
 		p.Static = append(p.Static, Line{"judge", 0, "not on this device (served, or on another device)"})
 	}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/evolm/evolm/model"
@@ -180,6 +181,51 @@ func TestTotal(t *testing.T) {
 		}
 		if p.Parts[1].Bytes != chunk {
 			t.Errorf("%+v: logits chunk %d, want %d", in, p.Parts[1].Bytes, chunk)
+		}
+	}
+}
+
+// TestPackedHead: a CPU plan with fp32 weights holds oneDNN's packed copy
+// of each lm_head that inference passes use (model/fused.PackedLinear): the
+// policy's, the reference's with full fine-tuning and β ≠ 0, and an
+// in-process judge's; a CUDA plan or bf16 weights hold none.
+func TestPackedHead(t *testing.T) {
+	cfg, err := model.PresetConfig("qwen3", "qwen3-0.6b", model.QwenVocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := ShapeOf(cfg)
+	head := int64(s.Vocab) * int64(s.Hidden) * 4
+	packed := func(in Input) (n int64) {
+		for _, l := range Estimate(in).Static {
+			if strings.HasSuffix(l.Name, "packed lm_head") {
+				n += l.Bytes
+			}
+		}
+		return n
+	}
+	base := Input{Policy: s, ParamBytes: 4, Beta: 0.001, GenRows: 2, GenTokens: 1024, MicroBatch: 2, SeqLen: 1024}
+	lora := base
+	lora.LoRA = LoRA{Rank: 16}
+	judged := lora
+	judged.Judge, judged.JudgeBytes = &s, 4
+	cuda := base
+	cuda.CUDA = true
+	bf16 := base
+	bf16.ParamBytes = 2
+	for _, c := range []struct {
+		name string
+		in   Input
+		want int64
+	}{
+		{"full FT, β ≠ 0", base, 2 * head},
+		{"LoRA", lora, head},
+		{"LoRA + fp32 judge", judged, 2 * head},
+		{"CUDA", cuda, 0},
+		{"bf16", bf16, 0},
+	} {
+		if got := packed(c.in); got != c.want {
+			t.Errorf("%s: packed lm_head %d bytes, want %d", c.name, got, c.want)
 		}
 	}
 }
