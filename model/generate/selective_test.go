@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
-	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -235,7 +234,8 @@ func checkScored(t *testing.T, m model.CausalLM, want, got scored, entropy bool)
 // TestSelectiveFreesEverything: after the loss's backward and the scope's
 // close, nothing Selective allocated stays alive, chunked (its boundary
 // leaves and deferred stage) or not. The hidden states are 1 MiB, so the
-// caching allocator's count of live large blocks (fused.Blocks) sees them;
+// caching allocator's count of live large blocks sees them
+// (modeltest.CheckFreesBlocks);
 // gotch's RequiresGrad_ once kept every boundary leaf's storage alive
 // (model/torch), one hidden state per training micro-batch.
 func TestSelectiveFreesEverything(t *testing.T) {
@@ -245,34 +245,16 @@ func TestSelectiveFreesEverything(t *testing.T) {
 	V := int64(m.Config().VocabSize)
 	for _, chunk := range []int64{T, 48} {
 		chunkElems = chunk * B * V
-		err := fused.KeepBlocks(func() error {
-			base := fused.Blocks().Live
-			for it := range 3 {
-				err := func() error {
-					defer torch.SetGrad(true)()
-					s := torch.NewScope()
-					defer s.Close()
-					x := s.Full([]int64{B, T, C}, 0.1, torch.Float32, torch.CPU)
-					if err := torch.SetRequiresGrad(x, true); err != nil {
-						return err
-					}
-					lp, ent, err := Selective(s, m, s.MulScalar(x, 2), s.Zeros([]int64{B, T}, torch.Int64, torch.CPU), true)
-					if err != nil {
-						return err
-					}
-					return torch.Backward(s.Add(s.Sum(lp), s.Sum(ent)))
-				}()
-				if err != nil {
-					return err
-				}
-				if n := fused.Blocks().Live - base; n != 0 {
-					t.Errorf("chunk %d, iteration %d: %d bytes still allocated after the scope closed", chunk, it, n)
-				}
+		modeltest.CheckFreesBlocks(t, fmt.Sprintf("chunk %d", chunk), 3, func(s *torch.Scope) error {
+			x := s.Full([]int64{B, T, C}, 0.1, torch.Float32, torch.CPU)
+			if err := torch.SetRequiresGrad(x, true); err != nil {
+				return err
 			}
-			return nil
+			lp, ent, err := Selective(s, m, s.MulScalar(x, 2), s.Zeros([]int64{B, T}, torch.Int64, torch.CPU), true)
+			if err != nil {
+				return err
+			}
+			return torch.Backward(s.Add(s.Sum(lp), s.Sum(ent)))
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -270,4 +271,34 @@ func (r *Refs) F32s(t testing.TB, name string) []float32 {
 func (r *Refs) Logits(t testing.TB, c int) []float32 {
 	t.Helper()
 	return r.F32s(t, fmt.Sprintf("case%d.logits", c))
+}
+
+// CheckFreesBlocks runs step iterations times, each in a scope of its own
+// with grad on, inside fused.KeepBlocks, and fails t unless every large
+// host block (1 MiB or more) allocated since is freed once the iteration's
+// scope closes: the caching allocator's live count sees a tensor whose
+// storage outlives its Go handle, which torch.Live does not.
+func CheckFreesBlocks(t *testing.T, what string, iterations int, step func(s *torch.Scope) error) {
+	t.Helper()
+	err := fused.KeepBlocks(func() error {
+		base := fused.Blocks().Live
+		for it := range iterations {
+			err := func() error {
+				defer torch.SetGrad(true)()
+				s := torch.NewScope()
+				defer s.Close()
+				return step(s)
+			}()
+			if err != nil {
+				return err
+			}
+			if n := fused.Blocks().Live - base; n != 0 {
+				t.Errorf("%s, iteration %d: %d bytes still allocated after the scope closed", what, it, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 }

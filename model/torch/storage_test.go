@@ -3,7 +3,7 @@ package torch_test
 import (
 	"testing"
 
-	"github.com/evolm/evolm/model/fused"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -14,35 +14,17 @@ import (
 // micro-batch leaked the boundary leaves of its chunked log-probs. The
 // caching allocator's count of live 1 MiB blocks (model/fused) sees it.
 func TestDroppedLeafFreesStorage(t *testing.T) {
-	err := fused.KeepBlocks(func() error {
-		base := fused.Blocks().Live
-		for it := range 3 {
-			err := func() error {
-				defer torch.SetGrad(true)()
-				s := torch.NewScope()
-				defer s.Close()
-				x := s.Full([]int64{256, 1024}, 0.5, torch.Float32, torch.CPU) // 1 MiB
-				if err := torch.SetRequiresGrad(x, true); err != nil {
-					return err
-				}
-				if err := torch.Backward(s.Sum(s.Mul(x, x))); err != nil {
-					return err
-				}
-				if g := s.Grad(x); g == nil {
-					t.Fatal("no gradient after backward")
-				}
-				return torch.ZeroGrad(x)
-			}()
-			if err != nil {
-				return err
-			}
-			if n := fused.Blocks().Live - base; n != 0 {
-				t.Errorf("iteration %d: %d bytes of dropped tensors still allocated", it, n)
-			}
+	modeltest.CheckFreesBlocks(t, "a 1 MiB leaf", 3, func(s *torch.Scope) error {
+		x := s.Full([]int64{256, 1024}, 0.5, torch.Float32, torch.CPU) // 1 MiB
+		if err := torch.SetRequiresGrad(x, true); err != nil {
+			return err
 		}
-		return nil
+		if err := torch.Backward(s.Sum(s.Mul(x, x))); err != nil {
+			return err
+		}
+		if g := s.Grad(x); g == nil {
+			t.Fatal("no gradient after backward")
+		}
+		return torch.ZeroGrad(x)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
