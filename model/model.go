@@ -33,6 +33,16 @@ type LogitsWriter interface {
 	WriteLogits(s *torch.Scope, h, out *torch.Tensor) (bool, error)
 }
 
+// TokenLogitser is implemented by a CausalLM that can apply lm_head for a
+// few vocabulary entries only: TokenLogits returns float32 logits (…, K)
+// where column k is Logits(h)[…, ids[k]] up to float rounding (the product
+// runs over the K rows of the weight instead of all V). ids is int64 (K) on
+// the model's device. A scorer that needs the candidates' logits relative
+// to each other, not to the whole vocabulary, pays K·C instead of V·C.
+type TokenLogitser interface {
+	TokenLogits(s *torch.Scope, h, ids *torch.Tensor) (*torch.Tensor, error)
+}
+
 // CausalLM is a decoder-only language model.
 type CausalLM interface {
 	// Config is the model's configuration (do not modify).

@@ -323,6 +323,30 @@ func (m *ForCausalLM) Logits(s *torch.Scope, h *torch.Tensor) (*torch.Tensor, er
 	return out, nil
 }
 
+// TokenLogits implements model.TokenLogitser: lm_head(h) at the vocabulary
+// entries ids only, over their rows of the weight (and bias). With an
+// adapter on lm_head it is the full Logits, gathered.
+func (m *ForCausalLM) TokenLogits(s *torch.Scope, h, ids *torch.Tensor) (*torch.Tensor, error) {
+	var out *torch.Tensor
+	if m.LMHead.Adapter != nil {
+		full, err := m.Logits(s, h)
+		if err != nil {
+			return nil, err
+		}
+		out = s.IndexSelect(full, -1, ids)
+	} else {
+		var b *torch.Tensor
+		if m.LMHead.Bias != nil {
+			b = s.IndexSelect(m.LMHead.Bias, 0, ids)
+		}
+		out = s.Float32(s.Linear(h, s.IndexSelect(m.LMHead.Weight, 0, ids), b))
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("%s lm_head: %w", m.cfg.Architectures[0], err)
+	}
+	return out, nil
+}
+
 // packedHead reports whether lm_head(h) runs over the packed weight. On CPU
 // with grad off, for a float32 head without adapter or bias, it is oneDNN's
 // linear over the head's weight packed once (fused.PackedLinear;

@@ -221,3 +221,51 @@ func headDiff(a, b []float32) (d, scale float64) {
 	}
 	return d, scale
 }
+
+// TestTokenLogitsMatchLogits: the head over a few vocabulary rows
+// (model.TokenLogitser, the yes/no judge's candidates) equals those
+// columns of the full Logits within float32 rounding, for a tied and an
+// untied head, grad off and on, with a repeated id, and frees what it made.
+func TestTokenLogitsMatchLogits(t *testing.T) {
+	const V = 1001
+	base := torch.Live()
+	for _, tied := range []bool{true, false} {
+		cfg := headConfig(128, V)
+		cfg.TieWordEmbeddings = tied
+		m := modeltest.Random(t, cfg, 11)
+		for _, grad := range []bool{false, true} {
+			func() {
+				defer torch.SetGrad(grad)()
+				s := torch.NewScope()
+				defer s.Close()
+				ids := []int64{5, 1000, 0, 5, 77}
+				h := s.Randn([]int64{3, 2, 128}, torch.Float32, torch.CPU)
+				full, err := m.Logits(s, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := m.(model.TokenLogitser).TokenLogits(s, h, s.FromInt64(ids, int64(len(ids))))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sh, _ := torch.Shape(got); !slices.Equal(sh, []int64{3, 2, int64(len(ids))}) {
+					t.Fatalf("tied %v, grad %v: shape %v, want [3 2 %d]", tied, grad, sh, len(ids))
+				}
+				all, g := modeltest.Float32s(t, full), modeltest.Float32s(t, got)
+				var want []float32
+				for r := range 6 {
+					for _, id := range ids {
+						want = append(want, all[r*V+int(id)])
+					}
+				}
+				d, scale := headDiff(want, g)
+				t.Logf("tied %v, grad %v: max |TokenLogits − Logits| %.3g of max |logit| %.3g", tied, grad, d, scale)
+				if d > 1e-5*scale {
+					t.Errorf("tied %v, grad %v: TokenLogits differs from Logits by %.3g", tied, grad, d)
+				}
+			}()
+		}
+		m.Close()
+	}
+	modeltest.CheckLeaks(t, base)
+}

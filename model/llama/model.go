@@ -99,6 +99,7 @@ type ForCausalLM struct {
 }
 
 var _ model.Adaptable = (*ForCausalLM)(nil)
+var _ model.TokenLogitser = (*ForCausalLM)(nil)
 
 // New allocates a model for cfg (already checked by model.NewConfig) with
 // uninitialized parameters on dev in dtype. model.Load and model.Randomize
