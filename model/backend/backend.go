@@ -191,6 +191,13 @@ type ScoreRequest struct {
 	Prefix     string   // shared start of every prompt
 	Suffixes   []string // one prompt tail per criterion
 	Candidates []string // next-token strings to score; each should be one token
+	// AmongCandidates asks for log-probs relative to the candidates alone:
+	// log P(c) − log Σ P(c') over the distinct candidates c', the
+	// distribution of the next token given that it is one of them. The
+	// yes/no judge's P(yes) / (P(yes) + P(no)) is the same either way, and
+	// an in-process scorer then needs the head's rows for the candidates
+	// only, not the whole vocabulary's.
+	AmongCandidates bool
 }
 
 // Validate checks the request on its own.
@@ -220,6 +227,38 @@ type ScoreResponse struct {
 	// was not among the alternatives a server reported.
 	LogProbs [][]float64
 	Failure  *RowFailure // non-nil when this row failed permanently
+}
+
+// AmongCandidates rewrites lps, the log-probs of cands over the whole
+// vocabulary (-Inf: no mass, or not reported), as log-probs among the
+// distinct candidates (ScoreRequest.AmongCandidates): each minus the
+// log-sum-exp of one entry per distinct candidate (by string, or by token
+// id where the caller has ids). A row without mass on any candidate, or
+// with a NaN, is left as it is.
+func AmongCandidates[K comparable](cands []K, lps []float64) {
+	seen := make(map[K]bool, len(cands))
+	m := math.Inf(-1)
+	for j, c := range cands {
+		if !seen[c] {
+			seen[c] = true
+			m = math.Max(m, lps[j])
+		}
+	}
+	if math.IsInf(m, -1) || math.IsNaN(m) {
+		return
+	}
+	clear(seen)
+	var sum float64
+	for j, c := range cands {
+		if !seen[c] {
+			seen[c] = true
+			sum += math.Exp(lps[j] - m)
+		}
+	}
+	lse := m + math.Log(sum)
+	for j := range lps {
+		lps[j] -= lse
+	}
 }
 
 // Scorer scores next-token candidates after a shared prefix.

@@ -66,3 +66,47 @@ func TestCheckIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestAmongCandidates: log-probs over the vocabulary become log-probs among
+// the distinct candidates; a repeated candidate counts once, -Inf (no mass)
+// stays -Inf, a row without mass or with a NaN is left alone, and doing it
+// twice changes nothing.
+func TestAmongCandidates(t *testing.T) {
+	lg := math.Log
+	inf := math.Inf(-1)
+	close := func(a, b []float64) bool {
+		for i := range a {
+			if a[i] != b[i] && math.Abs(a[i]-b[i]) > 1e-12 {
+				return false
+			}
+		}
+		return len(a) == len(b)
+	}
+	for _, tc := range []struct {
+		name      string
+		cands     []string
+		lps, want []float64
+	}{
+		{"repeated", []string{"a", "b", "a", "c"}, []float64{lg(.2), lg(.1), lg(.2), lg(.3)}, []float64{lg(.2 / .6), lg(.1 / .6), lg(.2 / .6), lg(.3 / .6)}},
+		{"no mass on one", []string{" yes", " no"}, []float64{lg(.01), inf}, []float64{0, inf}},
+		{"no mass", []string{" yes", " no"}, []float64{inf, inf}, []float64{inf, inf}},
+		{"NaN", []string{" yes", " no"}, []float64{math.NaN(), lg(.5)}, []float64{math.NaN(), lg(.5)}},
+	} {
+		got := append([]float64(nil), tc.lps...)
+		AmongCandidates(tc.cands, got)
+		if !close(got, tc.want) && !(tc.name == "NaN" && math.IsNaN(got[0]) && got[1] == tc.want[1]) {
+			t.Errorf("%s: AmongCandidates(%v) = %v, want %v", tc.name, tc.lps, got, tc.want)
+		}
+		again := append([]float64(nil), got...)
+		AmongCandidates(tc.cands, again)
+		if tc.name != "NaN" && !close(again, got) {
+			t.Errorf("%s: twice = %v, once %v", tc.name, again, got)
+		}
+	}
+	ids := []int{7, 9, 7}
+	got := []float64{lg(.25), lg(.25), lg(.25)}
+	AmongCandidates(ids, got)
+	if want := []float64{lg(.5), lg(.5), lg(.5)}; !close(got, want) {
+		t.Errorf("by token id: %v, want %v", got, want)
+	}
+}

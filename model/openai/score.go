@@ -44,7 +44,7 @@ func (c *Client) scoreRow(ctx context.Context, r *backend.ScoreRequest, led *led
 			if model != "" {
 				res.Model = model
 			}
-			res.LogProbs = lps
+			res.LogProbs = among(r, lps)
 			return res, nil
 		case c.cfg.ScoreAPI == ScoreAuto && errors.As(err, &rej) &&
 			(rej.status == http.StatusNotFound || rej.status == http.StatusMethodNotAllowed):
@@ -100,12 +100,25 @@ func (c *Client) scoreRow(ctx context.Context, r *backend.ScoreRequest, led *led
 		}
 		res.LogProbs = append(res.LogProbs, s.lps)
 	}
+	res.LogProbs = among(r, res.LogProbs)
 	return res, nil
+}
+
+// among rewrites lps as log-probs among r's candidates when r asks for
+// them. The server's top log-probs are over the vocabulary; the extension
+// may have normalized them already, and normalizing again changes nothing.
+func among(r *backend.ScoreRequest, lps [][]float64) [][]float64 {
+	if r.AmongCandidates {
+		for _, row := range lps {
+			backend.AmongCandidates(r.Candidates, row)
+		}
+	}
+	return lps
 }
 
 // scoreExt answers one request through POST /v1/evolm/score.
 func (c *Client) scoreExt(ctx context.Context, r *backend.ScoreRequest) ([][]float64, string, error) {
-	body := ScoreBody{Model: c.cfg.Model, Prefix: r.Prefix, Suffixes: r.Suffixes, Candidates: r.Candidates}
+	body := ScoreBody{Model: c.cfg.Model, Prefix: r.Prefix, Suffixes: r.Suffixes, Candidates: r.Candidates, AmongCandidates: r.AmongCandidates}
 	var resp ScoreAnswer
 	if err := c.call(ctx, r.ID, "/evolm/score", body, decodeInto(&resp)); err != nil {
 		return nil, "", err

@@ -227,6 +227,10 @@ type ScoreBody struct {
 	Prefix     string   `json:"prefix"`
 	Suffixes   []string `json:"suffixes"`
 	Candidates []string `json:"candidates"`
+	// AmongCandidates asks for log-probs among the distinct candidates
+	// (backend.ScoreRequest.AmongCandidates); false or absent: over the
+	// whole vocabulary.
+	AmongCandidates bool `json:"among_candidates,omitempty"`
 }
 
 // ScoreAnswer answers POST /v1/evolm/score: Logprobs[k][j] is candidate j

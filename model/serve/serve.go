@@ -682,7 +682,7 @@ func (s *server) doScore(w http.ResponseWriter, r *http.Request, req *openai.Sco
 	if e.eng.Scorer == nil {
 		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", msg: fmt.Sprintf("model %q cannot score: no route POST /v1/evolm/score for it", e.id)}
 	}
-	sr := backend.ScoreRequest{ID: newID("score-"), Prefix: req.Prefix, Suffixes: req.Suffixes, Candidates: req.Candidates}
+	sr := backend.ScoreRequest{ID: newID("score-"), Prefix: req.Prefix, Suffixes: req.Suffixes, Candidates: req.Candidates, AmongCandidates: req.AmongCandidates}
 	if err := sr.Validate(); err != nil {
 		return badRequest("", "%v", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model/backend"
@@ -162,6 +163,19 @@ func checkScore(t *testing.T, client *openai.Client) backend.ScoreRequest {
 	if diff := cmp.Diff([]backend.ScoreResponse{{ID: "j1", Model: modelID, LogProbs: want}}, got); diff != "" {
 		t.Errorf("score (-want +got):\n%s", diff)
 	}
+	// Among the candidates: the same rows renormalized over them.
+	among := req
+	among.AmongCandidates = true
+	got, err = client.Score(context.Background(), []backend.ScoreRequest{among})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range want {
+		backend.AmongCandidates(req.Candidates, row)
+	}
+	if diff := cmp.Diff([]backend.ScoreResponse{{ID: "j1", Model: modelID, LogProbs: want}}, got, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+		t.Errorf("score among the candidates (-want +got):\n%s", diff)
+	}
 	return req
 }
 
@@ -175,7 +189,7 @@ func TestClientScoreThroughServer(t *testing.T) {
 // fakeGenerator reports among its top alternatives, others are -Inf.
 type scoringGenerator struct {
 	fakeGenerator
-	scored int
+	scored, among int // requests scored, and of them those among the candidates
 }
 
 func (g *scoringGenerator) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
@@ -196,7 +210,13 @@ func (g *scoringGenerator) Score(ctx context.Context, reqs []backend.ScoreReques
 					row[j] = math.Inf(-1)
 				}
 			}
+			if r.AmongCandidates {
+				backend.AmongCandidates(r.Candidates, row)
+			}
 			out[i].LogProbs = append(out[i].LogProbs, row)
+		}
+		if r.AmongCandidates {
+			g.among++
 		}
 	}
 	return out, nil
@@ -207,8 +227,8 @@ func TestClientScoreThroughExtension(t *testing.T) {
 	url := startServer(t, gen)
 	client := newClient(t, url)
 	req := checkScore(t, client)
-	if gen.scored != 1 || gen.calls != 0 {
-		t.Errorf("scorer called %d times and generator %d; want one Score call for the row", gen.scored, gen.calls)
+	if gen.scored != 2 || gen.among != 1 || gen.calls != 0 {
+		t.Errorf("scorer called %d times (%d among the candidates) and generator %d; want one Score call per request, one among the candidates", gen.scored, gen.among, gen.calls)
 	}
 	rej := req
 	rej.Candidates = []string{"reject me"}

@@ -3,9 +3,12 @@ package prompts
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/evolm/evolm/model/backend"
 )
 
 func TestParseJudge(t *testing.T) {
@@ -84,6 +87,16 @@ func TestPYes(t *testing.T) {
 			}
 			if math.Abs(got-tt.want) > 1e-12 || math.IsNaN(got) {
 				t.Errorf("PYes = %v, want %v", got, tt.want)
+			}
+			// The judge asks for log-probs among the candidates: the
+			// same P(yes).
+			if len(tt.lps) == len(yn.Candidates()) {
+				among := slices.Clone(tt.lps)
+				backend.AmongCandidates(yn.Candidates(), among)
+				got2, err2 := yn.PYes(among)
+				if (err2 != nil) != tt.wantErr || math.Abs(got2-got) > 1e-12 {
+					t.Errorf("among the candidates: PYes = %v, %v; over the vocabulary %v, %v", got2, err2, got, err)
+				}
 			}
 		})
 	}
