@@ -21,6 +21,7 @@ type scoreRow struct {
 	extra  []int   // the rest of the tokens every full prompt starts with (often "Criterion:")
 	tails  [][]int // per suffix, the rest (each ≥ 1 token)
 	cands  []int   // candidate token ids
+	among  bool    // log-probs among the candidates (ScoreRequest.AmongCandidates)
 }
 
 // candidates maps candidate strings to single token ids.
@@ -77,7 +78,7 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 		}
 	}
 	P, L := SplitScore(m.tok.Encode(r.Prefix), full)
-	row := scoreRow{prefix: full[0][:P], extra: full[0][P:L], cands: cands}
+	row := scoreRow{prefix: full[0][:P], extra: full[0][P:L], cands: cands, among: r.AmongCandidates}
 	for _, f := range full {
 		row.tails = append(row.tails, f[L:])
 	}
@@ -185,7 +186,7 @@ func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, share bool, re
 			torch.Drop(h)
 			return fmt.Errorf("tails: %w", err)
 		}
-		if err := q.add(h, len(g), row.cands, res); err != nil {
+		if err := q.add(h, len(g), row.cands, row.among, res); err != nil {
 			return err
 		}
 	}
@@ -353,11 +354,12 @@ type headDst struct {
 	res   *backend.ScoreResponse
 	k     int
 	cands []int
+	among bool // log-probs among the candidates (ScoreRequest.AmongCandidates)
 }
 
 // add queues h (k rows, owned by q from here) for res, after flushing the
 // queue first if h would take it past MaxBatch rows.
-func (q *heads) add(h *torch.Tensor, k int, cands []int, res *backend.ScoreResponse) error {
+func (q *heads) add(h *torch.Tensor, k int, cands []int, among bool, res *backend.ScoreResponse) error {
 	if q.n > 0 && q.n+k > q.m.opt.MaxBatch {
 		if err := q.flush(); err != nil {
 			torch.Drop(h)
@@ -365,13 +367,17 @@ func (q *heads) add(h *torch.Tensor, k int, cands []int, res *backend.ScoreRespo
 		}
 	}
 	q.rows = append(q.rows, h)
-	q.dst = append(q.dst, headDst{res: res, k: k, cands: cands})
+	q.dst = append(q.dst, headDst{res: res, k: k, cands: cands, among: among})
 	q.n += k
 	return nil
 }
 
 // flush runs the head over the queued rows and appends each row's
-// candidates' log-probs to its response.
+// candidates' log-probs to its response. When every queued request asks
+// for them among its candidates, the head runs over the candidates' rows
+// of its weight alone (N × K × C instead of N × V × C, and no log-softmax
+// over V); otherwise over the vocabulary, and the rows that asked are
+// renormalized after.
 func (q *heads) flush() error {
 	if len(q.rows) == 0 {
 		return nil
@@ -388,23 +394,56 @@ func (q *heads) flush() error {
 	if len(rows) > 1 {
 		h = s.Cat(rows, 0) // (N, C)
 	}
-	lg, err := q.m.lm.Logits(s, h) // (N, V)
-	if err != nil {
-		return err
-	}
-	V := int64(q.m.lm.Config().VocabSize)
-	var idx []int64 // flat index of each row's candidates in the (N, V) log-probs
-	row := int64(0)
-	for _, d := range dst {
-		for range d.k {
+	dev := q.m.lm.Device()
+	// lg is (N, W): log-probs over the vocabulary (W = V) or the
+	// candidates' logits (W of them); cols[i][j] is the column of dst[i]'s
+	// candidate j.
+	var lg *torch.Tensor
+	var W int64
+	cols := make([][]int64, len(dst))
+	tl, ok := q.m.lm.(model.TokenLogitser)
+	if ok && !slices.ContainsFunc(dst, func(d headDst) bool { return !d.among }) {
+		// Every row wants log-probs among its candidates: the head's rows
+		// for the candidates of the call alone, normalized below.
+		var ids []int64
+		at := map[int]int64{}
+		for i, d := range dst {
 			for _, c := range d.cands {
-				idx = append(idx, row*V+int64(c))
+				if _, ok := at[c]; !ok {
+					at[c] = int64(len(ids))
+					ids = append(ids, int64(c))
+				}
+				cols[i] = append(cols[i], at[c])
+			}
+		}
+		W = int64(len(ids))
+		var err error
+		if lg, err = tl.TokenLogits(s, h, s.To(s.FromInt64(ids, W), dev, torch.Int64)); err != nil { // (N, W)
+			return err
+		}
+	} else {
+		l, err := q.m.lm.Logits(s, h) // (N, V)
+		if err != nil {
+			return err
+		}
+		lg, W = s.LogSoftmax(l, -1, torch.Float32), int64(q.m.lm.Config().VocabSize)
+		for i, d := range dst {
+			for _, c := range d.cands {
+				cols[i] = append(cols[i], int64(c))
+			}
+		}
+	}
+	var idx []int64 // flat index of each row's candidates in the (N, W) result
+	row := int64(0)
+	for i, d := range dst {
+		for range d.k {
+			for _, c := range cols[i] {
+				idx = append(idx, row*W+c)
 			}
 			row++
 		}
 	}
-	dev := q.m.lm.Device()
-	sel := s.IndexSelect(s.Reshape(s.LogSoftmax(lg, -1, torch.Float32), -1), 0, s.To(s.FromInt64(idx, int64(len(idx))), dev, torch.Int64))
+	sel := s.IndexSelect(s.Reshape(lg, -1), 0, s.To(s.FromInt64(idx, int64(len(idx))), dev, torch.Int64))
 	sel = s.To(sel, torch.CPU, torch.Float32)
 	if err := s.Err(); err != nil {
 		return err
@@ -422,6 +461,9 @@ func (q *heads) flush() error {
 				}
 			}
 			flat = flat[len(lp):]
+			if d.among {
+				backend.AmongCandidates(d.cands, lp)
+			}
 			d.res.LogProbs = append(d.res.LogProbs, lp)
 		}
 	}
@@ -556,7 +598,7 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 			if err != nil {
 				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
-			if err := q.add(h, end-start, cands, res); err != nil {
+			if err := q.add(h, end-start, cands, r.AmongCandidates, res); err != nil {
 				return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 			}
 		}

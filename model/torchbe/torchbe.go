@@ -41,9 +41,11 @@
 //     more than MaxBatch suffixes, or whose pass would attend more scores
 //     than a chunk of generate.Prefill, has its shared tokens prefilled
 //     into a cache first (chunked) and its tails packed after it. The
-//     vocabulary head, whose weight is most of what a few rows cost, runs
-//     once over the final states of up to MaxBatch criteria, across
-//     requests. A
+//     head runs once over the final states of up to MaxBatch criteria,
+//     across requests: over the whole vocabulary, or, when every request
+//     asks for log-probs among its candidates (AmongCandidates, as the
+//     judge stage does), over the candidates' rows of the weight alone
+//     (model.TokenLogitser), normalized over the distinct candidates. A
 //     request's log-probs are the same, up to float rounding (1e-6), alone
 //     or in any call.
 //   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
