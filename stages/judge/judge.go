@@ -537,7 +537,10 @@ func (j *judge) yesno(ctx context.Context, jobs []job) ([]schemas.Judgment, erro
 			if err != nil {
 				return backend.ScoreRequest{}, err
 			}
-			return backend.ScoreRequest{ID: jb.row.JudgmentID, Prefix: prefix, Suffixes: suffixes, Candidates: j.yn.Candidates()}, nil
+			// P(yes) / (P(yes) + P(no)) needs the candidates' log-probs
+			// relative to each other only: an in-process judge then runs
+			// the head's candidate rows, not the whole vocabulary's.
+			return backend.ScoreRequest{ID: jb.row.JudgmentID, Prefix: prefix, Suffixes: suffixes, Candidates: j.yn.Candidates(), AmongCandidates: true}, nil
 		},
 		send: j.b.Score,
 		meta: func(res *backend.ScoreResponse) (*backend.RowFailure, string) { return res.Failure, res.Model },
