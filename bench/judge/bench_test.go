@@ -19,7 +19,7 @@ func BenchmarkYesNo(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(m.Close)
-	reqs, err := workload(1, 1, 300, 4)
+	reqs, err := workload(1, 1, 300, 4, false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,36 +40,39 @@ func BenchmarkYesNo(b *testing.B) {
 
 // TestSidesAgree checks, on a tiny random checkpoint, that prefix reuse and
 // the naive side give the same log-probs within the benchmark's tolerance,
-// with the criteria in one batch and split over batches of 3, and that
-// maxDiff refuses a larger difference.
+// among the candidates and over the vocabulary, with the criteria in one
+// batch and split over batches of 3, and that maxDiff refuses a larger
+// difference.
 func TestSidesAgree(t *testing.T) {
-	reqs, err := workload(2, 2, 60, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	for _, mb := range []int{64, 3} {
-		m, err := load("", "tiny", 1, mb, t.TempDir())
+	for _, vocab := range []bool{false, true} {
+		reqs, err := workload(2, 2, 60, 5, vocab)
 		if err != nil {
 			t.Fatal(err)
 		}
-		naive, err := m.ScoreNaive(ctx, reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reuse, err := m.Score(ctx, reqs)
-		m.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := maxDiff(naive, reuse, defaultTol)
-		if err != nil {
-			t.Fatalf("max batch %d: %v", mb, err)
-		}
-		t.Logf("max batch %d: max abs log-prob difference %.3g", mb, d)
-		reuse[1].LogProbs[4][0] += 10 * defaultTol
-		if _, err := maxDiff(naive, reuse, defaultTol); err == nil {
-			t.Fatalf("max batch %d: maxDiff accepted a difference of %g", mb, 10*defaultTol)
+		for _, mb := range []int{64, 3} {
+			m, err := load("", "tiny", 1, mb, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			naive, err := m.ScoreNaive(ctx, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reuse, err := m.Score(ctx, reqs)
+			m.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := maxDiff(naive, reuse, defaultTol)
+			if err != nil {
+				t.Fatalf("vocab %v, max batch %d: %v", vocab, mb, err)
+			}
+			t.Logf("vocab %v, max batch %d: max abs log-prob difference %.3g", vocab, mb, d)
+			reuse[1].LogProbs[4][0] += 10 * defaultTol
+			if _, err := maxDiff(naive, reuse, defaultTol); err == nil {
+				t.Fatalf("vocab %v, max batch %d: maxDiff accepted a difference of %g", vocab, mb, 10*defaultTol)
+			}
 		}
 	}
 }
@@ -77,7 +80,7 @@ func TestSidesAgree(t *testing.T) {
 // TestWorkloadShape checks that the benchmark's requests share a real
 // prefix: every suffix is one criterion of the yes/no prompt.
 func TestWorkloadShape(t *testing.T) {
-	reqs, err := workload(2, 1, 10, 3)
+	reqs, err := workload(2, 1, 10, 3, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +89,7 @@ func TestWorkloadShape(t *testing.T) {
 	}
 	// -rubrics: the requests of one response are consecutive, share its
 	// prefix and ask other criteria.
-	reqs, err = workload(2, 3, 10, 2)
+	reqs, err = workload(2, 3, 10, 2, false)
 	if err != nil {
 		t.Fatal(err)
 	}

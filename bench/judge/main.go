@@ -13,9 +13,13 @@
 // under its group's one rubric (-rubrics 1, the default). Score prefills a
 // response once for all its rubrics.
 //
-// Fairness: both sides tokenize the same full prompts and batch the criteria
+// Fairness: both sides tokenize the same full prompts, batch the criteria
 // of a request the same way (up to the backend's MaxBatch rows, right-padded,
-// per forward pass), so the one difference measured is the shared prefill.
+// per forward pass) and run the same head, so the one difference measured is
+// the shared prefill. The requests ask, as the judge stage does, for
+// log-probs among the candidates, which needs the head's rows for the
+// candidates only; -vocab asks for log-probs over the whole vocabulary, a
+// full head and log-softmax per criterion on both sides.
 // Before printing anything, every run checks that the two sides' candidate
 // log-probs agree within -tol (absolute) and fails otherwise. Each of -runs
 // runs times both sides (the mean of -reps calls after a warm-up call); the
@@ -58,6 +62,7 @@ type config struct {
 	maxBatch       int
 	runs           int
 	tol            float64
+	vocab          bool
 }
 
 func main() {
@@ -72,6 +77,7 @@ func main() {
 	flag.IntVar(&cfg.runs, "runs", 3, "runs; the speed-up is shown as min / median / max over them")
 	flag.Float64Var(&cfg.tol, "tol", defaultTol, "largest allowed absolute difference between the two sides' log-probs")
 	flag.IntVar(&cfg.threads, "threads", 0, "libtorch threads (0: default)")
+	flag.BoolVar(&cfg.vocab, "vocab", false, "ask for log-probs over the whole vocabulary (a full head and log-softmax per criterion) instead of among the candidates, as the judge stage asks")
 	flag.IntVar(&cfg.maxBatch, "max-batch", 64, "criteria per forward pass, on both sides (the backend's MaxBatch)")
 	mmap := flag.Int("mmap-threshold", 0, "glibc's M_MMAP_THRESHOLD in bytes, as `evolm` sets it (torch.mmap_threshold, default 1MiB there); 0 keeps glibc's adaptive default")
 	flag.Parse()
@@ -88,8 +94,10 @@ func main() {
 }
 
 // workload builds yes/no score requests from the judge_yesno prompt:
-// responses × rubrics requests, those of one response consecutive.
-func workload(responses, rubrics, responseWords, criteria int) ([]backend.ScoreRequest, error) {
+// responses × rubrics requests, those of one response consecutive, asking
+// for log-probs among the candidates (as the judge stage does) or, with
+// vocab, over the whole vocabulary.
+func workload(responses, rubrics, responseWords, criteria int, vocab bool) ([]backend.ScoreRequest, error) {
 	set, err := prompts.Default()
 	if err != nil {
 		return nil, err
@@ -113,7 +121,7 @@ func workload(responses, rubrics, responseWords, criteria int) ([]backend.ScoreR
 			if err != nil {
 				return nil, err
 			}
-			reqs = append(reqs, backend.ScoreRequest{ID: fmt.Sprintf("%d/%d", i, r), Prefix: prefix, Suffixes: suffixes, Candidates: prompts.DefaultYesNo.Candidates()})
+			reqs = append(reqs, backend.ScoreRequest{ID: fmt.Sprintf("%d/%d", i, r), Prefix: prefix, Suffixes: suffixes, Candidates: prompts.DefaultYesNo.Candidates(), AmongCandidates: !vocab})
 		}
 	}
 	return reqs, nil
@@ -232,7 +240,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if cfg.responses < 1 || cfg.rubrics < 1 || cfg.criteria < 1 {
 		return fmt.Errorf("-responses %d, -rubrics %d, -criteria %d: each must be ≥ 1", cfg.responses, cfg.rubrics, cfg.criteria)
 	}
-	reqs, err := workload(cfg.responses, cfg.rubrics, cfg.responseWords, cfg.criteria)
+	reqs, err := workload(cfg.responses, cfg.rubrics, cfg.responseWords, cfg.criteria, cfg.vocab)
 	if err != nil {
 		return err
 	}
@@ -263,6 +271,11 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	n := float64(cfg.criteria)
 	fmt.Fprintf(w, "model %s (%d parameters): %d responses × %d rubrics × %d criteria, prefix ≈ %d tokens, suffix ≈ %d tokens; both sides batch up to %d criteria per forward pass\n",
 		m.ID(), m.LM().Config().NumParams(), cfg.responses, cfg.rubrics, cfg.criteria, prefixTok, suffixTok, cfg.maxBatch)
+	head := "the candidates' rows of the head, log-probs among the candidates (as the judge stage asks)"
+	if cfg.vocab {
+		head = "the whole vocabulary's head and log-softmax per criterion (-vocab)"
+	}
+	fmt.Fprintf(w, "both sides run %s\n", head)
 	fmt.Fprintf(w, "tokens per call: naive %d, prefix reuse %d; token ratio %.2f (what skipping tokens alone can give)\n", naiveTok, reuseTok, float64(naiveTok)/float64(reuseTok))
 	fmt.Fprintf(w, "log-probs agree in every run: max abs difference %.3g (tolerance %.3g)\n", worst, cfg.tol)
 	fmt.Fprintf(w, "load average (1, 5, 15 min): before %s, after %s; mean of %d calls after a warm-up, %d runs\n", load0, load1, cfg.reps, cfg.runs)
