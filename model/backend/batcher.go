@@ -39,16 +39,26 @@ import (
 // pool, see model/torch's claimThread), which a new goroutine would build
 // again.
 type Batcher struct {
+	coalescer[GenerateRequest, GenerateResponse]
+}
+
+// coalescer is the Batcher's machinery for any request type: it queues
+// the requests of concurrent calls and runs them in batches through call,
+// which answers request i of a batch with deliver(i, response).
+type coalescer[Q, R any] struct {
 	// Linger is how long a batch goroutine with nothing queued waits for
 	// more before it ends (NewBatcher: DefaultLinger; 0 ends at once).
 	Linger time.Duration
 
-	g          Generator
+	what       string                                                                // "generator" or "scorer", in errors
+	call       func(ctx context.Context, reqs []Q, deliver func(int, R) error) error // one batch
+	reqID      func(*Q) *string
+	resID      func(*R) *string
 	maxBatch   int
 	maxRunning int
 
 	mu      sync.Mutex
-	queue   []*batchItem
+	queue   []*batchItem[Q, R]
 	running int           // batch goroutines, lingering ones included
 	idle    int           // of which lingering
 	wake    chan struct{} // wakes a lingering goroutine (buffered 1)
@@ -58,14 +68,14 @@ type Batcher struct {
 // DefaultLinger is NewBatcher's Linger.
 const DefaultLinger = 2 * time.Second
 
-type batchItem struct {
+type batchItem[Q, R any] struct {
 	ctx  context.Context
-	req  GenerateRequest
-	done chan batchResult // buffered 1
+	req  Q
+	done chan batchResult[R] // buffered 1
 }
 
-type batchResult struct {
-	resp GenerateResponse
+type batchResult[R any] struct {
+	resp R
 	err  error
 }
 
@@ -73,32 +83,47 @@ type batchResult struct {
 // 1); maxRunning is how many calls of g may run at once (at least 1; 1 for
 // an engine that serializes calls anyway).
 func NewBatcher(g Generator, maxBatch, maxRunning int) *Batcher {
-	return &Batcher{g: g, maxBatch: max(maxBatch, 1), maxRunning: max(maxRunning, 1), Linger: DefaultLinger, wake: make(chan struct{}, 1)}
+	b := &Batcher{}
+	b.init("generator", maxBatch, maxRunning, func(ctx context.Context, reqs []GenerateRequest, deliver func(int, GenerateResponse) error) error {
+		return generate(ctx, g, reqs, deliver)
+	}, func(r *GenerateRequest) *string { return &r.ID }, func(r *GenerateResponse) *string { return &r.ID })
+	return b
+}
+
+func (c *coalescer[Q, R]) init(what string, maxBatch, maxRunning int, call func(context.Context, []Q, func(int, R) error) error, reqID func(*Q) *string, resID func(*R) *string) {
+	c.what, c.call, c.reqID, c.resID = what, call, reqID, resID
+	c.maxBatch, c.maxRunning = max(maxBatch, 1), max(maxRunning, 1)
+	c.Linger, c.wake = DefaultLinger, make(chan struct{}, 1)
 }
 
 // Generate implements Generator.
 func (b *Batcher) Generate(ctx context.Context, reqs []GenerateRequest) ([]GenerateResponse, error) {
-	if err := CheckIDs(reqs, func(r *GenerateRequest) string { return r.ID }); err != nil {
+	return b.do(ctx, reqs)
+}
+
+// do queues reqs and waits for their answers.
+func (c *coalescer[Q, R]) do(ctx context.Context, reqs []Q) ([]R, error) {
+	if err := CheckIDs(reqs, func(r *Q) string { return *c.reqID(r) }); err != nil {
 		return nil, fmt.Errorf("batcher: %w", err)
 	}
-	items := make([]*batchItem, len(reqs))
+	items := make([]*batchItem[Q, R], len(reqs))
 	for i, r := range reqs {
-		items[i] = &batchItem{ctx: ctx, req: r, done: make(chan batchResult, 1)}
+		items[i] = &batchItem[Q, R]{ctx: ctx, req: r, done: make(chan batchResult[R], 1)}
 	}
-	b.mu.Lock()
-	b.queue = append(b.queue, items...)
+	c.mu.Lock()
+	c.queue = append(c.queue, items...)
 	switch {
-	case b.idle > 0:
+	case c.idle > 0:
 		select {
-		case b.wake <- struct{}{}:
+		case c.wake <- struct{}{}:
 		default: // a wake-up is already on its way
 		}
-	case b.running < b.maxRunning:
-		b.running++
-		go b.loop()
+	case c.running < c.maxRunning:
+		c.running++
+		go c.loop()
 	}
-	b.mu.Unlock()
-	out := make([]GenerateResponse, len(reqs))
+	c.mu.Unlock()
+	out := make([]R, len(reqs))
 	for i, it := range items {
 		select {
 		case r := <-it.done:
@@ -114,64 +139,64 @@ func (b *Batcher) Generate(ctx context.Context, reqs []GenerateRequest) ([]Gener
 }
 
 // Queued returns the number of requests waiting for a batch.
-func (b *Batcher) Queued() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.queue)
+func (c *coalescer[Q, R]) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
 }
 
 // loop runs batches until the queue has stayed empty for Linger.
-func (b *Batcher) loop() {
+func (c *coalescer[Q, R]) loop() {
 	waited := false // the last wait for work ran out
 	for {
-		b.mu.Lock()
-		var batch []*batchItem
-		for len(b.queue) > 0 && len(batch) < b.maxBatch {
-			it := b.queue[0]
-			b.queue[0] = nil
-			b.queue = b.queue[1:]
+		c.mu.Lock()
+		var batch []*batchItem[Q, R]
+		for len(c.queue) > 0 && len(batch) < c.maxBatch {
+			it := c.queue[0]
+			c.queue[0] = nil
+			c.queue = c.queue[1:]
 			if it.ctx.Err() == nil { // its caller has already returned
 				batch = append(batch, it)
 			}
 		}
 		if len(batch) == 0 {
-			if waited || b.Linger <= 0 || b.wake == nil {
-				b.running--
-				b.mu.Unlock()
+			if waited || c.Linger <= 0 || c.wake == nil {
+				c.running--
+				c.mu.Unlock()
 				return
 			}
-			b.idle++
-			b.mu.Unlock()
-			t := time.NewTimer(b.Linger)
+			c.idle++
+			c.mu.Unlock()
+			t := time.NewTimer(c.Linger)
 			select {
-			case <-b.wake:
+			case <-c.wake:
 				waited = false
 			case <-t.C:
 				waited = true
 			}
 			t.Stop()
-			b.mu.Lock()
-			b.idle--
-			b.mu.Unlock()
+			c.mu.Lock()
+			c.idle--
+			c.mu.Unlock()
 			continue
 		}
-		b.mu.Unlock()
+		c.mu.Unlock()
 		waited = false
-		b.run(batch)
+		c.run(batch)
 	}
 }
 
 // run runs one batch, bisecting on failure.
-func (b *Batcher) run(batch []*batchItem) {
-	left, err := b.try(batch)
+func (c *coalescer[Q, R]) run(batch []*batchItem[Q, R]) {
+	left, err := c.try(batch)
 	if err == nil {
 		return
 	}
 	if len(left) == 1 {
-		left[0].done <- batchResult{err: err}
+		left[0].done <- batchResult[R]{err: err}
 		return
 	}
-	var live []*batchItem
+	var live []*batchItem[Q, R]
 	for _, it := range left {
 		if it.ctx.Err() == nil {
 			live = append(live, it)
@@ -181,17 +206,16 @@ func (b *Batcher) run(batch []*batchItem) {
 		return
 	}
 	if len(live) == 1 {
-		b.run(live)
+		c.run(live)
 		return
 	}
-	b.run(live[:len(live)/2])
-	b.run(live[len(live)/2:])
+	c.run(live[:len(live)/2])
+	c.run(live[len(live)/2:])
 }
 
-// try calls the generator on batch and delivers each result, as soon as it
-// is done when the generator is an EachGenerator. On failure it returns the
-// items it did not deliver.
-func (b *Batcher) try(batch []*batchItem) (undelivered []*batchItem, err error) {
+// try calls c.call on batch and delivers each result as soon as it is
+// given. On failure it returns the items it did not deliver.
+func (c *coalescer[Q, R]) try(batch []*batchItem[Q, R]) (undelivered []*batchItem[Q, R], err error) {
 	// The batch lives while any of its callers waits: a caller that got its
 	// answer or went away no longer counts.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -207,59 +231,62 @@ func (b *Batcher) try(batch []*batchItem) (undelivered []*batchItem, err error) 
 		})
 		defer stops[i]()
 	}
-	reqs := make([]GenerateRequest, len(batch))
-	byID := make(map[string]int, len(batch))
+	reqs := make([]Q, len(batch))
 	for i, it := range batch {
 		reqs[i] = it.req
-		reqs[i].ID = "batch-" + strconv.FormatUint(b.seq.Add(1), 36)
-		byID[reqs[i].ID] = i
+		*c.reqID(&reqs[i]) = "batch-" + strconv.FormatUint(c.seq.Add(1), 36)
 	}
-	var mu sync.Mutex // deliver may be called from the generator's goroutines
+	var mu sync.Mutex // deliver may be called from the engine's goroutines
 	delivered := make([]bool, len(batch))
-	deliver := func(i int, r GenerateResponse) error {
+	deliver := func(i int, r R) error {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case i < 0 || i >= len(batch):
-			return fmt.Errorf("batcher: generator answered request %d of %d", i, len(batch))
-		case r.ID != reqs[i].ID:
-			return fmt.Errorf("batcher: response %d has id %q, want %q", i, r.ID, reqs[i].ID)
+			return fmt.Errorf("batcher: %s answered request %d of %d", c.what, i, len(batch))
+		case *c.resID(&r) != *c.reqID(&reqs[i]):
+			return fmt.Errorf("batcher: response %d has id %q, want %q", i, *c.resID(&r), *c.reqID(&reqs[i]))
 		case delivered[i]:
-			return fmt.Errorf("batcher: generator answered request %d twice", i)
+			return fmt.Errorf("batcher: %s answered request %d twice", c.what, i)
 		}
 		delivered[i] = true
-		r.ID = batch[i].req.ID
-		batch[i].done <- batchResult{resp: r}
+		*c.resID(&r) = *c.reqID(&batch[i].req)
+		batch[i].done <- batchResult[R]{resp: r}
 		if stops[i]() && waiting.Add(-1) == 0 {
 			cancel()
 		}
 		return nil
 	}
-	err = b.generate(ctx, reqs, deliver)
+	err = c.safeCall(ctx, reqs, deliver)
 	mu.Lock()
 	defer mu.Unlock()
 	for i, it := range batch {
 		if !delivered[i] {
 			undelivered = append(undelivered, it)
 			if err == nil {
-				err = fmt.Errorf("batcher: generator gave no answer to request %d of %d", i, len(batch))
+				err = fmt.Errorf("batcher: %s gave no answer to request %d of %d", c.what, i, len(batch))
 			}
 		}
 	}
 	return undelivered, err
 }
 
-// generate calls the generator, through GenerateEach where it has it,
-// turning a panic into an error: the batch runs on the Batcher's own
-// goroutine, where an unrecovered panic would end the process, not one
-// request.
-func (b *Batcher) generate(ctx context.Context, reqs []GenerateRequest, deliver func(int, GenerateResponse) error) (err error) {
+// safeCall runs c.call, turning a panic into an error: the batch runs on
+// the coalescer's own goroutine, where an unrecovered panic would end the
+// process, not one request.
+func (c *coalescer[Q, R]) safeCall(ctx context.Context, reqs []Q, deliver func(int, R) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("batcher: generator panicked: %v\n%s", p, debug.Stack())
+			err = fmt.Errorf("batcher: %s panicked: %v\n%s", c.what, p, debug.Stack())
 		}
 	}()
-	if eg, ok := b.g.(EachGenerator); ok {
+	return c.call(ctx, reqs, deliver)
+}
+
+// generate answers reqs through g, through GenerateEach where it has it
+// (each request answered as soon as it is done).
+func generate(ctx context.Context, g Generator, reqs []GenerateRequest, deliver func(int, GenerateResponse) error) error {
+	if eg, ok := g.(EachGenerator); ok {
 		var (
 			mu  sync.Mutex
 			bad error // the first malformed answer
@@ -275,16 +302,22 @@ func (b *Batcher) generate(ctx context.Context, reqs []GenerateRequest, deliver 
 		defer mu.Unlock()
 		return cmp.Or(err, bad)
 	}
-	resps, err := b.g.Generate(ctx, reqs)
+	resps, err := g.Generate(ctx, reqs)
 	if err != nil {
 		return err
 	}
+	return deliverAll(reqs, resps, func(r *GenerateRequest) string { return r.ID }, func(r *GenerateResponse) string { return r.ID }, deliver)
+}
+
+// deliverAll checks that a whole call's responses answer reqs in order,
+// every id before anyone is answered, and delivers them.
+func deliverAll[Q, R any](reqs []Q, resps []R, reqID func(*Q) string, resID func(*R) string, deliver func(int, R) error) error {
 	if len(resps) != len(reqs) {
-		return fmt.Errorf("batcher: generator returned %d responses for %d requests", len(resps), len(reqs))
+		return fmt.Errorf("batcher: %d responses for %d requests", len(resps), len(reqs))
 	}
-	for i := range resps { // check every id before answering anyone
-		if resps[i].ID != reqs[i].ID {
-			return fmt.Errorf("batcher: response %d has id %q, want %q", i, resps[i].ID, reqs[i].ID)
+	for i := range resps {
+		if resID(&resps[i]) != reqID(&reqs[i]) {
+			return fmt.Errorf("batcher: response %d has id %q, want %q", i, resID(&resps[i]), reqID(&reqs[i]))
 		}
 	}
 	for i := range resps {
