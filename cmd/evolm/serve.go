@@ -115,7 +115,7 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 	f.StringVar(&addr, "addr", "127.0.0.1:8000", "listen address (port 0 picks a free one); a non-loopback address without an API key is warned about")
 	f.StringVar(&apiKey, "api-key", "", "require this bearer token on /v1 routes (default: $EVOLM_API_KEY)")
 	f.IntVar(&topLP, "max-top-logprobs", 20, "most top log-probs per position a request may ask for")
-	f.IntVar(&maxBatch, "coalesce", 64, "most concurrent requests the server merges into one engine call")
+	f.IntVar(&maxBatch, "coalesce", 64, "most concurrent requests (completions, or scores) the server merges into one engine call")
 	f.IntVar(&runners, "engine-calls", 4, "most merged engine calls in flight; they share the engine step by step")
 	f.StringVar(&maxBody, "max-body", "32MiB", "largest request body (larger: 413)")
 	f.DurationVar(&bodyTO, "body-timeout", 30*time.Second, "time to receive a request body (slower: 408)")

@@ -55,6 +55,7 @@ type entry struct {
 	version string
 	eng     Engine
 	gen     backend.Generator // eng.Generator, batched (Config.MaxBatch)
+	score   backend.Scorer    // eng.Scorer, batched alike; nil: none
 	refs    int
 	retired bool
 }
@@ -75,8 +76,12 @@ func (s *server) newEntry(id, root, parent string, eng Engine) *entry {
 	if e.eng.Scorer == nil {
 		e.eng.Scorer, _ = eng.Generator.(backend.Scorer)
 	}
+	e.score = e.eng.Scorer
 	if s.cfg.MaxBatch > 1 {
 		e.gen = backend.NewBatcher(eng.Generator, s.cfg.MaxBatch, s.cfg.BatchRunners)
+		if e.score != nil {
+			e.score = backend.NewScoreBatcher(e.eng.Scorer, s.cfg.MaxBatch, s.cfg.BatchRunners)
+		}
 	}
 	return e
 }

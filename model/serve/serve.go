@@ -7,11 +7,14 @@
 //	GET  /v1/models            the one served model
 //	POST /v1/completions       prompt (string or array), n, seed, stop, logprobs (0..MaxTopLogprobs)
 //	POST /v1/chat/completions  messages, n, seed, stop, logprobs + top_logprobs
-//	POST /v1/evolm/score       extension: backend.Scorer (prefix, suffixes, candidates)
+//	POST /v1/evolm/score       extension: backend.Scorer (prefix, suffixes, candidates, among_candidates)
 //	GET  /health               200 when serving
 //
 // The handler is generic over backend.Generator. Concurrent requests are
-// coalesced into batched Generator calls (Config.MaxBatch). Chat messages are rendered
+// coalesced into batched Generator calls (Config.MaxBatch), and concurrent
+// score requests into batched Scorer calls, those with the same prefix
+// next to each other (backend.ScoreBatcher), so that the rubrics of one
+// response share its prefill. Chat messages are rendered
 // to a prompt by Config.RenderChat (the model's chat template); without one
 // they are passed to the generator as Messages. A bad request gets HTTP 400
 // (404 for an unknown model) with the OpenAI error JSON
@@ -83,10 +86,11 @@ type Config struct {
 	// every /v1 route, as vLLM's --api-key (401 otherwise); /health stays
 	// open.
 	APIKey string
-	// MaxBatch is the most requests per Generator call: concurrent HTTP
-	// requests are coalesced by a backend.Batcher, so an engine that runs
-	// one call at a time still decodes them together. Default 32; 1 turns
-	// coalescing off and every HTTP request calls the Generator on its own.
+	// MaxBatch is the most requests per Generator or Scorer call:
+	// concurrent HTTP requests are coalesced by a backend.Batcher (a
+	// backend.ScoreBatcher for scores), so an engine that runs one call at
+	// a time still decodes them together. Default 32; 1 turns coalescing
+	// off and every HTTP request calls the engine on its own.
 	MaxBatch int
 	// BatchRunners is how many coalesced Generator calls may run at once;
 	// default 1.
@@ -679,14 +683,14 @@ func chatLogprobs(lps []backend.TokenLogProb, top int, asIDs bool) *openai.ChatL
 }
 
 func (s *server) doScore(w http.ResponseWriter, r *http.Request, req *openai.ScoreBody, e *entry) error {
-	if e.eng.Scorer == nil {
+	if e.score == nil {
 		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", msg: fmt.Sprintf("model %q cannot score: no route POST /v1/evolm/score for it", e.id)}
 	}
 	sr := backend.ScoreRequest{ID: newID("score-"), Prefix: req.Prefix, Suffixes: req.Suffixes, Candidates: req.Candidates, AmongCandidates: req.AmongCandidates}
 	if err := sr.Validate(); err != nil {
 		return badRequest("", "%v", err)
 	}
-	resps, err := e.eng.Scorer.Score(r.Context(), []backend.ScoreRequest{sr})
+	resps, err := e.score.Score(r.Context(), []backend.ScoreRequest{sr})
 	if err != nil {
 		return fmt.Errorf("score: %w", err)
 	}
