@@ -128,3 +128,64 @@ func TestTokens(t *testing.T) {
 		t.Errorf("tokens = %d, %d; want 28, 16", naive, reuse)
 	}
 }
+
+// TestPairs checks the two bounds the header prints on a hand-counted
+// request, one token per byte: full prompts "abcd" and "abce" share "abc",
+// of which "ab" is the Prefix.
+func TestPairs(t *testing.T) {
+	encode := func(s string) []int {
+		ids := make([]int, len(s))
+		for i := range s {
+			ids[i] = int(s[i])
+		}
+		return ids
+	}
+	reqs := []backend.ScoreRequest{{ID: "1", Prefix: "ab", Suffixes: []string{"cd", "ce"}}}
+	if n, r := tokens(encode, reqs); n != 8 || r != 5 {
+		t.Errorf("tokens = %d, %d; want 8 (2 × 4), 5 (ab, c, d, e)", n, r)
+	}
+	// Naive: 2 × (1+2+3+4). Reuse: ab (1+2), c (3), d and e (4 each).
+	if n, r := pairs(encode, reqs); n != 20 || r != 14 {
+		t.Errorf("pairs = %d, %d; want 20, 14", n, r)
+	}
+	// A second request with the same Prefix reuses ab's prefill: naive
+	// 2 × (1+2+3) more, reuse x and y (3 each).
+	reqs = append(reqs, backend.ScoreRequest{ID: "2", Prefix: "ab", Suffixes: []string{"x", "y"}})
+	if n, r := pairs(encode, reqs); n != 20+12 || r != 14+3+3 {
+		t.Errorf("two requests: pairs = %d, %d; want 32, 20", n, r)
+	}
+}
+
+// TestServedSidesAgree checks -serve's two sides on a tiny random
+// checkpoint: through `evolm serve` with and without coalescing, the
+// log-probs are the in-process Score's within the benchmark's tolerance.
+func TestServedSidesAgree(t *testing.T) {
+	ctx := context.Background()
+	reqs, err := workload(2, 3, 20, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := load("", "tiny", 1, 64, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	want, err := m.Score(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, coalesce := range []int{1, 64} {
+		score, stop, err := served(m, coalesce, len(reqs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := score(ctx, reqs)
+		stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := maxDiff(want, got, defaultTol); err != nil {
+			t.Errorf("coalesce %d: %v", coalesce, err)
+		}
+	}
+}

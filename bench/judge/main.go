@@ -26,7 +26,15 @@
 // speed-up is printed as min / median / max over the runs, with the load
 // average before and after, and beside it the token ratio: the tokens the
 // naive side runs over those prefix reuse runs, which bounds the speed-up
-// that skipping tokens can give.
+// that skipping tokens can give, and the ratio of the attention's (query,
+// key) pairs, the bound where attention dominates (the tiny preset).
+//
+// -serve measures the same requests through `evolm serve` on loopback, all
+// sent at once by the openai client (its /v1/evolm/score extension), as
+// the judge stage sends them to a judge server: each request its own engine
+// call (--coalesce 1) against requests coalesced into engine calls with
+// those of one prefix next to each other (backend.ScoreBatcher), so that
+// the rubrics of one response share its prefill over HTTP too.
 //
 // Without -model it writes a random checkpoint of -preset with model.Init.
 // The prompts are the real judge_yesno role prompt (stages/prompts). The Go
@@ -38,7 +46,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -47,6 +57,8 @@ import (
 	"github.com/evolm/evolm/bench/internal/stat"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/openai"
+	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/stages/prompts"
@@ -63,6 +75,7 @@ type config struct {
 	runs           int
 	tol            float64
 	vocab          bool
+	serve          bool
 }
 
 func main() {
@@ -78,6 +91,7 @@ func main() {
 	flag.Float64Var(&cfg.tol, "tol", defaultTol, "largest allowed absolute difference between the two sides' log-probs")
 	flag.IntVar(&cfg.threads, "threads", 0, "libtorch threads (0: default)")
 	flag.BoolVar(&cfg.vocab, "vocab", false, "ask for log-probs over the whole vocabulary (a full head and log-softmax per criterion) instead of among the candidates, as the judge stage asks")
+	flag.BoolVar(&cfg.serve, "serve", false, "measure through `evolm serve` on loopback instead: the openai client sends every request at once, and the server runs each as its own engine call (--coalesce 1) against coalescing them into grouped calls (backend.ScoreBatcher, up to -max-batch requests)")
 	flag.IntVar(&cfg.maxBatch, "max-batch", 64, "criteria per forward pass, on both sides (the backend's MaxBatch)")
 	mmap := flag.Int("mmap-threshold", 0, "glibc's M_MMAP_THRESHOLD in bytes, as `evolm` sets it (torch.mmap_threshold, default 1MiB there); 0 keeps glibc's adaptive default")
 	flag.Parse()
@@ -187,6 +201,34 @@ func tokens(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reus
 	return naive, reuse
 }
 
+// pairs counts the (query, key) pairs each side's attention needs for reqs,
+// split as tokens splits them: a query at position i of a full prompt
+// attends to the i+1 keys up to it, and a tail's query to the shared
+// tokens and its own tail only. Its ratio bounds what skipping work can
+// give where attention dominates (a narrow model over long prompts), as
+// the token ratio does where the linear layers do.
+func pairs(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reuse int) {
+	tri := func(from, to int) int { return (to*(to+1) - from*(from+1)) / 2 } // Σ (i+1), i in [from, to)
+	last := ""
+	for i, r := range reqs {
+		full := make([][]int, len(r.Suffixes))
+		for k, suf := range r.Suffixes {
+			full[k] = encode(r.Prefix + suf)
+			naive += tri(0, len(full[k]))
+		}
+		p, L := torchbe.SplitScore(encode(r.Prefix), full)
+		if i == 0 || r.Prefix != last {
+			reuse += tri(0, p)
+		}
+		last = r.Prefix
+		reuse += tri(p, L)
+		for _, f := range full {
+			reuse += tri(L, len(f))
+		}
+	}
+	return naive, reuse
+}
+
 // maxDiff returns the largest absolute difference between two answers'
 // log-probs, and an error when they differ in shape, in a failure or by
 // more than tol.
@@ -247,14 +289,30 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	prefixTok := len(m.Tokenizer().Encode(reqs[0].Prefix))
 	suffixTok := len(m.Tokenizer().Encode(reqs[0].Suffixes[0]))
 	naiveTok, reuseTok := tokens(m.Tokenizer().Encode, reqs)
-	var naiveMS, reuseMS, speedup []float64
-	worst := 0.0
-	for r := range cfg.runs {
-		naive, nOut, err := timeIt(ctx, m.ScoreNaive, reqs, cfg.reps)
+	naivePairs, reusePairs := pairs(m.Tokenizer().Encode, reqs)
+	base, fast := side{"naive (no prefix reuse, same batching)", m.ScoreNaive}, side{"prefix reuse", m.Score}
+	if cfg.serve {
+		one, stop1, err := served(m, 1, len(reqs))
 		if err != nil {
 			return err
 		}
-		reuse, rOut, err := timeIt(ctx, m.Score, reqs, cfg.reps)
+		defer stop1()
+		grouped, stop2, err := served(m, cfg.maxBatch, len(reqs))
+		if err != nil {
+			return err
+		}
+		defer stop2()
+		base = side{"evolm serve, one engine call per request (--coalesce 1)", one}
+		fast = side{fmt.Sprintf("evolm serve, requests coalesced (--coalesce %d)", cfg.maxBatch), grouped}
+	}
+	var naiveMS, reuseMS, speedup []float64
+	worst := 0.0
+	for r := range cfg.runs {
+		naive, nOut, err := timeIt(ctx, base.f, reqs, cfg.reps)
+		if err != nil {
+			return err
+		}
+		reuse, rOut, err := timeIt(ctx, fast.f, reqs, cfg.reps)
 		if err != nil {
 			return err
 		}
@@ -276,12 +334,42 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		head = "the whole vocabulary's head and log-softmax per criterion (-vocab)"
 	}
 	fmt.Fprintf(w, "both sides run %s\n", head)
-	fmt.Fprintf(w, "tokens per call: naive %d, prefix reuse %d; token ratio %.2f (what skipping tokens alone can give)\n", naiveTok, reuseTok, float64(naiveTok)/float64(reuseTok))
+	if cfg.serve {
+		fmt.Fprintf(w, "both sides: the openai client sends the %d requests at once to /v1/evolm/score on loopback, and the engine reuses prefixes within each call\n", len(reqs))
+	} else {
+		fmt.Fprintf(w, "tokens per call: naive %d, prefix reuse %d; token ratio %.2f (what skipping tokens alone can give where the linear layers dominate)\n", naiveTok, reuseTok, float64(naiveTok)/float64(reuseTok))
+		fmt.Fprintf(w, "attention (query, key) pairs per call: naive %d, prefix reuse %d; ratio %.2f (the same where attention dominates)\n", naivePairs, reusePairs, float64(naivePairs)/float64(reusePairs))
+	}
 	fmt.Fprintf(w, "log-probs agree in every run: max abs difference %.3g (tolerance %.3g)\n", worst, cfg.tol)
 	fmt.Fprintf(w, "load average (1, 5, 15 min): before %s, after %s; mean of %d calls after a warm-up, %d runs\n", load0, load1, cfg.reps, cfg.runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "method\tms/request (median)\tcriteria/s (median)\tspeed-up min / median / max\t\n")
-	fmt.Fprintf(tw, "naive (no prefix reuse, same batching)\t%.1f\t%.1f\t1.00\t\n", stat.Median(naiveMS), n*1e3/stat.Median(naiveMS))
-	fmt.Fprintf(tw, "prefix reuse\t%.1f\t%.1f\t%s\t\n", stat.Median(reuseMS), n*1e3/stat.Median(reuseMS), stat.Spread(speedup, "%.2f"))
+	fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t1.00\t\n", base.name, stat.Median(naiveMS), n*1e3/stat.Median(naiveMS))
+	fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t\n", fast.name, stat.Median(reuseMS), n*1e3/stat.Median(reuseMS), stat.Spread(speedup, "%.2f"))
 	return tw.Flush()
+}
+
+// side is one side of the comparison.
+type side struct {
+	name string
+	f    scoreFunc
+}
+
+// served serves m with `evolm serve`'s handler on loopback, coalescing up
+// to coalesce concurrent requests per engine call, and returns the Score
+// of an openai client with inFlight requests in flight through the
+// /v1/evolm/score extension, and what stops both.
+func served(m *torchbe.Model, coalesce, inFlight int) (scoreFunc, func(), error) {
+	h, err := serve.NewHandler(serve.Config{Generator: m, Model: "judge", MaxBatch: coalesce, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := httptest.NewServer(h)
+	c, err := openai.New(openai.Config{Endpoints: []string{srv.URL + "/v1"}, Model: "judge", MaxInFlight: inFlight, MaxAttempts: 1,
+		ScoreAPI: openai.ScoreExtension, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	return c.Score, func() { c.Close(); srv.Close() }, nil
 }
