@@ -232,27 +232,32 @@ func TestScoreMatchesHF(t *testing.T) {
 
 	// Among the candidates (the judge's requests): HF's log-probs
 	// renormalized over the distinct candidates, from the candidates' rows
-	// of the head alone.
-	for i := range reqs {
-		reqs[i].AmongCandidates = true
-	}
-	got, err = m.Score(context.Background(), reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	maxDiff = 0
-	for i := range reqs {
-		for k := range reqs[i].Suffixes {
-			w := slices.Clone(want.LogProbs[i][k])
-			backend.AmongCandidates(reqs[i].Candidates, w)
-			for j := range w {
-				maxDiff = math.Max(maxDiff, math.Abs(w[j]-got[i].LogProbs[k][j]))
+	// of the head alone when every request asks so, and from the full head
+	// renormalized when only some do.
+	for _, among := range [][]bool{{true, true}, {true, false}} {
+		for i := range reqs {
+			reqs[i].AmongCandidates = among[i]
+		}
+		got, err = m.Score(context.Background(), reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxDiff = 0
+		for i := range reqs {
+			for k := range reqs[i].Suffixes {
+				w := slices.Clone(want.LogProbs[i][k])
+				if among[i] {
+					backend.AmongCandidates(reqs[i].Candidates, w)
+				}
+				for j := range w {
+					maxDiff = math.Max(maxDiff, math.Abs(w[j]-got[i].LogProbs[k][j]))
+				}
 			}
 		}
-	}
-	t.Logf("among the candidates: largest |log-prob difference| against HF: %.2e", maxDiff)
-	if maxDiff > 1e-4 {
-		t.Errorf("among the candidates: largest log-prob difference against HF %.2e > 1e-4", maxDiff)
+		t.Logf("among the candidates %v: largest |log-prob difference| against HF: %.2e", among, maxDiff)
+		if maxDiff > 1e-4 {
+			t.Errorf("among the candidates %v: largest log-prob difference against HF %.2e > 1e-4", among, maxDiff)
+		}
 	}
 }
 
