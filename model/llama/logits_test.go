@@ -61,7 +61,8 @@ func TestWriteLogitsEqualsLogits(t *testing.T) {
 
 // TestHeadFormsMatchLinear: with grad off on CPU the lm_head runs over its
 // packed weight (fused.PackedLinear), except for 1 row of a model narrower
-// than 128 at 1 thread, which is F.linear (packedHead). Whatever the form,
+// than 128 at 1 thread, which is whichever of F.linear and the packed form
+// this host timed faster (packedHead, oneRowPacked). Whatever the form,
 // Logits and WriteLogits agree bit for bit and equal F.linear within
 // float32 rounding; with grad on, or EVOLM_PACKED=0 (SetPacked) at 2 rows,
 // Logits is F.linear itself.
@@ -109,7 +110,13 @@ func TestHeadFormsMatchLinear(t *testing.T) {
 						t.Errorf("C %d, %d threads, %d rows: Logits differs from F.linear by %.3g", C, threads, rows, d)
 					}
 					if rows == 1 && C < 128 && threads == 1 && d != 0 {
-						t.Errorf("C %d, 1 thread, 1 row: Logits should be F.linear itself", C)
+						// The form this host's timing chose (oneRowPacked):
+						// F.linear itself, or the packed linear itself.
+						packed := modeltest.Float32s(t, fused.PackedLinear(s, h, m.Parameters()[0].Tensor, nil))
+						if !slices.Equal(got, packed) {
+							t.Errorf("C %d, 1 thread, 1 row: Logits is neither F.linear nor the packed linear itself", C)
+						}
+						t.Logf("C %d, 1 thread, 1 row: this host runs the packed head", C)
 					}
 				}()
 			}
