@@ -90,6 +90,8 @@ func NewBatcher(g Generator, maxBatch, maxRunning int) *Batcher {
 	return b
 }
 
+// init sets c up: what names the engine in errors, call runs one batch,
+// and reqID and resID point at a request's and a response's ID.
 func (c *coalescer[Q, R]) init(what string, maxBatch, maxRunning int, call func(context.Context, []Q, func(int, R) error) error, reqID func(*Q) *string, resID func(*R) *string) {
 	c.what, c.call, c.reqID, c.resID = what, call, reqID, resID
 	c.maxBatch, c.maxRunning = max(maxBatch, 1), max(maxRunning, 1)
