@@ -343,6 +343,14 @@ extern "C" char* evolm_fused_bump_version(void* t) {
 
 extern "C" int evolm_fused_argmax_vectorized(void) { return has_avx2() ? 1 : 0; }
 
+extern "C" int evolm_fused_cpu_intel(void) {
+#if defined(__x86_64__)
+  return __builtin_cpu_is("intel") ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
 extern "C" char* evolm_fused_argmax(void* x, void** out) {
   return guard([&] {
     TORCH_CHECK(x != nullptr && out != nullptr, "argmax: a required argument is NULL");

@@ -193,6 +193,11 @@ func Argmax(s *torch.Scope, x *torch.Tensor) *torch.Tensor {
 // CPU (x86-64 with AVX2) for contiguous float32 CPU rows.
 func ArgmaxVectorized() bool { return C.evolm_fused_argmax_vectorized() == 1 }
 
+// CPUIntel reports whether this is an Intel x86-64 CPU. MKL dispatches its
+// own optimized kernels only there; on other CPUs (AMD EPYC here) its
+// level-2 BLAS takes generic code paths (mkl_blas_def_xsgemv).
+func CPUIntel() bool { return C.evolm_fused_cpu_intel() == 1 }
+
 // PackedAvailable reports whether this libtorch has oneDNN's linear over
 // packed weights, which PackedLinear needs.
 func PackedAvailable() bool { return C.evolm_fused_packed_available() == 1 }

@@ -351,8 +351,9 @@ func (m *ForCausalLM) TokenLogits(s *torch.Scope, h, ids *torch.Tensor) (*torch.
 // with grad off, for a float32 head without adapter or bias, it is oneDNN's
 // linear over the head's weight packed once (fused.PackedLinear;
 // EVOLM_PACKED=0 turns it off). For one row of a model narrower than 128
-// at one intra-op thread, F.linear's gemv is as fast on some hosts and 2×
-// slower on others, so the process times both once (oneRowPacked).
+// at one intra-op thread, F.linear's gemv is as fast on Intel CPUs and 2×
+// slower on an AMD one, so that case takes the CPU's faster form
+// (oneRowPacked).
 // F.linear (MKL) re-packs the whole (V, C) weight on every call,
 // which for the few rows of a decode step costs more than the product:
 // with Qwen's 151,936 tokens the packed form measured as fast (within 3%)
@@ -378,7 +379,7 @@ func (m *ForCausalLM) packedHead(h *torch.Tensor) bool {
 	for _, d := range sh[:len(sh)-1] {
 		rows *= d
 	}
-	return rows > 1 || C >= 128 || torch.NumThreads() > 1 || oneRowPacked(w)
+	return rows > 1 || C >= 128 || torch.NumThreads() > 1 || oneRowPacked()
 }
 
 // WriteLogits implements model.LogitsWriter for a float32 lm_head without

@@ -3,7 +3,6 @@ package llama
 import (
 	"os"
 	"sync"
-	"time"
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/fused"
@@ -28,66 +27,15 @@ func SetPacked(on bool) (prev bool) {
 	return prev
 }
 
-// oneRow holds, per head shape (V, C), whether one row of a head narrower
-// than 128 at one intra-op thread runs faster over the packed weight than
-// through F.linear on this host (oneRowPacked).
-var oneRow struct {
-	sync.Mutex
-	packed map[[2]int64]bool
-}
-
 // oneRowPacked reports whether lm_head(h) for one row of a head narrower
-// than 128, at one intra-op thread, should run over the packed weight. The
-// faster form depends on the host: oneDNN's packed linear measured 2×
-// faster than MKL's gemv (F.linear) on an AMD EPYC host and no faster on
-// an Intel Xeon one (docs/engine-speed.md §8, §18). So the first such call
-// in the process times both forms on the head's weight, 7 calls each,
-// alternating, and takes the packed one when its best is 10% faster; the
-// answer holds for the process, so that Logits and WriteLogits agree from
-// then on. It takes a few dozen head calls, once.
-func oneRowPacked(w *torch.Tensor) bool {
-	sh, err := torch.Shape(w)
-	if err != nil || len(sh) != 2 {
-		return false
-	}
-	key := [2]int64{sh[0], sh[1]}
-	oneRow.Lock()
-	defer oneRow.Unlock()
-	if p, ok := oneRow.packed[key]; ok {
-		return p
-	}
-	packed := timeOneRow(w, sh[1])
-	if oneRow.packed == nil {
-		oneRow.packed = map[[2]int64]bool{}
-	}
-	oneRow.packed[key] = packed
-	return packed
-}
-
-// timeOneRow times the two forms of a one-row head over w (V, C).
-func timeOneRow(w *torch.Tensor, C int64) bool {
-	s := torch.NewScope()
-	defer s.Close()
-	h := s.Randn([]int64{1, C}, torch.Float32, torch.CPU)
-	forms := []func(*torch.Scope){
-		func(s *torch.Scope) { s.Linear(h, w, nil) },
-		func(s *torch.Scope) { fused.PackedLinear(s, h, w, nil) },
-	}
-	best := []time.Duration{time.Hour, time.Hour}
-	for rep := range 8 {
-		for i, f := range forms {
-			c := s.Child()
-			start := time.Now()
-			f(c)
-			d := time.Since(start)
-			c.Close()
-			if rep > 0 { // the first call of each warms up (packs the weight)
-				best[i] = min(best[i], d)
-			}
-		}
-	}
-	return s.Err() == nil && best[1] < best[0]*9/10
-}
+// than 128, at one intra-op thread, runs over the packed weight. The
+// faster form depends on the CPU: there F.linear is MKL's gemv, which MKL
+// runs with its own kernels on Intel CPUs, as fast as oneDNN's packed form
+// (docs/engine-speed.md §8), and with generic code elsewhere, 2× slower
+// than the packed form on an AMD EPYC host (§18). The answer is a property
+// of the host, not of a timing, so every process on it, and Logits and
+// WriteLogits, take the same form and give the same bits.
+var oneRowPacked = sync.OnceValue(func() bool { return !fused.CPUIntel() })
 
 // SetFused turns the fused inference path on or off and returns the
 // previous setting. Not safe to call while a forward pass runs.
