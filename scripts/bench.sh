@@ -16,6 +16,8 @@ cd "$root"
 py=${EVOLM_PYTHON:-$root/.venv/bin/python}
 runs=${BENCH_RUNS:-3}
 only=${BENCH_ONLY:-go judge engine grpo tokenizer dedup parquet dist dp fleet}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 
 header() {
 	echo
@@ -30,10 +32,19 @@ for b in $only; do
 		go test -run '^$' -bench . -benchmem -count "$runs" ./...
 		;;
 	judge)
-		header "bench/judge: yes/no judging, prefix reuse vs the same batching without it (policy phase: one rubric per response)"
-		go run ./bench/judge -preset small -threads 1 -runs "$runs"
+		go build -o "$tmp/judge-bench" ./bench/judge
+		for preset in tiny small; do
+			reps=3
+			[ "$preset" = tiny ] && reps=20 # a tiny call takes a few ms: more calls per run
+			for threads in 1 2; do
+				header "bench/judge: yes/no judging, prefix reuse vs the same batching without it, policy phase (one rubric per response), preset $preset, $threads thread(s)"
+				"$tmp/judge-bench" -preset "$preset" -threads "$threads" -runs "$runs" -reps "$reps"
+			done
+		done
 		header "bench/judge: the same, rubric phase (8 rubrics per response, one prefill for them)"
-		go run ./bench/judge -preset small -threads 1 -runs "$runs" -responses 2 -rubrics 8
+		"$tmp/judge-bench" -preset small -threads 1 -runs "$runs" -responses 2 -rubrics 8
+		header "bench/judge: the rubric phase through evolm serve, one engine call per request vs coalesced"
+		"$tmp/judge-bench" -preset small -threads 1 -runs "$runs" -responses 2 -rubrics 8 -serve
 		;;
 	engine)
 		for preset in tiny small; do
