@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Message is one turn of a chat conversation.
@@ -234,8 +235,11 @@ type ScoreResponse struct {
 // distinct candidates (ScoreRequest.AmongCandidates): each minus the
 // log-sum-exp of one entry per distinct candidate (by string, or by token
 // id where the caller has ids). A row without mass on any candidate, or
-// with a NaN, is left as it is.
+// with a NaN or +Inf, is left as it is.
 func AmongCandidates[K comparable](cands []K, lps []float64) {
+	if slices.ContainsFunc(lps, math.IsNaN) {
+		return
+	}
 	seen := make(map[K]bool, len(cands))
 	m := math.Inf(-1)
 	for j, c := range cands {
@@ -244,7 +248,7 @@ func AmongCandidates[K comparable](cands []K, lps []float64) {
 			m = math.Max(m, lps[j])
 		}
 	}
-	if math.IsInf(m, -1) || math.IsNaN(m) {
+	if math.IsInf(m, 0) { // no mass, or a +Inf a caller will reject as it is
 		return
 	}
 	clear(seen)
