@@ -47,7 +47,8 @@ type Batcher struct {
 // which answers request i of a batch with deliver(i, response).
 type coalescer[Q, R any] struct {
 	// Linger is how long a batch goroutine with nothing queued waits for
-	// more before it ends (NewBatcher: DefaultLinger; 0 ends at once).
+	// more before it ends (NewBatcher and NewScoreBatcher: DefaultLinger;
+	// 0 ends at once).
 	Linger time.Duration
 
 	what       string                                                                // "generator" or "scorer", in errors
@@ -65,7 +66,7 @@ type coalescer[Q, R any] struct {
 	seq     atomic.Uint64
 }
 
-// DefaultLinger is NewBatcher's Linger.
+// DefaultLinger is the Linger of NewBatcher and NewScoreBatcher.
 const DefaultLinger = 2 * time.Second
 
 type batchItem[Q, R any] struct {
@@ -308,18 +309,18 @@ func generate(ctx context.Context, g Generator, reqs []GenerateRequest, deliver 
 	if err != nil {
 		return err
 	}
-	return deliverAll(reqs, resps, func(r *GenerateRequest) string { return r.ID }, func(r *GenerateResponse) string { return r.ID }, deliver)
+	return deliverAll("generator", reqs, resps, func(r *GenerateRequest) string { return r.ID }, func(r *GenerateResponse) string { return r.ID }, deliver)
 }
 
 // deliverAll checks that a whole call's responses answer reqs in order,
 // every id before anyone is answered, and delivers them.
-func deliverAll[Q, R any](reqs []Q, resps []R, reqID func(*Q) string, resID func(*R) string, deliver func(int, R) error) error {
+func deliverAll[Q, R any](what string, reqs []Q, resps []R, reqID func(*Q) string, resID func(*R) string, deliver func(int, R) error) error {
 	if len(resps) != len(reqs) {
-		return fmt.Errorf("batcher: %d responses for %d requests", len(resps), len(reqs))
+		return fmt.Errorf("batcher: %s returned %d responses for %d requests", what, len(resps), len(reqs))
 	}
 	for i := range resps {
 		if resID(&resps[i]) != reqID(&reqs[i]) {
-			return fmt.Errorf("batcher: response %d has id %q, want %q", i, resID(&resps[i]), reqID(&reqs[i]))
+			return fmt.Errorf("batcher: %s's response %d of its call has id %q, want %q", what, i, resID(&resps[i]), reqID(&reqs[i]))
 		}
 	}
 	for i := range resps {

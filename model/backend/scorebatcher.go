@@ -29,7 +29,7 @@ func NewScoreBatcher(s Scorer, maxBatch, maxRunning int) *ScoreBatcher {
 		if err != nil {
 			return err
 		}
-		return deliverAll(sorted, resps, reqID, resID, func(k int, r ScoreResponse) error { return deliver(order[k], r) })
+		return deliverAll("scorer", sorted, resps, reqID, resID, func(k int, r ScoreResponse) error { return deliver(order[k], r) })
 	}, func(r *ScoreRequest) *string { return &r.ID }, func(r *ScoreResponse) *string { return &r.ID })
 	return b
 }

@@ -12,9 +12,9 @@ import (
 )
 
 // gateScorer is a test double of a Scorer: it records each call's
-// requests as "prefix|suffix" and answers each suffix with the log-prob
-// -len(prefix+suffix); the first call blocks until released, and a call
-// holding the poison prefix fails.
+// requests as "prefix|suffix" and answers each suffix with a log-prob of
+// its own, answer(prefix, suffix); the first call blocks until released,
+// and a call holding the poison prefix fails.
 type gateScorer struct {
 	mu      sync.Mutex
 	calls   [][]string
@@ -43,11 +43,15 @@ func (g *gateScorer) Score(ctx context.Context, reqs []ScoreRequest) ([]ScoreRes
 		}
 		out[i] = ScoreResponse{ID: r.ID}
 		for _, s := range r.Suffixes {
-			out[i].LogProbs = append(out[i].LogProbs, []float64{-float64(len(r.Prefix + s))})
+			out[i].LogProbs = append(out[i].LogProbs, []float64{answer(r.Prefix, s)})
 		}
 	}
 	return out, nil
 }
+
+// answer is gateScorer's log-prob for a suffix after a prefix, different
+// for every (prefix, suffix) of the tests.
+func answer(prefix, suffix string) float64 { return -float64(int(prefix[0])*1000 + int(suffix[0])) }
 
 func scoreReq(id, prefix, suffix string) ScoreRequest {
 	return ScoreRequest{ID: id, Prefix: prefix, Suffixes: []string{suffix}, Candidates: []string{" yes"}}
@@ -57,66 +61,74 @@ func scoreReq(id, prefix, suffix string) ScoreRequest {
 // are taken by the next call together, with those of one prefix next to
 // each other in the order the first of each arrived; every caller gets its
 // own answers under its own IDs, and a request whose prefix breaks the
-// engine fails alone.
+// engine fails alone, its caller with it, after bisection.
 func TestScoreBatcherGroupsPrefixes(t *testing.T) {
 	g := &gateScorer{entered: make(chan struct{}), release: make(chan struct{}), poison: "bad"}
-	b := NewScoreBatcher(g, 8, 1)
+	b := NewScoreBatcher(g, 10, 1)
 	ctx := context.Background()
 	go b.Score(ctx, []ScoreRequest{scoreReq("w", "warm", "x")})
 	<-g.entered
 
-	// Six callers, one request each (the same ID: IDs are per call), the
-	// rubrics of responses A and B interleaved as concurrent HTTP requests
-	// arrive, then one caller with two requests.
+	// Callers in this order: six with one request each (the same ID: IDs
+	// are per call), the rubrics of responses A and B interleaved as
+	// concurrent HTTP requests arrive; one with two requests that succeed;
+	// one whose first request breaks the engine.
+	calls := [][]ScoreRequest{
+		{scoreReq("r", "A", "1")}, {scoreReq("r", "B", "1")}, {scoreReq("r", "A", "2")},
+		{scoreReq("r", "C", "1")}, {scoreReq("r", "B", "2")}, {scoreReq("r", "A", "3")},
+		{scoreReq("u", "D", "1"), scoreReq("v", "A", "4")},
+		{scoreReq("p", "bad", "1"), scoreReq("q", "C", "2")},
+	}
 	type res struct {
 		resps []ScoreResponse
 		err   error
 	}
-	arrivals := []ScoreRequest{scoreReq("r", "A", "1"), scoreReq("r", "B", "1"), scoreReq("r", "A", "2"), scoreReq("r", "C", "1"), scoreReq("r", "B", "2"), scoreReq("r", "A", "3")}
-	results := make([]chan res, len(arrivals)+1)
-	for i, r := range arrivals {
+	results := make([]chan res, len(calls))
+	queued := 0
+	for i, reqs := range calls {
 		results[i] = make(chan res, 1)
 		go func() {
-			got, err := b.Score(ctx, []ScoreRequest{r})
+			got, err := b.Score(ctx, reqs)
 			results[i] <- res{got, err}
 		}()
-		for b.Queued() < i+1 { // arrive in this order
+		queued += len(reqs)
+		for b.Queued() < queued { // arrive in this order
 			runtime.Gosched()
 		}
 	}
-	last := len(arrivals)
-	results[last] = make(chan res, 1)
-	go func() {
-		got, err := b.Score(ctx, []ScoreRequest{scoreReq("p", "bad", "1"), scoreReq("q", "C", "2")})
-		results[last] <- res{got, err}
-	}()
-	for b.Queued() < len(arrivals)+2 {
-		runtime.Gosched()
-	}
 	close(g.release)
 
-	for i, r := range arrivals {
+	for i, reqs := range calls[:7] {
 		got := <-results[i]
-		want := []ScoreResponse{{ID: "r", LogProbs: [][]float64{{-float64(len(r.Prefix + r.Suffixes[0]))}}}}
+		var want []ScoreResponse
+		for _, r := range reqs {
+			want = append(want, ScoreResponse{ID: r.ID, LogProbs: [][]float64{{answer(r.Prefix, r.Suffixes[0])}}})
+		}
 		if got.err != nil || !cmp.Equal(want, got.resps) {
 			t.Errorf("caller %d: %+v, %v; want %+v", i, got.resps, got.err, want)
 		}
 	}
-	if got := <-results[last]; got.err == nil || !strings.Contains(got.err.Error(), `engine broke on "bad"`) {
+	if got := <-results[7]; got.err == nil || !strings.Contains(got.err.Error(), `engine broke on "bad"`) {
 		t.Errorf("caller with the poison request: %+v, %v; want its error", got.resps, got.err)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	// warm; then the queue of 8 grouped by prefix, which fails on bad; the
-	// bisection runs the halves of the arrival order, each grouped.
-	if len(g.calls) < 2 {
-		t.Fatalf("calls %v", g.calls)
+	// warm; the queue of 10 grouped by prefix, which fails on bad; then the
+	// bisection, depth first, over the halves of the arrival order, each
+	// grouped.
+	want := [][]string{
+		{"warm|x"},
+		{"A|1", "A|2", "A|3", "A|4", "B|1", "B|2", "C|1", "C|2", "D|1", "bad|1"},
+		{"A|1", "A|2", "B|1", "B|2", "C|1"},
+		{"A|3", "A|4", "D|1", "bad|1", "C|2"},
+		{"A|3", "D|1"},
+		{"A|4", "bad|1", "C|2"},
+		{"A|4"},
+		{"bad|1", "C|2"},
+		{"bad|1"},
+		{"C|2"},
 	}
-	want := []string{"A|1", "A|2", "A|3", "B|1", "B|2", "C|1", "C|2", "bad|1"}
-	if diff := cmp.Diff(want, g.calls[1]); diff != "" {
-		t.Errorf("the coalesced call's order (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"A|1", "A|2", "B|1", "C|1"}, g.calls[2]); diff != "" {
-		t.Errorf("the first half's order (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, g.calls); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 }
