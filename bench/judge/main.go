@@ -360,7 +360,8 @@ type side struct {
 // of an openai client with inFlight requests in flight through the
 // /v1/evolm/score extension, and what stops both.
 func served(m *torchbe.Model, coalesce, inFlight int) (scoreFunc, func(), error) {
-	h, err := serve.NewHandler(serve.Config{Generator: m, Model: "judge", MaxBatch: coalesce, Logger: slog.New(slog.DiscardHandler)})
+	// BatchRunners as `evolm serve`'s --engine-calls default.
+	h, err := serve.NewHandler(serve.Config{Generator: m, Model: "judge", MaxBatch: coalesce, BatchRunners: 4, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -80,7 +80,10 @@ func (s *server) newEntry(id, root, parent string, eng Engine) *entry {
 	if s.cfg.MaxBatch > 1 {
 		e.gen = backend.NewBatcher(eng.Generator, s.cfg.MaxBatch, s.cfg.BatchRunners)
 		if e.score != nil {
-			e.score = backend.NewScoreBatcher(e.eng.Scorer, s.cfg.MaxBatch, s.cfg.BatchRunners)
+			// One score call at a time: an engine runs a Score call as one
+			// turn, so a second call in flight would only split the queue
+			// that the next call takes whole.
+			e.score = backend.NewScoreBatcher(e.eng.Scorer, s.cfg.MaxBatch, 1)
 		}
 	}
 	return e

@@ -93,7 +93,7 @@ type Config struct {
 	// off and every HTTP request calls the engine on its own.
 	MaxBatch int
 	// BatchRunners is how many coalesced Generator calls may run at once;
-	// default 1.
+	// default 1. Coalesced Scorer calls run one at a time.
 	BatchRunners int
 	Logger       *slog.Logger
 	// Root is the served model's directory, reported as its root by
