@@ -417,6 +417,7 @@ func (q *heads) flush() error {
 			}
 		}
 		W = int64(len(ids))
+		candidateHeads.Add(1)
 		var err error
 		if lg, err = tl.TokenLogits(s, h, s.To(s.FromInt64(ids, W), dev, torch.Int64)); err != nil { // (N, W)
 			return err
@@ -470,8 +471,9 @@ func (q *heads) flush() error {
 	return nil
 }
 
-// headCalls counts the heads flush ran (for tests).
-var headCalls atomic.Int64
+// headCalls counts the heads flush ran, and candidateHeads those of them
+// over the candidates' rows alone (for tests).
+var headCalls, candidateHeads atomic.Int64
 
 // close drops rows still queued (after an error).
 func (q *heads) close() {

@@ -46,8 +46,10 @@
 //     asks for log-probs among its candidates (AmongCandidates, as the
 //     judge stage does), over the candidates' rows of the weight alone
 //     (model.TokenLogitser), normalized over the distinct candidates. A
-//     request's log-probs are the same, up to float rounding (1e-6), alone
-//     or in any call.
+//     request's log-probs are the same, up to float rounding, alone or in
+//     any call: within 1e-6 when the call's requests ask alike, within
+//     1e-5 when a request among the candidates shares its head with one
+//     over the vocabulary (the full head, renormalized).
 //   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
 //     prompt+completion per sample, after sampling.
 //   - Concurrency. Concurrent calls (the handlers of `evolm serve`) share

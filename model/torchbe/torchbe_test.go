@@ -238,9 +238,13 @@ func TestScoreMatchesHF(t *testing.T) {
 		for i := range reqs {
 			reqs[i].AmongCandidates = among[i]
 		}
+		before := candidateHeads.Load()
 		got, err = m.Score(context.Background(), reqs)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n, want := candidateHeads.Load()-before, map[bool]int64{true: 1, false: 0}[among[1]]; n != want {
+			t.Errorf("among the candidates %v: %d heads over the candidates' rows, want %d", among, n, want)
 		}
 		maxDiff = 0
 		for i := range reqs {
@@ -301,7 +305,7 @@ func TestScoreSharesPrefix(t *testing.T) {
 			t.Errorf("max batch %d: %d prefix prefills for 5 requests, want 2", mb, n)
 		}
 		if n := headCalls.Load() - beforeHeads; n != heads[mb] {
-			t.Errorf("max batch %d: %d vocabulary heads for 9 criteria, want %d", mb, n, heads[mb])
+			t.Errorf("max batch %d: %d heads for 9 criteria, want %d", mb, n, heads[mb])
 		}
 		naive, err := m.ScoreNaive(ctx, reqs)
 		if err != nil {
@@ -321,4 +325,44 @@ func TestScoreSharesPrefix(t *testing.T) {
 		}
 	}
 	m.opt.MaxBatch = 64
+
+	// Among the candidates: alone against in the call within 1e-6, against
+	// the naive passes within 1e-4; a request whose head is shared with one
+	// over the vocabulary (the full head, renormalized) within 1e-5 of it
+	// alone.
+	for i := range reqs {
+		reqs[i].AmongCandidates = true
+	}
+	got, err := m.Score(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	naive, err := m.ScoreNaive(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(naive, got, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-4 })); d != "" {
+		t.Errorf("among the candidates: Score vs ScoreNaive (-naive +score):\n%s", d)
+	}
+	mixed := slices.Clone(reqs)
+	mixed[2].AmongCandidates = false
+	inMixed, err := m.Score(ctx, mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		alone, err := m.Score(ctx, []backend.ScoreRequest{r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(alone[0].LogProbs, got[i].LogProbs, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) <= 1e-6 })); d != "" {
+			t.Errorf("among the candidates: request %s: alone vs in the call (-alone +call):\n%s", r.ID, d)
+		}
+		if i == 2 {
+			continue
+		}
+		if d := cmp.Diff(alone[0].LogProbs, inMixed[i].LogProbs, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) <= 1e-5 })); d != "" {
+			t.Errorf("among the candidates: request %s: alone vs in a mixed call (-alone +call):\n%s", r.ID, d)
+		}
+	}
 }
