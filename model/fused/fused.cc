@@ -343,12 +343,12 @@ extern "C" char* evolm_fused_bump_version(void* t) {
 
 extern "C" int evolm_fused_argmax_vectorized(void) { return has_avx2() ? 1 : 0; }
 
-extern "C" int evolm_fused_cpu_intel(void) {
+extern "C" int evolm_fused_cpu_vendor(void) {
 #if defined(__x86_64__)
-  return __builtin_cpu_is("intel") ? 1 : 0;
-#else
-  return 0;
+  if (__builtin_cpu_is("intel")) return 1;
+  if (__builtin_cpu_is("amd")) return 2;
 #endif
+  return 0;
 }
 
 extern "C" char* evolm_fused_argmax(void* x, void** out) {

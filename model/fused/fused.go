@@ -193,10 +193,11 @@ func Argmax(s *torch.Scope, x *torch.Tensor) *torch.Tensor {
 // CPU (x86-64 with AVX2) for contiguous float32 CPU rows.
 func ArgmaxVectorized() bool { return C.evolm_fused_argmax_vectorized() == 1 }
 
-// CPUIntel reports whether this is an Intel x86-64 CPU. MKL dispatches its
-// own optimized kernels only there; on other CPUs (AMD EPYC here) its
-// level-2 BLAS takes generic code paths (mkl_blas_def_xsgemv).
-func CPUIntel() bool { return C.evolm_fused_cpu_intel() == 1 }
+// CPUVendor is the x86-64 CPU's vendor: "intel", "amd", or "" for another
+// or another architecture. MKL dispatches its own optimized kernels on
+// Intel's only; on AMD's its level-2 BLAS takes generic code paths
+// (mkl_blas_def_xsgemv).
+func CPUVendor() string { return [...]string{"", "intel", "amd"}[C.evolm_fused_cpu_vendor()] }
 
 // PackedAvailable reports whether this libtorch has oneDNN's linear over
 // packed weights, which PackedLinear needs.

@@ -58,9 +58,10 @@ char* evolm_fused_argmax(void* x, void** out);
 // vectorized scan (x86-64 with AVX2).
 int evolm_fused_argmax_vectorized(void);
 
-// evolm_fused_cpu_intel reports whether this is an Intel x86-64 CPU (1),
-// on which MKL takes its own optimized kernels, or not (0).
-int evolm_fused_cpu_intel(void);
+// evolm_fused_cpu_vendor reports the x86-64 CPU's vendor: 1 Intel (MKL
+// takes its own optimized kernels), 2 AMD, 0 another or another
+// architecture.
+int evolm_fused_cpu_vendor(void);
 
 // evolm_fused_packed_available reports whether this libtorch has oneDNN's
 // linear over packed weights (1) or not (0).

@@ -352,7 +352,7 @@ func (m *ForCausalLM) TokenLogits(s *torch.Scope, h, ids *torch.Tensor) (*torch.
 // linear over the head's weight packed once (fused.PackedLinear;
 // EVOLM_PACKED=0 turns it off). For one row of a model narrower than 128
 // at one intra-op thread, F.linear's gemv is as fast on Intel CPUs and 2×
-// slower on an AMD one, so that case takes the CPU's faster form
+// slower on an AMD one, so that case is packed on AMD CPUs only
 // (oneRowPacked).
 // F.linear (MKL) re-packs the whole (V, C) weight on every call,
 // which for the few rows of a decode step costs more than the product:

@@ -31,11 +31,12 @@ func SetPacked(on bool) (prev bool) {
 // than 128, at one intra-op thread, runs over the packed weight. The
 // faster form depends on the CPU: there F.linear is MKL's gemv, which MKL
 // runs with its own kernels on Intel CPUs, as fast as oneDNN's packed form
-// (docs/engine-speed.md §8), and with generic code elsewhere, 2× slower
-// than the packed form on an AMD EPYC host (§18). The answer is a property
-// of the host, not of a timing, so every process on it, and Logits and
-// WriteLogits, take the same form and give the same bits.
-var oneRowPacked = sync.OnceValue(func() bool { return !fused.CPUIntel() })
+// (docs/engine-speed.md §8), and with generic code on AMD's, 2× slower
+// than the packed form on an AMD EPYC host (§18). Other CPUs keep
+// F.linear: none was measured. The answer is a property of the host, not
+// of a timing, so every process on it, and Logits and WriteLogits, take
+// the same form and give the same bits.
+var oneRowPacked = sync.OnceValue(func() bool { return fused.CPUVendor() == "amd" })
 
 // SetFused turns the fused inference path on or off and returns the
 // previous setting. Not safe to call while a forward pass runs.
