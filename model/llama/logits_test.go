@@ -231,17 +231,40 @@ func headDiff(a, b []float32) (d, scale float64) {
 	return d, scale
 }
 
+// rampAdapter is a test double of a model.LinearAdapter: it adds to each
+// output column its index times 0.01, so a gather of the wrong columns
+// shows.
+type rampAdapter struct{}
+
+func (rampAdapter) Adapt(s *torch.Scope, x, y *torch.Tensor) *torch.Tensor {
+	sh, _ := torch.Shape(y)
+	return s.Add(y, s.MulScalar(s.Arange(0, sh[len(sh)-1], torch.Float32, torch.CPU), 0.01))
+}
+
 // TestTokenLogitsMatchLogits: the head over a few vocabulary rows
 // (model.TokenLogitser, the yes/no judge's candidates) equals those
 // columns of the full Logits within float32 rounding, for a tied and an
-// untied head, grad off and on, with a repeated id, and frees what it made.
+// untied head, one with a bias and one with an adapter, grad off and on,
+// with a repeated id, and frees what it made.
 func TestTokenLogitsMatchLogits(t *testing.T) {
 	const V = 1001
 	base := torch.Live()
-	for _, tied := range []bool{true, false} {
+	for _, head := range []string{"tied", "untied", "bias", "adapter"} {
+		tied := head == "tied"
 		cfg := headConfig(128, V)
 		cfg.TieWordEmbeddings = tied
 		m := modeltest.Random(t, cfg, 11)
+		lm := m.(*llama.ForCausalLM)
+		switch head {
+		case "bias":
+			func() {
+				s := torch.NewScope()
+				defer s.Close()
+				lm.LMHead.Bias = s.Keep(s.Randn([]int64{V}, torch.Float32, torch.CPU))
+			}()
+		case "adapter":
+			lm.LMHead.Adapter = rampAdapter{}
+		}
 		for _, grad := range []bool{false, true} {
 			func() {
 				defer torch.SetGrad(grad)()
@@ -258,7 +281,7 @@ func TestTokenLogitsMatchLogits(t *testing.T) {
 					t.Fatal(err)
 				}
 				if sh, _ := torch.Shape(got); !slices.Equal(sh, []int64{3, 2, int64(len(ids))}) {
-					t.Fatalf("tied %v, grad %v: shape %v, want [3 2 %d]", tied, grad, sh, len(ids))
+					t.Fatalf("%s head, grad %v: shape %v, want [3 2 %d]", head, grad, sh, len(ids))
 				}
 				all, g := modeltest.Float32s(t, full), modeltest.Float32s(t, got)
 				var want []float32
@@ -268,11 +291,15 @@ func TestTokenLogitsMatchLogits(t *testing.T) {
 					}
 				}
 				d, scale := headDiff(want, g)
-				t.Logf("tied %v, grad %v: max |TokenLogits − Logits| %.3g of max |logit| %.3g", tied, grad, d, scale)
+				t.Logf("%s head, grad %v: max |TokenLogits − Logits| %.3g of max |logit| %.3g", head, grad, d, scale)
 				if d > 1e-5*scale {
-					t.Errorf("tied %v, grad %v: TokenLogits differs from Logits by %.3g", tied, grad, d)
+					t.Errorf("%s head, grad %v: TokenLogits differs from Logits by %.3g", head, grad, d)
 				}
 			}()
+		}
+		if head == "bias" {
+			torch.Drop(lm.LMHead.Bias)
+			lm.LMHead.Bias = nil
 		}
 		m.Close()
 	}
