@@ -86,7 +86,7 @@ type batchResult[R any] struct {
 func NewBatcher(g Generator, maxBatch, maxRunning int) *Batcher {
 	b := &Batcher{}
 	b.init("generator", maxBatch, maxRunning, func(ctx context.Context, reqs []GenerateRequest, deliver func(int, GenerateResponse) error) error {
-		return generate(ctx, g, reqs, deliver)
+		return b.generate(ctx, g, reqs, deliver)
 	}, func(r *GenerateRequest) *string { return &r.ID }, func(r *GenerateResponse) *string { return &r.ID })
 	return b
 }
@@ -288,7 +288,7 @@ func (c *coalescer[Q, R]) safeCall(ctx context.Context, reqs []Q, deliver func(i
 
 // generate answers reqs through g, through GenerateEach where it has it
 // (each request answered as soon as it is done).
-func generate(ctx context.Context, g Generator, reqs []GenerateRequest, deliver func(int, GenerateResponse) error) error {
+func (b *Batcher) generate(ctx context.Context, g Generator, reqs []GenerateRequest, deliver func(int, GenerateResponse) error) error {
 	if eg, ok := g.(EachGenerator); ok {
 		var (
 			mu  sync.Mutex
@@ -309,18 +309,18 @@ func generate(ctx context.Context, g Generator, reqs []GenerateRequest, deliver 
 	if err != nil {
 		return err
 	}
-	return deliverAll("generator", reqs, resps, func(r *GenerateRequest) string { return r.ID }, func(r *GenerateResponse) string { return r.ID }, deliver)
+	return b.deliverAll(reqs, resps, deliver)
 }
 
 // deliverAll checks that a whole call's responses answer reqs in order,
 // every id before anyone is answered, and delivers them.
-func deliverAll[Q, R any](what string, reqs []Q, resps []R, reqID func(*Q) string, resID func(*R) string, deliver func(int, R) error) error {
+func (c *coalescer[Q, R]) deliverAll(reqs []Q, resps []R, deliver func(int, R) error) error {
 	if len(resps) != len(reqs) {
-		return fmt.Errorf("batcher: %s returned %d responses for %d requests", what, len(resps), len(reqs))
+		return fmt.Errorf("batcher: %s returned %d responses for %d requests", c.what, len(resps), len(reqs))
 	}
 	for i := range resps {
-		if resID(&resps[i]) != reqID(&reqs[i]) {
-			return fmt.Errorf("batcher: %s's response %d of its call has id %q, want %q", what, i, resID(&resps[i]), reqID(&reqs[i]))
+		if got, want := *c.resID(&resps[i]), *c.reqID(&reqs[i]); got != want {
+			return fmt.Errorf("batcher: %s's response %d of its call has id %q, want %q", c.what, i, got, want)
 		}
 	}
 	for i := range resps {

@@ -17,8 +17,6 @@ type ScoreBatcher struct {
 // NewScoreBatcher wraps s; maxBatch and maxRunning are NewBatcher's.
 func NewScoreBatcher(s Scorer, maxBatch, maxRunning int) *ScoreBatcher {
 	b := &ScoreBatcher{}
-	reqID := func(r *ScoreRequest) string { return r.ID }
-	resID := func(r *ScoreResponse) string { return r.ID }
 	b.init("scorer", maxBatch, maxRunning, func(ctx context.Context, reqs []ScoreRequest, deliver func(int, ScoreResponse) error) error {
 		order := byPrefix(reqs)
 		sorted := make([]ScoreRequest, len(reqs))
@@ -29,7 +27,7 @@ func NewScoreBatcher(s Scorer, maxBatch, maxRunning int) *ScoreBatcher {
 		if err != nil {
 			return err
 		}
-		return deliverAll("scorer", sorted, resps, reqID, resID, func(k int, r ScoreResponse) error { return deliver(order[k], r) })
+		return b.deliverAll(sorted, resps, func(k int, r ScoreResponse) error { return deliver(order[k], r) })
 	}, func(r *ScoreRequest) *string { return &r.ID }, func(r *ScoreResponse) *string { return &r.ID })
 	return b
 }
