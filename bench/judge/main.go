@@ -181,24 +181,7 @@ func timeIt(ctx context.Context, f scoreFunc, reqs []backend.ScoreRequest, reps 
 // the rest once per request) and each suffix's tail, as the torch backend's
 // Score splits them (torchbe.SplitScore).
 func tokens(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reuse int) {
-	last := ""
-	for i, r := range reqs {
-		full := make([][]int, len(r.Suffixes))
-		for k, suf := range r.Suffixes {
-			full[k] = encode(r.Prefix + suf)
-			naive += len(full[k])
-		}
-		p, L := torchbe.SplitScore(encode(r.Prefix), full)
-		if i == 0 || r.Prefix != last {
-			reuse += p
-		}
-		last = r.Prefix
-		reuse += L - p
-		for _, f := range full {
-			reuse += len(f) - L
-		}
-	}
-	return naive, reuse
+	return work(encode, reqs, func(from, to int) int { return to - from })
 }
 
 // pairs counts the (query, key) pairs each side's attention needs for reqs,
@@ -208,22 +191,29 @@ func tokens(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reus
 // give where attention dominates (a narrow model over long prompts), as
 // the token ratio does where the linear layers do.
 func pairs(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reuse int) {
-	tri := func(from, to int) int { return (to*(to+1) - from*(from+1)) / 2 } // Σ (i+1), i in [from, to)
+	return work(encode, reqs, func(from, to int) int { return (to*(to+1) - from*(from+1)) / 2 }) // Σ (i+1), i in [from, to)
+}
+
+// work sums cost(from, to) over the positions [from, to) each side runs:
+// every full prompt whole on the naive side; with prefix reuse, Prefix's
+// own tokens once per run of consecutive requests with the same Prefix, the
+// rest of the shared tokens once per request, and each suffix's tail.
+func work(encode func(string) []int, reqs []backend.ScoreRequest, cost func(from, to int) int) (naive, reuse int) {
 	last := ""
 	for i, r := range reqs {
 		full := make([][]int, len(r.Suffixes))
 		for k, suf := range r.Suffixes {
 			full[k] = encode(r.Prefix + suf)
-			naive += tri(0, len(full[k]))
+			naive += cost(0, len(full[k]))
 		}
 		p, L := torchbe.SplitScore(encode(r.Prefix), full)
 		if i == 0 || r.Prefix != last {
-			reuse += tri(0, p)
+			reuse += cost(0, p)
 		}
 		last = r.Prefix
-		reuse += tri(p, L)
+		reuse += cost(p, L)
 		for _, f := range full {
-			reuse += tri(L, len(f))
+			reuse += cost(L, len(f))
 		}
 	}
 	return naive, reuse
