@@ -4,6 +4,9 @@
 //
 //   - Forward runs a Llama/Qwen decoder stack's forward pass, every layer
 //     and the final norm, in one call into libtorch;
+//   - AttnBias writes eager attention's additive mask in one pass, where
+//     the tensor ops that build it take eight (libtorch 2.1's CPU
+//     masked_fill is a scalar loop);
 //   - Argmax is torch.argmax over a vocabulary row, vectorized, where
 //     libtorch 2.1's CPU kernel is a scalar loop;
 //   - PackedLinear is x·wᵀ through oneDNN over w packed once into its
@@ -187,6 +190,26 @@ func Argmax(s *torch.Scope, x *torch.Tensor) *torch.Tensor {
 		return nil
 	}
 	return s.AdoptHandle("argmax", out)
+}
+
+// AttnBias is model/llama's eager attention bias for a pass of T queries
+// after past cached keys, written by the shim in one pass over its output:
+// (B, 1, T, past+T) float32, (1, 1, T, past+T) when mask and branches are
+// both nil, 0 where key j is visible to query i and −MaxFloat32 where j >
+// past+i, where mask (B, past+T) is 0, or where branches (B, T) tags key j
+// with a branch other than 0 (the trunk; cached keys are trunk) and query
+// i's. mask and branches must be on the CPU. Owned by s.
+func AttnBias(s *torch.Scope, B, T, past int64, mask, branches *torch.Tensor) *torch.Tensor {
+	if s.Err() != nil {
+		return nil
+	}
+	var out unsafe.Pointer
+	if msg := C.evolm_fused_attn_bias(C.int64_t(B), C.int64_t(T), C.int64_t(past), torch.Handle(mask), torch.Handle(branches), &out); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		s.Fail(fmt.Errorf("fused %s", C.GoString(msg)))
+		return nil
+	}
+	return s.AdoptHandle("attn bias", out)
 }
 
 // ArgmaxVectorized reports whether Argmax takes the vectorized scan on this

@@ -48,6 +48,17 @@ char* evolm_fused_forward(const evolm_fused_config* cfg, void** weights, void* x
                           void* sin, void* bias, void* blocked, void** k_cache, void** v_cache,
                           int64_t past, void** out);
 
+// evolm_fused_attn_bias writes the eager attention's float32 additive mask
+// for a pass of T queries after past cached keys (Tk = past + T keys): 0
+// where key j is visible to query i and −MaxFloat32 where it is blocked,
+// that is where j > past + i, where mask (B, Tk) is 0 (padding), or where
+// branches (B, T) tags key j with a branch that is neither 0 (the trunk;
+// cached keys are trunk) nor query i's. mask and branches are CPU integer
+// tensors or NULL; *out receives a new (B, 1, T, Tk) tensor, (1, 1, T, Tk)
+// when both are NULL.
+char* evolm_fused_attn_bias(int64_t B, int64_t T, int64_t past, void* mask, void* branches,
+                            void** out);
+
 // evolm_fused_argmax is torch.argmax(x, -1) for x (B, V): the first index
 // of each row's maximum (of its first NaN, if any), as a new (B) int64
 // tensor in *out. A contiguous CPU float32 x takes a vectorized two-pass

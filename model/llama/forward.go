@@ -221,32 +221,7 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 	}
 	r := m.newRope(s, pos)
 
-	// blocked[b, 0, i, j]: key j is in query i's future, or is padding. A
-	// padding key is moved to the far future so one comparison does both.
-	qpos := s.View(s.Arange(past, Tk, torch.Int64, m.dev), 1, 1, T, 1) // (1, 1, T, 1)
-	kpos := s.View(s.Arange(0, Tk, torch.Int64, m.dev), 1, 1, 1, Tk)   // (1, 1, 1, Tk)
-	if b.Mask != nil {
-		pad := s.EqScalar(m.onDevice(s, b.Mask, torch.Int64), 0)         // (B, Tk)
-		kpos = s.Add(kpos, s.View(s.MulScalar(pad, 1<<40), B, 1, 1, Tk)) // (B, 1, 1, Tk)
-	}
-	mk := mask{blocked: s.Gt(kpos, qpos)} // (B or 1, 1, T, Tk)
-	if b.Branches != nil {
-		// Also blocked: a key of a branch other than the trunk and the
-		// query's own.
-		qb := m.onDevice(s, b.Branches, torch.Int64) // (B, T)
-		kb := qb
-		if past > 0 {
-			kb = s.Cat([]*torch.Tensor{s.Zeros([]int64{B, past}, torch.Int64, m.dev), qb}, 1) // (B, Tk): the cache is trunk
-		}
-		kb = s.View(kb, B, 1, 1, Tk)
-		// The full-shape operand first: libtorch 2.1's logical ops size
-		// their output like the first and warn when they resize it.
-		other := s.LogicalAnd(s.LogicalNot(s.Eq(kb, s.View(qb, B, 1, T, 1))), s.NeScalar(kb, 0)) // (B, 1, T, Tk)
-		mk.blocked = s.LogicalOr(other, mk.blocked)
-	}
-	if m.cfg.AttnImplementation != model.AttnSDPA {
-		mk.bias = s.MaskedFill(s.Zeros([]int64{1}, torch.Float32, m.dev), mk.blocked, -math.MaxFloat32) // (B or 1, 1, T, Tk)
-	}
+	mk := m.attnMask(s, b, B, T, past)
 
 	x := m.Model.EmbedTokens.Forward(s, ids) // (B, T, C)
 	if m.checkpoint && b.Cache == nil && torch.GradEnabled() {
@@ -279,6 +254,59 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 		b.Cache.Advance(int(T))
 	}
 	return s.MoveTo(parent, x), nil
+}
+
+// attnMask builds a pass's mask. Eager attention on the CPU reads only the
+// bias, which the shim writes in one pass (fused.AttnBias); elsewhere
+// maskOps builds blocked and, for eager attention, the bias from it.
+// TestAttnBiasEqualsOps checks that the two give the same bias.
+func (m *ForCausalLM) attnMask(s *torch.Scope, b model.Batch, B, T, past int64) mask {
+	var pad, br *torch.Tensor
+	if b.Mask != nil {
+		pad = m.onDevice(s, b.Mask, torch.Int64)
+	}
+	if b.Branches != nil {
+		br = m.onDevice(s, b.Branches, torch.Int64)
+	}
+	eager := m.cfg.AttnImplementation != model.AttnSDPA
+	if eager && m.dev == torch.CPU {
+		return mask{bias: fused.AttnBias(s, B, T, past, pad, br)}
+	}
+	return maskOps(s, m.dev, pad, br, B, T, past, eager)
+}
+
+// maskOps builds a pass's mask with tensor ops on dev: blocked, and with
+// eager the bias from it. pad (B, past+T) and branches (B, T) are the
+// batch's int64 mask and branches on dev, or nil.
+func maskOps(s *torch.Scope, dev torch.Device, pad, branches *torch.Tensor, B, T, past int64, eager bool) mask {
+	Tk := past + T
+	// blocked[b, 0, i, j]: key j is in query i's future, or is padding. A
+	// padding key is moved to the far future so one comparison does both.
+	qpos := s.View(s.Arange(past, Tk, torch.Int64, dev), 1, 1, T, 1) // (1, 1, T, 1)
+	kpos := s.View(s.Arange(0, Tk, torch.Int64, dev), 1, 1, 1, Tk)   // (1, 1, 1, Tk)
+	if pad != nil {
+		far := s.MulScalar(s.EqScalar(pad, 0), 1<<40) // (B, Tk)
+		kpos = s.Add(kpos, s.View(far, B, 1, 1, Tk))  // (B, 1, 1, Tk)
+	}
+	mk := mask{blocked: s.Gt(kpos, qpos)} // (B or 1, 1, T, Tk)
+	if branches != nil {
+		// Also blocked: a key of a branch other than the trunk and the
+		// query's own.
+		qb := branches // (B, T)
+		kb := qb
+		if past > 0 {
+			kb = s.Cat([]*torch.Tensor{s.Zeros([]int64{B, past}, torch.Int64, dev), qb}, 1) // (B, Tk): the cache is trunk
+		}
+		kb = s.View(kb, B, 1, 1, Tk)
+		// The full-shape operand first: libtorch 2.1's logical ops size
+		// their output like the first and warn when they resize it.
+		other := s.LogicalAnd(s.LogicalNot(s.Eq(kb, s.View(qb, B, 1, T, 1))), s.NeScalar(kb, 0)) // (B, 1, T, Tk)
+		mk.blocked = s.LogicalOr(other, mk.blocked)
+	}
+	if eager {
+		mk.bias = s.MaskedFill(s.Zeros([]int64{1}, torch.Float32, dev), mk.blocked, -math.MaxFloat32) // (B or 1, 1, T, Tk)
+	}
+	return mk
 }
 
 // onDevice returns x on the model's device in dtype (x itself when it is
