@@ -22,8 +22,9 @@
 // full head and log-softmax per criterion on both sides.
 // Before printing anything, every run checks that the two sides' candidate
 // log-probs agree within -tol (absolute) and fails otherwise. Each of -runs
-// runs times both sides (the mean of -reps calls after a warm-up call); the
-// speed-up is printed as min / median / max over the runs, with the load
+// runs times both sides (the mean of -reps calls after a warm-up call, the
+// two sides' calls interleaved so that a drift in the machine's speed moves
+// both alike); the speed-up is printed as min / median / max over the runs, with the load
 // average before and after, and beside it the token ratio: the tokens the
 // naive side runs over those prefix reuse runs, which bounds the speed-up
 // that skipping tokens can give, and the ratio of the attention's (query,
@@ -159,20 +160,38 @@ type scoreFunc func(context.Context, []backend.ScoreRequest) ([]backend.ScoreRes
 // attention over the prefix is split (cached keys vs one pass).
 const defaultTol = 1e-5
 
-// timeIt runs f once to warm up, then reps times, and returns the mean and
-// the warm-up call's responses.
-func timeIt(ctx context.Context, f scoreFunc, reqs []backend.ScoreRequest, reps int) (time.Duration, []backend.ScoreResponse, error) {
-	out, err := f(ctx, reqs)
-	if err != nil {
-		return 0, nil, err
+// timeBoth runs a and b once each to warm up, then reps calls of each,
+// interleaved (a b, then b a, and so on), and returns each one's mean call
+// time and its warm-up call's responses. Interleaving puts both sides in
+// the same stretch of time, so that a slow drift in the machine's speed (a
+// VM's neighbours) moves both alike instead of the ratio.
+func timeBoth(ctx context.Context, a, b scoreFunc, reqs []backend.ScoreRequest, reps int) (ta, tb time.Duration, outA, outB []backend.ScoreResponse, err error) {
+	if outA, err = a(ctx, reqs); err != nil {
+		return 0, 0, nil, nil, err
 	}
-	start := time.Now()
-	for range reps {
-		if _, err := f(ctx, reqs); err != nil {
-			return 0, nil, err
+	if outB, err = b(ctx, reqs); err != nil {
+		return 0, 0, nil, nil, err
+	}
+	call := func(f scoreFunc, total *time.Duration) error {
+		start := time.Now()
+		_, err := f(ctx, reqs)
+		*total += time.Since(start)
+		return err
+	}
+	for i := range reps {
+		first, second, t1, t2 := a, b, &ta, &tb
+		if i%2 == 1 {
+			first, second, t1, t2 = b, a, &tb, &ta
+		}
+		if err := call(first, t1); err != nil {
+			return 0, 0, nil, nil, err
+		}
+		if err := call(second, t2); err != nil {
+			return 0, 0, nil, nil, err
 		}
 	}
-	return time.Since(start) / time.Duration(max(reps, 1)), out, nil
+	n := time.Duration(max(reps, 1))
+	return ta / n, tb / n, outA, outB, nil
 }
 
 // tokens counts the tokens each side runs through the model for reqs: the
@@ -298,11 +317,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	var naiveMS, reuseMS, speedup []float64
 	worst := 0.0
 	for r := range cfg.runs {
-		naive, nOut, err := timeIt(ctx, base.f, reqs, cfg.reps)
-		if err != nil {
-			return err
-		}
-		reuse, rOut, err := timeIt(ctx, fast.f, reqs, cfg.reps)
+		naive, reuse, nOut, rOut, err := timeBoth(ctx, base.f, fast.f, reqs, cfg.reps)
 		if err != nil {
 			return err
 		}
@@ -331,7 +346,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		fmt.Fprintf(w, "attention (query, key) pairs per call: naive %d, prefix reuse %d; ratio %.2f (the same where attention dominates)\n", naivePairs, reusePairs, float64(naivePairs)/float64(reusePairs))
 	}
 	fmt.Fprintf(w, "log-probs agree in every run: max abs difference %.3g (tolerance %.3g)\n", worst, cfg.tol)
-	fmt.Fprintf(w, "load average (1, 5, 15 min): before %s, after %s; mean of %d calls after a warm-up, %d runs\n", load0, load1, cfg.reps, cfg.runs)
+	fmt.Fprintf(w, "load average (1, 5, 15 min): before %s, after %s; mean of %d calls after a warm-up, the sides interleaved, %d runs\n", load0, load1, cfg.reps, cfg.runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "method\tms/request (median)\tcriteria/s (median)\tspeed-up min / median / max\t\n")
 	fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t1.00\t\n", base.name, stat.Median(naiveMS), n*1e3/stat.Median(naiveMS))
