@@ -378,7 +378,7 @@ extern "C" char* evolm_fused_argmax(void* x, void** out) {
 // lines that build blocked and then bias from it), written in one pass over
 // the output where the tensor ops take eight: libtorch 2.1's CPU masked_fill
 // is a scalar loop and its broadcast int64 comparisons are not much faster,
-// which cost a packed judge pass of tiny (486 tokens) 0.8 ms of its 6.3
+// which cost a packed judge pass of tiny (486 tokens) 0.87 ms of its 6.8
 // (docs/engine-speed.md §20). Each row is the causal fill (0 up to the
 // query's position, −MaxFloat32 after), then the keys of another branch and
 // the padding keys before the query blocked over it; TestAttnBiasEqualsOps

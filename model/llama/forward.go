@@ -45,7 +45,8 @@ func repeatKV(s *torch.Scope, x *torch.Tensor, groups int64) *torch.Tensor {
 }
 
 // mask says which keys each query may not attend, once per forward pass:
-// blocked (B or 1, 1, T, Tk) is true there, and bias, for eager attention,
+// blocked (B or 1, 1, T, Tk) is true there (nil where nothing reads it:
+// eager attention on the CPU, see attnMask), and bias, for eager attention,
 // is the same as a float32 additive mask: 0 where a key is visible and
 // −MaxFloat32 where it is blocked. Adding bias to float32 scores gives
 // exactly what masked_fill(blocked, −MaxFloat32) gives (a score plus
