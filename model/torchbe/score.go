@@ -86,10 +86,15 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 }
 
 // Score implements backend.Scorer with prefix reuse (see the package doc).
-// Consecutive requests whose Prefix tokenizes alike share one prefill of
-// it. A request whose Prefix neither neighbour shares is prefilled with its
-// extra tokens in one pass, and leaves the shared prefill in place for the
-// requests after it.
+// The call keeps one KV cache of Prefix tokens for its requests, which take
+// from it the leading tokens their Prefix shares with what it holds, as
+// PlanPrefixes plans: a Prefix that the next request shares whole is
+// prefilled into it once for both, and a Prefix that begins like its
+// neighbours' (the judge prompt's preamble, a question several responses
+// answer) reuses that beginning and leaves it for the next. A request
+// that shares too little with either neighbour runs without the cache,
+// its prefix and extra tokens in its one pass, and leaves the cache as it
+// was for the requests after it.
 func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
 	if err := backend.CheckRequests(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
@@ -97,28 +102,107 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 	}
 	rows := make([]scoreRow, len(reqs))
 	bad := make([]error, len(reqs))
+	prefixes := make([][]int, len(reqs))
 	for i := range reqs {
 		rows[i], bad[i] = m.tokenizeScore(&reqs[i])
+		if bad[i] == nil {
+			prefixes[i] = rows[i].prefix
+		}
 	}
+	steps := PlanPrefixes(prefixes)
 	var shared sharedPrefix
 	defer shared.close()
 	i := 0
 	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse, q *heads) error {
-		row, err := &rows[i], bad[i]
+		row, step, err := &rows[i], steps[i], bad[i]
 		i++
 		if err != nil {
 			res.Failure = rejected("request %s: %v", r.ID, err)
 			return nil
 		}
-		// A prefix that the request before or after shares is prefilled
-		// once for both; one that neither shares runs in the request's
-		// packed pass.
-		share := shared.holds(row.prefix) || (i < len(rows) && bad[i] == nil && slices.Equal(rows[i].prefix, row.prefix))
-		if err := m.scoreRequest(&shared, row, share, res, q); err != nil {
+		if err := m.scoreRequest(&shared, row, step, res, q); err != nil {
 			return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 		}
 		return nil
 	})
+}
+
+// MinPrefixReuse is the fewest leading Prefix tokens that Score takes
+// from, or keeps in, a call's shared cache for a request whose Prefix is
+// not cached whole: below it a request runs without the cache.
+const MinPrefixReuse = 16
+
+// PrefixStep is how Score runs one request's Prefix tokens against the
+// call's shared KV cache (PlanPrefixes).
+type PrefixStep struct {
+	// Cached leading Prefix tokens come from the shared cache.
+	Cached int
+	// Whole: the rest of the Prefix is prefilled into the shared cache
+	// before the request's passes, which run after it (the Prefix is the
+	// cached one, or the next request's too). Otherwise the tokens after
+	// Cached run in the request's own pass, which writes them to the cache.
+	Whole bool
+	// Shared: the request uses the shared cache; the zero step runs
+	// without it and leaves it as it was.
+	Shared bool
+	// Keep is how many of the Prefix's tokens the shared cache holds after
+	// the request.
+	Keep int
+}
+
+// PlanPrefixes plans how Score runs each request's Prefix tokens (as
+// SplitScore splits them; nil for a request that fails before any pass),
+// in order, against one KV cache for the call:
+//
+//   - a Prefix that the cache holds whole, or that the next request shares
+//     whole, is made the cache's: its leading tokens the cache already
+//     holds are kept and the rest prefilled (Whole);
+//   - otherwise, when the Prefix begins with at least MinPrefixReuse
+//     tokens of what the cache holds, or of the next request's Prefix, the
+//     request takes what it shares with the cache and runs the rest in its
+//     pass, which writes it to the cache; the cache then keeps as much of
+//     this Prefix as the next request shares, or as it had taken;
+//   - otherwise the request runs without the cache.
+//
+// So the rubrics of one response share its prefill, responses to one
+// question share the question's, and every request the judge prompt's
+// preamble. A request's log-probs depend on how its Prefix was split only
+// by float rounding (within 1e-6, TestScoreSharesPrefix). The judge
+// benchmark counts the tokens each side runs with this plan.
+func PlanPrefixes(prefixes [][]int) []PrefixStep {
+	steps := make([]PrefixStep, len(prefixes))
+	var held []int // the Prefix tokens the cache holds
+	for i, p := range prefixes {
+		if p == nil {
+			continue
+		}
+		var next []int
+		if i+1 < len(prefixes) {
+			next = prefixes[i+1]
+		}
+		r := commonPrefix(held, p)
+		if (held != nil && r == len(p) && r == len(held)) || (next != nil && slices.Equal(next, p)) {
+			steps[i] = PrefixStep{Cached: r, Whole: true, Shared: true, Keep: len(p)}
+			held = p
+			continue
+		}
+		keep := max(r, commonPrefix(p, next))
+		if keep < MinPrefixReuse {
+			continue
+		}
+		steps[i] = PrefixStep{Cached: r, Shared: true, Keep: keep}
+		held = p[:keep]
+	}
+	return steps
+}
+
+// commonPrefix is the length of a's and b's longest common prefix.
+func commonPrefix(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // scoreRequest scores row's tails, up to MaxBatch of them per forward pass,
@@ -126,13 +210,16 @@ func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 // trunk) and the tails after it as branches. It queues on q, per tail, the
 // final hidden state at its last token, for res.
 //
-// What is cached first: with share, shared's prefill of the prefix, whose
-// cache the passes extend and then truncate back to the prefix. Without
-// it, nothing, and the prefix and extra tokens are the trunk of the one
-// pass. When the tails take more than one pass, or the one pass would
-// attend more scores than one chunk of generate.Prefill, the trunk is
-// first prefilled (chunked) into a cache of the request's own.
-func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, share bool, res *backend.ScoreResponse, q *heads) error {
+// What is cached first follows step (PlanPrefixes): with Whole, the shared
+// cache holding the whole prefix, whose passes extend it and truncate it
+// back; with Shared alone, the shared cache holding the prefix's first
+// Cached tokens, the pass running the rest of it with the extra tokens
+// and the cache keeping the prefix's first Keep tokens after it; else
+// nothing, and the prefix and extra tokens are the trunk of the one pass.
+// When the tails take more than one pass, or the one pass would attend
+// more scores than one chunk of generate.Prefill, the prefix and extra
+// tokens are first prefilled (chunked) into a cache of the request's own.
+func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, step PrefixStep, res *backend.ScoreResponse, q *heads) error {
 	var groups [][][]int // the tails of each pass
 	width := 0           // the most tail tokens in a pass
 	for start := 0; start < len(row.tails); start += m.opt.MaxBatch {
@@ -144,27 +231,41 @@ func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, share bool, re
 		}
 		width = max(width, n)
 	}
-	past := 0 // positions a shared prefill holds
-	if share {
+	past := 0 // positions cached before the pass
+	switch {
+	case step.Whole:
 		past = len(row.prefix)
+	case step.Shared:
+		past = step.Cached
 	}
 	T := len(row.prefix) + len(row.extra) - past + width // the longest packed row
+	maxLen := len(row.prefix) + len(row.extra) + width
 	var cache *model.Cache
 	var trunk []int
+	keep := -1 // the shared cache's length after the passes, when they extend it
 	switch {
 	case len(groups) > 1 || generate.PrefillChunk(1, int64(past+T), int64(m.lm.Config().NumAttentionHeads)) < int64(T):
-		own, err := m.requestCache(shared, row, share, len(row.prefix)+len(row.extra)+width)
+		own, err := m.requestCache(shared, row, step, maxLen)
 		if err != nil {
 			return err
 		}
 		defer own.Close() // also when an engine panic unwinds
 		cache = own
-	case share:
-		pc, err := shared.get(m.lm, row.prefix, len(row.prefix)+len(row.extra)+width)
+	case step.Whole:
+		pc, err := shared.take(m.lm, row.prefix, len(row.prefix), maxLen)
 		if err != nil {
 			return fmt.Errorf("prefill: %w", err)
 		}
-		cache, trunk = pc, row.extra
+		cache, trunk, keep = pc, row.extra, len(row.prefix)
+	case step.Shared:
+		pc, err := shared.take(m.lm, row.prefix, step.Cached, maxLen)
+		if err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		if step.Cached < len(row.prefix) {
+			prefixPrefills.Add(1) // the rest of the prefix runs in the pass
+		}
+		cache, trunk, keep = pc, slices.Concat(row.prefix[step.Cached:], row.extra), step.Keep
 	default:
 		prefixPrefills.Add(1) // the prefix runs in the pass
 		trunk = slices.Concat(row.prefix, row.extra)
@@ -177,8 +278,14 @@ func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, share bool, re
 		h, err := m.packedHidden(cache, trunk, g)
 		if cache != nil {
 			// Back to what was cached before the pass, for the next pass
-			// or request: the shared prefix holds only the prefix.
-			if terr := cache.Truncate(base); err == nil {
+			// or request, or, for the shared cache, to the prefix's first
+			// Keep tokens, which the pass wrote after those it took.
+			to := base
+			if keep >= 0 {
+				to = keep
+				shared.ids = row.prefix[:keep]
+			}
+			if terr := cache.Truncate(to); err == nil {
 				err = terr
 			}
 		}
@@ -194,23 +301,33 @@ func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, share bool, re
 }
 
 // requestCache returns a one-row cache of capacity maxLen holding the
-// row's prefix and extra tokens prefilled, owned by the caller: a copy of
-// shared's prefill of the prefix followed by the extra tokens, or, when the
-// prefix is not shared, both prefilled in one pass.
-func (m *Model) requestCache(shared *sharedPrefix, row *scoreRow, share bool, maxLen int) (cache *model.Cache, err error) {
+// row's prefix and extra tokens prefilled, owned by the caller. With a
+// shared step, the shared cache is made to hold the whole prefix first
+// (as step plans it, the first Cached tokens taken, the rest prefilled),
+// the request's cache is a copy of it followed by the extra tokens, and
+// the shared cache keeps the prefix's first Keep tokens; else both are
+// prefilled in one pass.
+func (m *Model) requestCache(shared *sharedPrefix, row *scoreRow, step PrefixStep, maxLen int) (cache *model.Cache, err error) {
 	ids := slices.Concat(row.prefix, row.extra)
-	if share {
-		pc, err := shared.get(m.lm, row.prefix, 0)
+	if step.Shared {
+		pc, err := shared.take(m.lm, row.prefix, len(row.prefix), 0)
 		if err != nil {
 			return nil, fmt.Errorf("prefill: %w", err)
 		}
 		cache, err = pc.SelectTo([]int64{0}, maxLen)
+		if err == nil {
+			err = pc.Truncate(step.Keep)
+			shared.ids = row.prefix[:step.Keep]
+		}
 		ids = row.extra
 	} else {
 		prefixPrefills.Add(1)
 		cache, err = model.NewCache(m.lm, 1, maxLen)
 	}
 	if err != nil {
+		if cache != nil {
+			cache.Close()
+		}
 		return nil, err
 	}
 	ok := false
@@ -228,26 +345,30 @@ func (m *Model) requestCache(shared *sharedPrefix, row *scoreRow, share bool, ma
 	return cache, nil
 }
 
-// sharedPrefix holds the last prefix Score prefilled for the next request
-// with the same prefix tokens, in a cache that requests extend and then
-// truncate back to the prefix (or copy), so what a request computes after
-// the prefix does not depend on whether the prefix was prefilled for it or
-// for an earlier request of the call.
+// sharedPrefix is a call's KV cache of Prefix tokens (one row): ids, the
+// tokens it holds prefilled, are the first tokens of the last Prefix that
+// used it. Requests extend it and truncate it back, so what a request
+// computes after its cached tokens does not depend on which request
+// prefilled them.
 type sharedPrefix struct {
 	ids   []int
 	cache *model.Cache
 }
 
-// holds reports whether p holds ids prefilled.
-func (p *sharedPrefix) holds(ids []int) bool {
-	return p.cache != nil && slices.Equal(p.ids, ids)
-}
-
-// get returns the cache holding ids prefilled (batch 1, Len = len(ids)),
-// with room for at least maxLen positions, still owned by p.
-func (p *sharedPrefix) get(lm model.CausalLM, ids []int, maxLen int) (*model.Cache, error) {
-	maxLen = max(maxLen, len(ids), 1)
-	if p.holds(ids) {
+// take makes the cache hold ids[:n] prefilled, with room for at least
+// maxLen positions, and returns it, still owned by p: it keeps the tokens
+// it holds that ids[:n] begins with, truncates the rest, and prefills the
+// tokens of ids[:n] after them.
+func (p *sharedPrefix) take(lm model.CausalLM, ids []int, n, maxLen int) (*model.Cache, error) {
+	maxLen = max(maxLen, n, 1)
+	r := 0
+	if p.cache != nil {
+		r = commonPrefix(p.ids, ids[:n])
+		if err := p.cache.Truncate(r); err != nil {
+			p.close()
+			return nil, err
+		}
+		p.ids = ids[:r]
 		if p.cache.MaxLen() < maxLen { // a copy with more room
 			grown, err := p.cache.SelectTo([]int64{0}, maxLen)
 			if err != nil {
@@ -256,28 +377,31 @@ func (p *sharedPrefix) get(lm model.CausalLM, ids []int, maxLen int) (*model.Cac
 			p.cache.Close()
 			p.cache = grown
 		}
-		return p.cache, nil
+	} else {
+		cache, err := model.NewCache(lm, 1, maxLen)
+		if err != nil {
+			return nil, err
+		}
+		// p owns the cache from here, so that p.close frees it after an
+		// error or a panic in the prefill too.
+		p.ids, p.cache = ids[:0], cache
 	}
-	p.close()
-	prefixPrefills.Add(1)
-	cache, err := model.NewCache(lm, 1, maxLen)
-	if err != nil {
-		return nil, err
-	}
-	// p owns the cache from here, so that p.close frees it after an error
-	// or a panic in the prefill too.
-	p.ids, p.cache = ids, cache
-	if len(ids) > 0 {
-		if err := prefill(lm, cache, ids); err != nil {
+	prefixReused.Add(int64(r))
+	if r < n {
+		prefixPrefills.Add(1)
+		if err := prefill(lm, p.cache, ids[r:n]); err != nil {
 			p.close()
 			return nil, err
 		}
+		p.ids = ids[:n]
 	}
-	return cache, nil
+	return p.cache, nil
 }
 
-// prefixPrefills counts the prefixes sharedPrefix prefilled (for tests).
-var prefixPrefills atomic.Int64
+// prefixPrefills counts the prefixes Score prefilled, whole or in part,
+// apart or in a request's pass, and prefixReused the prefix tokens it took
+// from a call's shared cache instead (for tests).
+var prefixPrefills, prefixReused atomic.Int64
 
 func (p *sharedPrefix) close() {
 	if p.cache != nil {

@@ -33,11 +33,15 @@
 //     over Prefix+Suffix[k]. The shared prefix has two parts: the tokens of
 //     Prefix alone (when every full prompt starts with them), then the
 //     rest the full prompts share (the judge prompt's "Criterion:"). The
-//     first part depends on Prefix only, so consecutive requests with the
-//     same Prefix (one response under several rubrics, as the judge stage
-//     orders them) share one prefill of it in a KV cache, and each runs
-//     its packed pass after it; a request that shares its Prefix with
-//     neither neighbour runs both parts in its packed pass. A request with
+//     first part depends on Prefix only, so a call keeps one KV cache of
+//     Prefix tokens for its requests (PlanPrefixes): consecutive requests
+//     with the same Prefix (one response under several rubrics, as the
+//     judge stage orders them) share one prefill of it, and each runs its
+//     packed pass after it; requests whose Prefixes begin alike for at
+//     least MinPrefixReuse tokens (the judge prompt's preamble, a question
+//     that several responses answer) take that beginning from the cache
+//     and run the rest in their packed pass; a request that shares less
+//     with both neighbours runs both parts in its packed pass. A request with
 //     more than MaxBatch suffixes, or whose pass would attend more scores
 //     than a chunk of generate.Prefill, has its shared tokens prefilled
 //     into a cache first (chunked) and its tails packed after it. The

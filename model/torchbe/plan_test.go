@@ -1,0 +1,140 @@
+package torchbe
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/evolm/evolm/model/backend"
+)
+
+// TestPlanPrefixes: the plan of Score's shared cache over orders the judge
+// stage sends (responses to one question, the rubrics of one response, a
+// pair's two answers), a request in between that shares little, a failed
+// request and prefixes too short to share.
+func TestPlanPrefixes(t *testing.T) {
+	seq := func(from, n int) []int { // n distinct tokens from from on
+		out := make([]int, n)
+		for i := range out {
+			out[i] = from + i
+		}
+		return out
+	}
+	pre := seq(1000, 10)                                  // the judge prompt's preamble
+	q1, q2 := seq(2000, 10), seq(3000, 10)                // two questions
+	resp := func(k int) []int { return seq(10000*k, 30) } // a response
+	p := func(q []int, k int) []int { return slices.Concat(pre, q, resp(k)) }
+	a, b, c, d, e := p(q1, 1), p(q1, 2), p(q1, 3), p(q2, 4), p(q2, 5)
+	for _, tc := range []struct {
+		name     string
+		prefixes [][]int
+		want     []PrefixStep
+	}{
+		{
+			// Responses to one question take the preamble and the question
+			// from the cache; the next question keeps the preamble.
+			"responses to one question, then another", [][]int{a, b, c, d, e},
+			[]PrefixStep{
+				{Cached: 0, Shared: true, Keep: 20},
+				{Cached: 20, Shared: true, Keep: 20},
+				{Cached: 20, Shared: true, Keep: 20},
+				{Cached: 10, Shared: true, Keep: 20},
+				{Cached: 20, Shared: true, Keep: 20},
+			},
+		},
+		{
+			// The rubrics of a+ then of a−: each Prefix prefilled once, a−'s
+			// after the question a+ left in the cache.
+			"the rubrics of a pair's two answers", [][]int{a, a, a, b, b},
+			[]PrefixStep{
+				{Cached: 0, Whole: true, Shared: true, Keep: 50},
+				{Cached: 50, Whole: true, Shared: true, Keep: 50},
+				{Cached: 50, Whole: true, Shared: true, Keep: 50},
+				{Cached: 20, Whole: true, Shared: true, Keep: 50},
+				{Cached: 50, Whole: true, Shared: true, Keep: 50},
+			},
+		},
+		{
+			// A request that shares under MinPrefixReuse tokens runs
+			// without the cache and leaves it to the next.
+			"a request in between", [][]int{a, a, seq(1000, 5), a},
+			[]PrefixStep{
+				{Cached: 0, Whole: true, Shared: true, Keep: 50},
+				{Cached: 50, Whole: true, Shared: true, Keep: 50},
+				{},
+				{Cached: 50, Whole: true, Shared: true, Keep: 50},
+			},
+		},
+		{
+			// A failed request shares with no neighbour.
+			"a failed request", [][]int{seq(1, 12), nil, seq(1, 12)},
+			[]PrefixStep{{}, {}, {}},
+		},
+		{
+			// An empty Prefix the next request shares is cached (empty).
+			"empty prefixes", [][]int{{}, {}},
+			[]PrefixStep{
+				{Cached: 0, Whole: true, Shared: true, Keep: 0},
+				{Cached: 0, Whole: true, Shared: true, Keep: 0},
+			},
+		},
+	} {
+		if got := PlanPrefixes(tc.prefixes); !slices.Equal(got, tc.want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestScoreReusesCommonPrefix: requests whose Prefixes begin alike (one
+// judge prompt, two questions, three responses each) take that beginning
+// from the call's cache, as PlanPrefixes plans, in one packed pass per
+// request and with the criteria over several passes (MaxBatch 1, each
+// request in a cache of its own), and give every request's log-probs
+// within 1e-6 of scoring it alone and within 1e-4 of the naive passes.
+func TestScoreReusesCommonPrefix(t *testing.T) {
+	m := tiny(t)
+	ctx := context.Background()
+	preamble := "You are a strict and impartial judge. Read the question and the response, then decide whether the response meets one criterion.\n\n"
+	var reqs []backend.ScoreRequest
+	for q, question := range []string{"What is 17 times 23?", "Name the largest prime below 50."} {
+		for r, response := range []string{"391.", "It is 391, since 17 × 20 = 340 and 17 × 3 = 51.", "Forty-seven."} {
+			reqs = append(reqs, backend.ScoreRequest{
+				ID:         fmt.Sprintf("q%d/r%d", q, r),
+				Prefix:     preamble + "<question>\n" + question + "\n</question>\n\n<response>\n" + response + "\n</response>\n\n",
+				Suffixes:   []string{"Criterion: The answer is correct.\nAnswer:", "Criterion: The answer shows its steps.\nAnswer:"},
+				Candidates: []string{" yes", " no"},
+			})
+		}
+	}
+	var prefixes [][]int
+	for i := range reqs {
+		row, err := m.tokenizeScore(&reqs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefixes = append(prefixes, row.prefix)
+	}
+	want := 0
+	for _, s := range PlanPrefixes(prefixes) {
+		want += s.Cached
+	}
+	if want < 5*MinPrefixReuse {
+		t.Fatalf("the plan takes %d tokens from the cache for 6 requests, want at least %d: the test's prefixes do not share their beginning", want, 5*MinPrefixReuse)
+	}
+	for _, mb := range []int{64, 1} {
+		m.opt.MaxBatch = mb
+		before := prefixReused.Load()
+		got, err := m.Score(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := prefixReused.Load() - before; n != int64(want) {
+			t.Errorf("max batch %d: %d prefix tokens taken from the cache, the plan says %d", mb, n, want)
+		}
+		what := fmt.Sprintf("max batch %d: ", mb)
+		scoreVsNaive(t, ctx, m, reqs, got, what)
+		scoreVsAlone(t, ctx, m, reqs, got, 1e-6, what)
+	}
+	m.opt.MaxBatch = 64
+}
