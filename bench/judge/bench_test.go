@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/evolm/evolm/model/backend"
@@ -19,7 +20,7 @@ func BenchmarkYesNo(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(m.Close)
-	reqs, err := workload(1, 1, 300, 4, false)
+	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func BenchmarkYesNo(b *testing.B) {
 func TestSidesAgree(t *testing.T) {
 	ctx := context.Background()
 	for _, vocab := range []bool{false, true} {
-		reqs, err := workload(2, 2, 60, 5, vocab)
+		reqs, err := workload(shape{responses: 2, rubrics: 2, responseWords: 60, criteria: 5, vocab: vocab})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +81,7 @@ func TestSidesAgree(t *testing.T) {
 // TestWorkloadShape checks that the benchmark's requests share a real
 // prefix: every suffix is one criterion of the yes/no prompt.
 func TestWorkloadShape(t *testing.T) {
-	reqs, err := workload(2, 1, 10, 3, false)
+	reqs, err := workload(shape{responses: 2, rubrics: 1, responseWords: 10, criteria: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestWorkloadShape(t *testing.T) {
 	}
 	// -rubrics: the requests of one response are consecutive, share its
 	// prefix and ask other criteria.
-	reqs, err = workload(2, 3, 10, 2, false)
+	reqs, err = workload(shape{responses: 2, rubrics: 3, responseWords: 10, criteria: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +104,29 @@ func TestWorkloadShape(t *testing.T) {
 		}
 		if i%3 > 0 && r.Suffixes[0] == reqs[i-1].Suffixes[0] {
 			t.Errorf("request %d asks the same criterion as request %d", i, i-1)
+		}
+	}
+}
+
+// TestWorkloadQuestions checks -questions: consecutive responses answer one
+// question with answers of their own, so their prefixes differ but begin
+// alike through the question.
+func TestWorkloadQuestions(t *testing.T) {
+	reqs, err := workload(shape{responses: 4, questions: 2, rubrics: 1, questionWords: 5, responseWords: 10, criteria: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	question := func(r backend.ScoreRequest) string {
+		_, after, _ := strings.Cut(r.Prefix, "Question ")
+		q, _, _ := strings.Cut(after, ":")
+		return q
+	}
+	for i, want := range []string{"0", "0", "1", "1"} {
+		if q := question(reqs[i]); q != want {
+			t.Errorf("request %d answers question %q, want %q", i, q, want)
+		}
+		if i > 0 && reqs[i].Prefix == reqs[i-1].Prefix {
+			t.Errorf("request %d has request %d's prefix: the answers must differ", i, i-1)
 		}
 	}
 }
@@ -161,7 +185,7 @@ func TestPairs(t *testing.T) {
 // log-probs are the in-process Score's within the benchmark's tolerance.
 func TestServedSidesAgree(t *testing.T) {
 	ctx := context.Background()
-	reqs, err := workload(2, 3, 20, 2, false)
+	reqs, err := workload(shape{responses: 2, rubrics: 3, responseWords: 20, criteria: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

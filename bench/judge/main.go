@@ -11,7 +11,12 @@
 // orders them: the rubric phase scores both answers of a pair under each of
 // its n = 8 candidate rubrics (-rubrics 8), the policy phase each response
 // under its group's one rubric (-rubrics 1, the default). Score prefills a
-// response once for all its rubrics.
+// response once for all its rubrics. -questions N has consecutive
+// responses answer N questions in turn, as a GRPO group's responses answer
+// one (-questions 1) and a pair's two answers one in the rubric phase; by
+// default each response answers a question of its own. -question-words N
+// adds N words of context to each question (a Tulu 3 prompt is often a
+// paragraph), which responses to one question share.
 //
 // Fairness: both sides tokenize the same full prompts, batch the criteria
 // of a request the same way (up to the backend's MaxBatch rows, right-padded,
@@ -66,17 +71,15 @@ import (
 )
 
 type config struct {
-	model, preset  string
-	responseWords  int
-	criteria, reps int
-	responses      int
-	rubrics        int
-	threads        int
-	maxBatch       int
-	runs           int
-	tol            float64
-	vocab          bool
-	serve          bool
+	model, preset string
+	shape
+	reps     int
+	threads  int
+	maxBatch int
+	runs     int
+	tol      float64
+	vocab    bool
+	serve    bool
 }
 
 func main() {
@@ -84,8 +87,10 @@ func main() {
 	flag.StringVar(&cfg.model, "model", "", "checkpoint directory (default: a random one of -preset)")
 	flag.StringVar(&cfg.preset, "preset", "small", "model.Init preset when -model is empty: tiny or small")
 	flag.IntVar(&cfg.responseWords, "response-words", 300, "words in the judged response")
+	flag.IntVar(&cfg.questionWords, "question-words", 0, "words of context added to each question (0: a one-line question)")
 	flag.IntVar(&cfg.criteria, "criteria", 4, "criteria per rubric")
 	flag.IntVar(&cfg.responses, "responses", 4, "responses per call")
+	flag.IntVar(&cfg.questions, "questions", 0, "distinct questions the responses answer, in turn (0: one per response; 1: one question, as a GRPO group's responses in the policy phase)")
 	flag.IntVar(&cfg.rubrics, "rubrics", 1, "rubrics per response: one request each, consecutive in the call (1: the policy phase; 8: the rubric phase)")
 	flag.IntVar(&cfg.reps, "reps", 3, "timed calls of each method per run (their mean is the run's time)")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs; the speed-up is shown as min / median / max over them")
@@ -108,35 +113,54 @@ func main() {
 	}
 }
 
+// shape is a workload's shape: its flags.
+type shape struct {
+	responses, questions, rubrics int
+	questionWords, responseWords  int
+	criteria                      int
+	vocab                         bool
+}
+
 // workload builds yes/no score requests from the judge_yesno prompt:
 // responses × rubrics requests, those of one response consecutive, asking
 // for log-probs among the candidates (as the judge stage does) or, with
 // vocab, over the whole vocabulary.
-func workload(responses, rubrics, responseWords, criteria int, vocab bool) ([]backend.ScoreRequest, error) {
+func workload(w shape) ([]backend.ScoreRequest, error) {
 	set, err := prompts.Default()
 	if err != nil {
 		return nil, err
 	}
-	words := strings.Fields("the answer works through the problem step by step and checks each intermediate value before stating the final result clearly")
-	var resp strings.Builder
-	for i := 0; i < responseWords; i++ {
-		if i > 0 {
-			resp.WriteByte(' ')
+	text := func(words []string, n int) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(words[i%len(words)])
 		}
-		resp.WriteString(words[i%len(words)])
+		return b.String()
+	}
+	resp := text(strings.Fields("the answer works through the problem step by step and checks each intermediate value before stating the final result clearly"), w.responseWords)
+	background := ""
+	if w.questionWords > 0 {
+		background = " Context: " + text(strings.Fields("a farmer sells crates of apples at the market and records every sale in a ledger"), w.questionWords)
 	}
 	var reqs []backend.ScoreRequest
-	for i := range responses {
-		for r := range rubrics {
-			cs := make([]prompts.Criterion, criteria)
+	for i := range w.responses {
+		for r := range w.rubrics {
+			cs := make([]prompts.Criterion, w.criteria)
 			for k := range cs {
-				cs[k] = prompts.Criterion{Criterion: fmt.Sprintf("The response states the final numeric result %d and explains how it was obtained.", r*criteria+k), Weight: 1}
+				cs[k] = prompts.Criterion{Criterion: fmt.Sprintf("The response states the final numeric result %d and explains how it was obtained.", r*w.criteria+k), Weight: 1}
 			}
-			prefix, suffixes, err := set.JudgeYesNo(fmt.Sprintf("Question %d: what is 17 times 23, and why?", i), resp.String(), cs)
+			q, answer := i, resp
+			if w.questions > 0 { // consecutive responses answer one question, each its own answer
+				q, answer = i/((w.responses+w.questions-1)/w.questions), fmt.Sprintf("Answer %d: %s", i, answer)
+			}
+			prefix, suffixes, err := set.JudgeYesNo(fmt.Sprintf("Question %d: what is 17 times 23, and why?%s", q, background), answer, cs)
 			if err != nil {
 				return nil, err
 			}
-			reqs = append(reqs, backend.ScoreRequest{ID: fmt.Sprintf("%d/%d", i, r), Prefix: prefix, Suffixes: suffixes, Candidates: prompts.DefaultYesNo.Candidates(), AmongCandidates: !vocab})
+			reqs = append(reqs, backend.ScoreRequest{ID: fmt.Sprintf("%d/%d", i, r), Prefix: prefix, Suffixes: suffixes, Candidates: prompts.DefaultYesNo.Candidates(), AmongCandidates: !w.vocab})
 		}
 	}
 	return reqs, nil
@@ -196,9 +220,10 @@ func timeBoth(ctx context.Context, a, b scoreFunc, reqs []backend.ScoreRequest, 
 
 // tokens counts the tokens each side runs through the model for reqs: the
 // naive side every full prompt; prefix reuse, per request, its shared tokens
-// (Prefix's own once per run of consecutive requests with the same Prefix,
-// the rest once per request) and each suffix's tail, as the torch backend's
-// Score splits them (torchbe.SplitScore).
+// after those it takes from the call's cache (a Prefix once per run of
+// consecutive requests with the same Prefix, the beginning it shares with
+// its neighbours once), and each suffix's tail, as the torch backend's Score
+// splits and plans them (torchbe.SplitScore, torchbe.PlanPrefixes).
 func tokens(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reuse int) {
 	return work(encode, reqs, func(from, to int) int { return to - from })
 }
@@ -214,24 +239,28 @@ func pairs(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reuse
 }
 
 // work sums cost(from, to) over the positions [from, to) each side runs:
-// every full prompt whole on the naive side; with prefix reuse, Prefix's
-// own tokens once per run of consecutive requests with the same Prefix, the
-// rest of the shared tokens once per request, and each suffix's tail.
+// every full prompt whole on the naive side; with prefix reuse, as Score
+// splits a request (torchbe.SplitScore) and runs its Prefix tokens
+// (torchbe.PlanPrefixes), the shared tokens after those it takes from the
+// call's cache once per request, and each suffix's tail.
 func work(encode func(string) []int, reqs []backend.ScoreRequest, cost func(from, to int) int) (naive, reuse int) {
-	last := ""
+	fulls := make([][][]int, len(reqs))
+	splits := make([]int, len(reqs))
+	prefixes := make([][]int, len(reqs))
 	for i, r := range reqs {
-		full := make([][]int, len(r.Suffixes))
+		fulls[i] = make([][]int, len(r.Suffixes))
 		for k, suf := range r.Suffixes {
-			full[k] = encode(r.Prefix + suf)
-			naive += cost(0, len(full[k]))
+			fulls[i][k] = encode(r.Prefix + suf)
+			naive += cost(0, len(fulls[i][k]))
 		}
-		p, L := torchbe.SplitScore(encode(r.Prefix), full)
-		if i == 0 || r.Prefix != last {
-			reuse += cost(0, p)
-		}
-		last = r.Prefix
-		reuse += cost(p, L)
-		for _, f := range full {
+		var p int
+		p, splits[i] = torchbe.SplitScore(encode(r.Prefix), fulls[i])
+		prefixes[i] = fulls[i][0][:p]
+	}
+	for i, step := range torchbe.PlanPrefixes(prefixes) {
+		L := splits[i]
+		reuse += cost(step.Cached, L)
+		for _, f := range fulls[i] {
 			reuse += cost(L, len(f))
 		}
 	}
@@ -291,7 +320,10 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if cfg.responses < 1 || cfg.rubrics < 1 || cfg.criteria < 1 {
 		return fmt.Errorf("-responses %d, -rubrics %d, -criteria %d: each must be ≥ 1", cfg.responses, cfg.rubrics, cfg.criteria)
 	}
-	reqs, err := workload(cfg.responses, cfg.rubrics, cfg.responseWords, cfg.criteria, cfg.vocab)
+	if cfg.questions < 0 || cfg.questionWords < 0 {
+		return fmt.Errorf("-questions %d, -question-words %d: each must be ≥ 0", cfg.questions, cfg.questionWords)
+	}
+	reqs, err := workload(cfg.shape)
 	if err != nil {
 		return err
 	}
