@@ -29,7 +29,9 @@
 //     renormalized weighted sum to score. A response's requests (one per
 //     rubric of its item) are consecutive in the backend call, so that the
 //     torch backend prefills the shared (question, response) prefix once
-//     for all of them.
+//     for all of them, and the responses to one item follow each other as
+//     the rollouts hold them, so that it takes their question's tokens from
+//     its cache after the first (torchbe.PlanPrefixes).
 //   - Per-row failures, never NaN and never dropped: a rubric with no
 //     criteria (empty_rubric), weights that sum to zero (zero_weights) or a
 //     bad weight, a response whose generation failed, and a backend row
