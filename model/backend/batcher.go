@@ -50,6 +50,11 @@ type coalescer[Q, R any] struct {
 	// more before it ends (NewBatcher and NewScoreBatcher: DefaultLinger;
 	// 0 ends at once).
 	Linger time.Duration
+	// Gather is how long a batch goroutine that had nothing to do (it just
+	// started, or lingered) waits for more requests before its first call,
+	// while fewer than maxBatch are queued (NewScoreBatcher: DefaultGather;
+	// NewBatcher: 0, a call starts at once).
+	Gather time.Duration
 
 	what       string                                                                // "generator" or "scorer", in errors
 	call       func(ctx context.Context, reqs []Q, deliver func(int, R) error) error // one batch
@@ -58,16 +63,24 @@ type coalescer[Q, R any] struct {
 	maxBatch   int
 	maxRunning int
 
-	mu      sync.Mutex
-	queue   []*batchItem[Q, R]
-	running int           // batch goroutines, lingering ones included
-	idle    int           // of which lingering
-	wake    chan struct{} // wakes a lingering goroutine (buffered 1)
-	seq     atomic.Uint64
+	mu        sync.Mutex
+	queue     []*batchItem[Q, R]
+	running   int           // batch goroutines, lingering ones included
+	idle      int           // of which lingering
+	gathering int           // of which gathering (see Gather)
+	wake      chan struct{} // wakes a lingering or gathering goroutine (buffered 1)
+	seq       atomic.Uint64
 }
 
 // DefaultLinger is the Linger of NewBatcher and NewScoreBatcher.
 const DefaultLinger = 2 * time.Second
+
+// DefaultGather is the Gather of NewScoreBatcher: long enough for the rest
+// of a burst of score requests sent at once (the judge stage sends a
+// step's requests together) to arrive over loopback or a LAN, so that the
+// first does not run alone and the requests about one response or one
+// question share their prefill.
+const DefaultGather = 2 * time.Millisecond
 
 type batchItem[Q, R any] struct {
 	ctx  context.Context
@@ -116,7 +129,7 @@ func (c *coalescer[Q, R]) do(ctx context.Context, reqs []Q) ([]R, error) {
 	c.mu.Lock()
 	c.queue = append(c.queue, items...)
 	switch {
-	case c.idle > 0:
+	case c.idle > 0 || c.gathering > 0:
 		select {
 		case c.wake <- struct{}{}:
 		default: // a wake-up is already on its way
@@ -151,7 +164,12 @@ func (c *coalescer[Q, R]) Queued() int {
 // loop runs batches until the queue has stayed empty for Linger.
 func (c *coalescer[Q, R]) loop() {
 	waited := false // the last wait for work ran out
+	gather := true  // the next batch is the first of a burst (see Gather)
 	for {
+		if gather {
+			c.gather()
+			gather = false
+		}
 		c.mu.Lock()
 		var batch []*batchItem[Q, R]
 		for len(c.queue) > 0 && len(batch) < c.maxBatch {
@@ -173,7 +191,7 @@ func (c *coalescer[Q, R]) loop() {
 			t := time.NewTimer(c.Linger)
 			select {
 			case <-c.wake:
-				waited = false
+				waited, gather = false, true
 			case <-t.C:
 				waited = true
 			}
@@ -186,6 +204,36 @@ func (c *coalescer[Q, R]) loop() {
 		c.mu.Unlock()
 		waited = false
 		c.run(batch)
+	}
+}
+
+// gather waits up to Gather for the queue to hold maxBatch requests.
+func (c *coalescer[Q, R]) gather() {
+	if c.Gather <= 0 || c.wake == nil {
+		return
+	}
+	t := time.NewTimer(c.Gather)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		if len(c.queue) >= c.maxBatch {
+			c.mu.Unlock()
+			return
+		}
+		c.gathering++
+		c.mu.Unlock()
+		var done bool
+		select {
+		case <-c.wake: // more queued: look again
+		case <-t.C:
+			done = true
+		}
+		c.mu.Lock()
+		c.gathering--
+		c.mu.Unlock()
+		if done {
+			return
+		}
 	}
 }
 

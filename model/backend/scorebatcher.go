@@ -5,7 +5,9 @@ import "context"
 // ScoreBatcher coalesces concurrent Score calls as Batcher coalesces
 // Generate calls (the same queue, bisection on failure, cancellation and
 // Linger), and orders each batch so that requests with the same Prefix are
-// consecutive, in the order the first of each arrived. An in-process scorer
+// consecutive, in the order the first of each arrived. Unlike Batcher's, the
+// first call of a burst waits up to Gather (DefaultGather) for the rest of
+// it, so that a response's first rubric does not run alone. An in-process scorer
 // prefills a Prefix once for the consecutive requests that share it
 // (model/torchbe), so the rubrics of one response, sent as separate HTTP
 // requests to `evolm serve`, share one prefill as they would in one call,
@@ -29,6 +31,7 @@ func NewScoreBatcher(s Scorer, maxBatch, maxRunning int) *ScoreBatcher {
 		}
 		return b.deliverAll(sorted, resps, func(k int, r ScoreResponse) error { return deliver(order[k], r) })
 	}, func(r *ScoreRequest) *string { return &r.ID }, func(r *ScoreResponse) *string { return &r.ID })
+	b.Gather = DefaultGather
 	return b
 }
 

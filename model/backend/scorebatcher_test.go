@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -130,5 +131,59 @@ func TestScoreBatcherGroupsPrefixes(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, g.calls); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+}
+
+// TestScoreBatcherGathersABurst: the first call of a burst waits (Gather)
+// for the rest of it, up to the most requests per call, so that requests
+// sent at once go to the engine in one call, grouped by prefix, instead of
+// the first alone; Gather 0 runs the first at once.
+func TestScoreBatcherGathersABurst(t *testing.T) {
+	for _, gather := range []bool{true, false} {
+		g := &gateScorer{entered: make(chan struct{}, 1), release: make(chan struct{})}
+		close(g.release) // no call blocks
+		b := NewScoreBatcher(g, 4, 1)
+		if b.Gather != DefaultGather {
+			t.Fatalf("Gather = %v, want DefaultGather", b.Gather)
+		}
+		if gather {
+			// Long enough that the test cannot pass by timing: the call
+			// starts when the fourth request is queued.
+			b.Gather = time.Hour
+		} else {
+			b.Gather = 0
+		}
+		var wg sync.WaitGroup
+		for i, prefix := range []string{"A", "B", "A", "B"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := b.Score(context.Background(), []ScoreRequest{scoreReq("r", prefix, fmt.Sprint(i))}); err != nil {
+					t.Error(err)
+				}
+			}()
+			if !gather {
+				wg.Wait() // one after another: each its own call
+			}
+		}
+		wg.Wait()
+		g.mu.Lock()
+		calls := len(g.calls)
+		if gather {
+			// The goroutines arrive in any order; a call groups them by
+			// prefix, the group whose first request came first first.
+			var prefixes string
+			for _, c := range g.calls {
+				for _, r := range c {
+					prefixes += r[:1]
+				}
+			}
+			if calls != 1 || (prefixes != "AABB" && prefixes != "BBAA") {
+				t.Errorf("gathered: calls %v, want the 4 requests in one call, grouped by prefix", g.calls)
+			}
+		} else if calls != 4 {
+			t.Errorf("Gather 0, requests one after another: %d calls, want 4", calls)
+		}
+		g.mu.Unlock()
 	}
 }

@@ -13,8 +13,9 @@
 // The handler is generic over backend.Generator. Concurrent requests are
 // coalesced into batched Generator calls (Config.MaxBatch), and concurrent
 // score requests into batched Scorer calls, those with the same prefix
-// next to each other (backend.ScoreBatcher), so that the rubrics of one
-// response share its prefill. Chat messages are rendered
+// next to each other and the first of a burst waiting briefly for the rest
+// (backend.ScoreBatcher), so that the rubrics of one response share its
+// prefill. Chat messages are rendered
 // to a prompt by Config.RenderChat (the model's chat template); without one
 // they are passed to the generator as Messages. A bad request gets HTTP 400
 // (404 for an unknown model) with the OpenAI error JSON
