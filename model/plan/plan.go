@@ -64,8 +64,9 @@
 //
 // The logits chunk is the chunked selective log-softmax (model/generate):
 // its backward recomputes chunk = min(T, 2²⁶/(B·V)) positions at a time
-// and keeps the float32 logits, exp(logits − logsumexp), the gathered
-// one-hot gradient and their sum alive (4·B·chunk·V·4), plus a temporary
+// and keeps at most four float32 (B, chunk, V) tensors alive (the logits,
+// their log-softmax, the gathered one-hot gradient and the logits'
+// gradient: 4·B·chunk·V·4), plus a temporary
 // lm_head gradient (V·C·4) when lm_head trains. With chunking off
 // (Input.FullLogits, the benchmark's baseline) the chunk is the whole
 // sequence and the logits stay alive through the layers' backward.
@@ -269,8 +270,9 @@ const (
 	actKV     = 4 // (B, T, kv): k, its norm, RoPE'd k's rotated half, v
 	bwdScores = 2 // score-sized temporaries of a layer's backward (eager)
 	bwdInter  = 3 // (B, T, I) temporaries of the MLP's backward
-	// logitsLive is the float32 (B, chunk, V) tensors alive in a chunk's
-	// backward: logits, exp(logits − lse), the gathered gradient, their sum.
+	// logitsLive bounds the float32 (B, chunk, V) tensors alive in a
+	// chunk's backward: logits, log-softmax, the gathered gradient, the
+	// logits' gradient.
 	logitsLive = 4
 	// adamTemps is the fp32 copies of the largest trainable tensor alive
 	// in one AdamW update (√v, then m/√v).
