@@ -56,24 +56,10 @@ func TestAttnBiasEqualsOps(t *testing.T) {
 						if err := s.Err(); err != nil {
 							t.Fatalf("%s: %v", name, err)
 						}
-						wantShape, err := torch.Shape(ops.bias)
-						if err != nil {
-							t.Fatal(err)
-						}
-						gotShape, err := torch.Shape(one)
-						if err != nil {
-							t.Fatal(err)
-						}
+						wantShape, want := shapeValues(t, ops.bias)
+						gotShape, got := shapeValues(t, one)
 						if !slices.Equal(gotShape, wantShape) {
 							t.Fatalf("%s: shape %v, the ops' %v", name, gotShape, wantShape)
-						}
-						want, err := torch.Float32s(ops.bias)
-						if err != nil {
-							t.Fatal(err)
-						}
-						got, err := torch.Float32s(one)
-						if err != nil {
-							t.Fatal(err)
 						}
 						blocked := 0
 						for i := range want {
@@ -93,6 +79,20 @@ func TestAttnBiasEqualsOps(t *testing.T) {
 			}
 		}
 	}
+}
+
+// shapeValues returns x's shape and float32 values.
+func shapeValues(t *testing.T, x *torch.Tensor) ([]int64, []float32) {
+	t.Helper()
+	sh, err := torch.Shape(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := torch.Float32s(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh, v
 }
 
 // TestAttnBiasRefusesBadShapes: a mask or branches of the wrong shape is

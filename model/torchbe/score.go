@@ -181,7 +181,7 @@ func PlanPrefixes(prefixes [][]int) []PrefixStep {
 			next = prefixes[i+1]
 		}
 		r := commonPrefix(held, p)
-		if (held != nil && r == len(p) && r == len(held)) || (next != nil && slices.Equal(next, p)) {
+		if (held != nil && slices.Equal(held, p)) || (next != nil && slices.Equal(next, p)) {
 			steps[i] = PrefixStep{Cached: r, Whole: true, Shared: true, Keep: len(p)}
 			held = p
 			continue
