@@ -9,6 +9,7 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/torch"
 )
@@ -140,6 +141,10 @@ func BenchmarkDecodeStep(b *testing.B) {
 		const prompt = 64
 		for _, path := range []string{"plain", "fused"} {
 			b.Run(preset+"/"+path, func(b *testing.B) {
+				// Grad mode is the OS thread's, and a sub-benchmark runs
+				// on a goroutine of its own: without this both paths ran
+				// plain, with grad on.
+				defer torch.SetGrad(false)()
 				llama.SetFused(path == "fused")
 				cache, err := model.NewCache(m, 1, prompt+1)
 				if err != nil {
@@ -166,6 +171,19 @@ func BenchmarkDecodeStep(b *testing.B) {
 						b.Fatal(err)
 					}
 					c.Close()
+				}
+				b.StopTimer()
+				if err := cache.Truncate(prompt); err != nil {
+					b.Fatal(err)
+				}
+				before := fused.Calls()
+				c := s.Child()
+				if _, err := m.Hidden(c, model.Batch{IDs: next, Cache: cache}); err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+				if ran := fused.Calls() > before; ran != (path == "fused") {
+					b.Fatalf("%s path: the fused stack ran: %v", path, ran)
 				}
 				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/step")
 			})
