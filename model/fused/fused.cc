@@ -21,6 +21,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <c10/util/intrusive_ptr.h>
@@ -452,6 +453,14 @@ extern "C" char* evolm_fused_forward(const evolm_fused_config* cfg, void** weigh
                 "fused forward: a required argument is NULL");
     TORCH_CHECK((k_cache == nullptr) == (v_cache == nullptr),
                 "fused forward: pass both caches or neither");
+    // Inference only, so every op may go straight to its CPU (or CUDA)
+    // kernel: with grad off the Autograd and ADInplaceOrView kernels only
+    // forward the call, one dispatch step each per op (docs/engine-speed.md
+    // §24). The same kernels run, so the bits are the same. The one
+    // in-place write, to the KV cache, skips the cache's version bump, which
+    // nothing reads.
+    TORCH_CHECK(!at::GradMode::is_enabled(), "fused forward: inference only (grad is on)");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
     Stack st{cfg, weights, handle(cos), handle(sin), handle(bias), at::Tensor(),
              k_cache, v_cache, past};
     at::Tensor h = handle(x);

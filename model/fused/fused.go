@@ -123,7 +123,9 @@ type Config struct {
 // bool mask (SDPA). k and v are the cache's per-layer (B, nkv, MaxLen, hs)
 // buffers, or nil for a pass without a cache; with them the pass writes
 // positions [past, past+T) and attends over [0, past+T) (the caller checks
-// the capacity and advances the cache). Errors are recorded on s.
+// the capacity and advances the cache). Grad must be off: the ops run
+// below autograd's dispatch keys, and the shim refuses otherwise. Errors are
+// recorded on s.
 func Forward(s *torch.Scope, cfg Config, weights []*torch.Tensor, x, cos, sin, bias, blocked *torch.Tensor, k, v []*torch.Tensor, past int64) *torch.Tensor {
 	if s.Err() != nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/cpu"
@@ -77,5 +78,46 @@ func TestArgmaxEqualsTorch(t *testing.T) {
 	}
 	if n := torch.Live() - base; n != 0 {
 		t.Errorf("%d tensors leaked", n)
+	}
+}
+
+// TestForwardRefusesGrad: the stack runs its ops below autograd's dispatch
+// keys, so with grad on it refuses to run, and with grad off a stack of no
+// layers is the final norm.
+func TestForwardRefusesGrad(t *testing.T) {
+	x := []float32{1, -2, 3, 0.5, 4, 0, -1, 2}
+	for _, grad := range []bool{true, false} {
+		func() {
+			defer torch.SetGrad(grad)()
+			s := torch.NewScope()
+			defer s.Close()
+			w := s.FromFloat32([]float32{1, 2, 0.5, 1}, 4)
+			h := s.FromFloat32(x, 1, 2, 4)
+			rope := s.Zeros([]int64{1, 1, 2, 4}, torch.Float32, torch.CPU)
+			bias := s.Zeros([]int64{1, 1, 2, 2}, torch.Float32, torch.CPU)
+			y := fused.Forward(s, fused.Config{NormEps: 1e-6, AttnScale: 0.5}, []*torch.Tensor{w}, h, rope, rope, bias, nil, nil, nil, 0)
+			if grad {
+				if err := s.Err(); err == nil || !strings.Contains(err.Error(), "inference only (grad is on)") {
+					t.Fatalf("grad on: error %v, want the shim's refusal", err)
+				}
+				return
+			}
+			got, err := torch.Float32s(y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range 2 {
+				var ms float64
+				for _, v := range x[4*r : 4*r+4] {
+					ms += float64(v) * float64(v) / 4
+				}
+				for i, wi := range []float64{1, 2, 0.5, 1} {
+					want := wi * float64(x[4*r+i]) / math.Sqrt(ms+1e-6)
+					if d := math.Abs(float64(got[4*r+i]) - want); d > 1e-5 {
+						t.Errorf("grad off: y[%d][%d] = %v, want RMSNorm's %v", r, i, got[4*r+i], want)
+					}
+				}
+			}
+		}()
 	}
 }
