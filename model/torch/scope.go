@@ -221,15 +221,23 @@ func lockThread() (unlock func()) {
 // pool.
 //
 // The mark that a thread is claimed is thread-local in C; a claimed thread
-// only ever runs its claimant, and dies with it (the main thread, which Go
-// never ends, is parked for good instead), so the mark is never seen by
-// another goroutine.
+// only ever runs its claimant, and dies with it, so the mark is never seen
+// by another goroutine. The main thread is the exception Go makes: it never
+// ends it, and parks it for good when a goroutine exits locked to it, which
+// would keep that goroutine's pool, and the throttle, for the life of the
+// process (whether a short-lived goroutine landed there was chance: a
+// process's judge ran at one speed or at half of it, §26). So the init
+// below keeps the main thread for the main goroutine alone.
 func claimThread() {
 	runtime.LockOSThread()
 	if !cClaimThread() {
 		runtime.LockOSThread()
 	}
 }
+
+// init locks the main goroutine to the main thread (Go then runs main on
+// it, and no other goroutine ever runs there): see claimThread.
+func init() { runtime.LockOSThread() }
 
 // Len is the number of tensors s owns (for tests and debugging).
 func (s *Scope) Len() int { return len(s.tensors) }

@@ -89,3 +89,22 @@ func TestThreadEndsWithItsGoroutine(t *testing.T) {
 	}
 	t.Fatalf("thread %d still runs 10 s after its goroutine ended", tid)
 }
+
+// TestMainThreadOnlyRunsMain: no goroutine but the main one runs on the
+// main thread, which Go never ends: a goroutine that claimed it would leave
+// its libgomp pool parked there for the life of the process (claimThread).
+// Goroutines that claim a thread one after another, each on the thread the
+// last one's end freed, never get the main thread's id (the process id).
+func TestMainThreadOnlyRunsMain(t *testing.T) {
+	for i := range 200 {
+		tidc := make(chan int)
+		go func() {
+			s := NewScope()
+			s.Close()
+			tidc <- syscall.Gettid()
+		}()
+		if tid := <-tidc; tid == os.Getpid() {
+			t.Fatalf("goroutine %d claimed the main thread", i)
+		}
+	}
+}
