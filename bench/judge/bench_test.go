@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 )
 
@@ -14,24 +15,41 @@ import (
 // of 4 criteria over a 300-word response):
 //
 //	go test -run '^$' -bench YesNo -benchtime 5x ./bench/judge
+//
+// The checkpoint is written on a goroutine that ends, as `evolm model init`
+// is another process, and each side loads and scores it on its
+// sub-benchmark's goroutine, as a command loads and runs its model on one:
+// libgomp keeps a worker pool for every live thread that ran libtorch's
+// parallel ops, and two live pools at 2 intra-op threads throttle every op
+// (model/torch's claimThread; docs/engine-speed.md §26).
 func BenchmarkYesNo(b *testing.B) {
-	m, err := load("", "tiny", 0, 64, b.TempDir())
-	if err != nil {
+	dir := b.TempDir()
+	initErr := make(chan error)
+	go func() {
+		_, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir})
+		initErr <- err
+	}()
+	if err := <-initErr; err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(m.Close)
 	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, c := range []struct {
-		name string
-		f    scoreFunc
-	}{{"naive", m.ScoreNaive}, {"prefix_reuse", m.Score}} {
-		b.Run(c.name, func(b *testing.B) {
+	for _, side := range []string{"naive", "prefix_reuse"} {
+		b.Run(side, func(b *testing.B) {
+			m, err := load(dir, "", 0, 64, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			f := m.Score
+			if side == "naive" {
+				f = m.ScoreNaive
+			}
 			for b.Loop() {
-				if _, err := c.f(ctx, reqs); err != nil {
+				if _, err := f(ctx, reqs); err != nil {
 					b.Fatal(err)
 				}
 			}
