@@ -93,8 +93,9 @@ func TestThreadEndsWithItsGoroutine(t *testing.T) {
 // TestMainThreadOnlyRunsMain: no goroutine but the main one runs on the
 // main thread, which Go never ends: a goroutine that claimed it would leave
 // its libgomp pool parked there for the life of the process (claimThread).
-// Goroutines that claim a thread one after another, each on the thread the
-// last one's end freed, never get the main thread's id (the process id).
+// Two hundred goroutines that each claim a thread and end, one after
+// another, never get the main thread's id (the process id); without init's
+// lock the first one did.
 func TestMainThreadOnlyRunsMain(t *testing.T) {
 	for i := range 200 {
 		tidc := make(chan int)
