@@ -175,19 +175,15 @@ func selectiveChunk(s *torch.Scope, m model.CausalLM, h, tgt *torch.Tensor, entr
 	if err != nil {
 		return nil, nil, err
 	}
-	idx := s.Unsqueeze(tgt, 2) // (B, n, 1)
+	// log_softmax, not logit − logsumexp: libtorch 2.1's CPU logsumexp makes
+	// a logits-sized temporary in forward and keeps the logits for a
+	// backward of two more, where log_softmax's backward is one kernel over
+	// its saved output. A tiny model's forward+backward took 0.66–0.69 s
+	// instead of 0.95 and peaked 300 MB lower (docs/engine-speed.md §23).
+	lsm := s.LogSoftmax(lg, -1, torch.Float32)               // (B, n, V)
+	lp = s.Squeeze(s.Gather(lsm, 2, s.Unsqueeze(tgt, 2)), 2) // (B, n)
 	if entropy {
-		lsm := s.LogSoftmax(lg, -1, torch.Float32)                       // (B, n, V)
-		lp = s.Squeeze(s.Gather(lsm, 2, idx), 2)                         // (B, n)
 		ent = s.Neg(s.SumDim(s.Mul(s.Exp(lsm), lsm), []int64{2}, false)) // (B, n)
-	} else {
-		// log_softmax, not logit − logsumexp: libtorch 2.1's CPU logsumexp
-		// makes a logits-sized temporary in forward and keeps the logits
-		// for a backward of two more, where log_softmax's backward is one
-		// kernel over its saved output. A tiny model's forward+backward
-		// took 0.66–0.69 s instead of 0.95 and peaked 300 MB lower
-		// (docs/engine-speed.md §23).
-		lp = s.Squeeze(s.Gather(s.LogSoftmax(lg, -1, torch.Float32), 2, idx), 2) // (B, n)
 	}
 	return lp, ent, s.Err()
 }
