@@ -235,6 +235,25 @@ func claimThread() {
 	}
 }
 
+// OnOwnThread runs f on a new goroutine that claims its OS thread (see
+// claimThread) and ends when f returns, and returns f's error. The thread
+// ends with the goroutine, and so does the libgomp worker pool that f's
+// parallel ops started on it. For one-off engine work, such as loading a
+// model, done on a goroutine that lives on without using the engine after
+// it: a command's main goroutine that loads the model its shard workers or
+// its server's connections then run (docs/engine-speed.md §27). Done on
+// that goroutine, the work would leave a second pool alive beside the
+// workers', and two pools at 2 intra-op threads on 2 CPUs throttle every op
+// of both.
+func OnOwnThread(f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		claimThread()
+		done <- f()
+	}()
+	return <-done
+}
+
 // init locks the main goroutine to the main thread (Go then runs main on
 // it, and no other goroutine ever runs there): see claimThread.
 func init() { runtime.LockOSThread() }

@@ -19,6 +19,7 @@ static int evolm_mmap_threshold(int n) { return mallopt(M_MMAP_THRESHOLD, n); }
 // thread.
 static __thread int evolm_claimed;
 static int evolm_claim_thread(void) { int was = evolm_claimed; evolm_claimed = 1; return was; }
+static int evolm_thread_claimed(void) { return evolm_claimed; }
 */
 import "C"
 
@@ -27,6 +28,12 @@ import "fmt"
 // cClaimThread marks the calling OS thread and reports whether it was
 // marked before.
 func cClaimThread() bool { return C.evolm_claim_thread() == 1 }
+
+// ThreadClaimed reports whether the calling goroutine's OS thread has been
+// claimed by a goroutine that entered libtorch (claimThread), and so may hold
+// a libgomp worker pool. It is meaningful on a goroutine locked to its thread
+// (runtime.LockOSThread), or on one that has itself used libtorch.
+func ThreadClaimed() bool { return C.evolm_thread_claimed() == 1 }
 
 func cManualSeed(seed int64) { C.at_manual_seed(C.int64_t(seed)) }
 func cSetNumThreads(n int)   { C.at_set_num_threads(C.int(n)) }

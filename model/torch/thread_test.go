@@ -1,6 +1,7 @@
 package torch
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -108,4 +109,44 @@ func TestMainThreadOnlyRunsMain(t *testing.T) {
 			t.Fatalf("goroutine %d claimed the main thread", i)
 		}
 	}
+}
+
+// OnOwnThread runs f on a thread other than the caller's, which ends after
+// f, and returns f's error; the caller's thread stays unclaimed.
+func TestOnOwnThread(t *testing.T) {
+	runtime.LockOSThread() // the test goroutine's thread, never handed to another
+	defer runtime.UnlockOSThread()
+	caller := syscall.Gettid()
+	var tid int
+	wantErr := errors.New("from f")
+	err := OnOwnThread(func() error {
+		tid = syscall.Gettid()
+		s := NewScope()
+		defer s.Close()
+		s.Add(s.FromFloat32([]float32{1, 2}, 2), s.FromFloat32([]float32{3, 4}, 2))
+		if err := s.Err(); err != nil {
+			return err
+		}
+		if !ThreadClaimed() {
+			return errors.New("f's thread is not claimed after a scope")
+		}
+		return wantErr
+	})
+	if err != wantErr {
+		t.Fatalf("OnOwnThread returned %v, want f's error", err)
+	}
+	if tid == caller {
+		t.Fatalf("f ran on the caller's thread %d", tid)
+	}
+	if ThreadClaimed() {
+		t.Fatal("the caller's thread was claimed")
+	}
+	task := fmt.Sprintf("/proc/self/task/%d", tid)
+	for range 1000 {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("f's thread %d still runs 10 s after OnOwnThread returned", tid)
 }
