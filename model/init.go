@@ -116,7 +116,20 @@ type InitOptions struct {
 // next, so the largest resident piece is one tensor, never the model. The
 // model Init builds for the parameter list is allocated with torch.empty and
 // never written: it costs address space, not memory.
+//
+// Like Load, Init runs on a thread of its own that ends when it returns
+// (torch.OnOwnThread), so that the caller's thread holds no OpenMP worker
+// pool for it.
 func Init(opts InitOptions) (*Config, error) {
+	var cfg *Config
+	err := torch.OnOwnThread(func() (err error) {
+		cfg, err = initCheckpoint(opts)
+		return err
+	})
+	return cfg, err
+}
+
+func initCheckpoint(opts InitOptions) (*Config, error) {
 	tokDir := opts.TokenizerDir
 	var err error
 	if tokDir == "" {

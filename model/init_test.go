@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/evolm/evolm/model"
@@ -59,4 +60,29 @@ func TestInitStreamsRandomize(t *testing.T) {
 	}
 	ref.Close()
 	modeltest.CheckLeaks(t, base)
+}
+
+// Init and Load run on a thread of their own (torch.OnOwnThread): the
+// caller's thread never enters libtorch, so it starts no libgomp worker
+// pool that would live on beside those of the goroutines that then run the
+// model (docs/engine-speed.md §27).
+func TestInitAndLoadLeaveCallerThread(t *testing.T) {
+	runtime.LockOSThread() // so that ThreadClaimed asks about this goroutine's thread
+	defer runtime.UnlockOSThread()
+	dir := t.TempDir()
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if torch.ThreadClaimed() {
+		t.Fatal("model.Init used libtorch on the caller's thread")
+	}
+	m, err := model.Load(dir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := torch.ThreadClaimed()
+	m.Close() // Close frees tensors on the caller's thread, and claims it
+	if claimed {
+		t.Fatal("model.Load used libtorch on the caller's thread")
+	}
 }

@@ -49,7 +49,20 @@ func (o LoadOptions) resolve() (torch.Device, torch.DType) {
 // the shards of model.safetensors.index.json. The architecture must be
 // registered. A checkpoint that does not match the architecture fails with
 // one error naming every missing, unexpected and mis-shaped tensor.
+//
+// The loading runs on a thread of its own that ends when Load returns
+// (torch.OnOwnThread), so that the caller's thread holds no OpenMP worker
+// pool for it if the model then runs on other goroutines.
 func Load(dir string, opts LoadOptions) (CausalLM, error) {
+	var m CausalLM
+	err := torch.OnOwnThread(func() (err error) {
+		m, err = load(dir, opts)
+		return err
+	})
+	return m, err
+}
+
+func load(dir string, opts LoadOptions) (CausalLM, error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err

@@ -174,7 +174,8 @@ func Load(opt Options) (*Model, error) {
 	}
 	var ad *lora.Adapter
 	if opt.Adapter != "" {
-		if ad, err = lora.Load(lm, opt.Adapter); err != nil {
+		// On a thread of its own, as model.Load: see torch.OnOwnThread.
+		if err = torch.OnOwnThread(func() (err error) { ad, err = lora.Load(lm, opt.Adapter); return err }); err != nil {
 			lm.Close()
 			return nil, fmt.Errorf("torch backend: %w", err)
 		}
