@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 )
@@ -16,20 +18,15 @@ import (
 //
 //	go test -run '^$' -bench YesNo -benchtime 5x ./bench/judge
 //
-// The checkpoint is written on a goroutine that ends, as `evolm model init`
-// is another process, and each side loads and scores it on its
-// sub-benchmark's goroutine, as a command loads and runs its model on one:
-// libgomp keeps a worker pool for every live thread that ran libtorch's
-// parallel ops, and two live pools at 2 intra-op threads throttle every op
-// (model/torch's claimThread; docs/engine-speed.md §26).
+// Each side scores on its sub-benchmark's goroutine: libgomp keeps a worker
+// pool for every live thread that ran libtorch's parallel ops, and two live
+// pools at 2 intra-op threads throttle every op (model/torch's
+// claimThread; docs/engine-speed.md §26). model.Init and model.Load run on
+// threads of their own that end (§27), so the benchmark's goroutine holds
+// none.
 func BenchmarkYesNo(b *testing.B) {
 	dir := b.TempDir()
-	initErr := make(chan error)
-	go func() {
-		_, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir})
-		initErr <- err
-	}()
-	if err := <-initErr; err != nil {
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
 		b.Fatal(err)
 	}
 	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
@@ -54,6 +51,93 @@ func BenchmarkYesNo(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkYesNoStageShape runs BenchmarkYesNo's workload in the judge
+// stage's shape: the model is loaded from one long-lived goroutine (the
+// stage's) and scored from another (a shard worker's). Were the loading
+// done on the first goroutine's thread, that thread would keep a libgomp
+// worker pool beside the worker's, and at 2 intra-op threads on 2 CPUs the
+// two pools throttle every op; model.Load runs on a thread of its own that
+// ends (docs/engine-speed.md §27):
+//
+//	go test -run '^$' -bench 'YesNo' -benchtime 200x ./bench/judge
+func BenchmarkYesNoStageShape(b *testing.B) {
+	dir := b.TempDir()
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
+		b.Fatal(err)
+	}
+	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, side := range []string{"naive", "prefix_reuse"} {
+		m, err := load(dir, "", 0, 64, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(side, func(b *testing.B) {
+			f := m.Score
+			if side == "naive" {
+				f = m.ScoreNaive
+			}
+			for b.Loop() {
+				if _, err := f(ctx, reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		m.Close()
+	}
+}
+
+// BenchmarkYesNoConcurrent runs BenchmarkYesNo's prefix-reuse workload on
+// two goroutines at once, each with a model of its own, as two shard
+// workers of the judge stage score at once (pipeline.parallelism 2): two
+// pools whose threads all work at once, on 2 CPUs at 2 intra-op threads
+// more threads than CPUs. An op is one call on each.
+func BenchmarkYesNoConcurrent(b *testing.B) {
+	dir := b.TempDir()
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
+		b.Fatal(err)
+	}
+	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var g errgroup.Group
+	ready, start := make(chan struct{}, 2), make(chan struct{})
+	for range 2 {
+		g.Go(func() error {
+			m, err := load(dir, "", 0, 64, "")
+			if err != nil {
+				ready <- struct{}{}
+				return err
+			}
+			defer m.Close()
+			if _, err := m.Score(ctx, reqs); err != nil { // warm-up
+				ready <- struct{}{}
+				return err
+			}
+			ready <- struct{}{}
+			<-start
+			for range b.N {
+				if _, err := m.Score(ctx, reqs); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	<-ready
+	<-ready
+	b.ResetTimer()
+	close(start)
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
 	}
 }
 
