@@ -114,7 +114,7 @@ func TestMainThreadOnlyRunsMain(t *testing.T) {
 // OnOwnThread runs f on a thread other than the caller's, which ends after
 // f, and returns f's error; the caller's thread stays unclaimed.
 func TestOnOwnThread(t *testing.T) {
-	runtime.LockOSThread() // the test goroutine's thread, never handed to another
+	runtime.LockOSThread() // so that ThreadClaimed asks about the caller's thread
 	defer runtime.UnlockOSThread()
 	caller := syscall.Gettid()
 	var tid int
@@ -132,7 +132,7 @@ func TestOnOwnThread(t *testing.T) {
 		}
 		return wantErr
 	})
-	if err != wantErr {
+	if !errors.Is(err, wantErr) {
 		t.Fatalf("OnOwnThread returned %v, want f's error", err)
 	}
 	if tid == caller {
