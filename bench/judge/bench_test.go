@@ -9,6 +9,7 @@ import (
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/torchbe"
 )
 
 // BenchmarkYesNo compares yes/no judging with prefix reuse against the same
@@ -25,15 +26,7 @@ import (
 // threads of their own that end (§27), so the benchmark's goroutine holds
 // none.
 func BenchmarkYesNo(b *testing.B) {
-	dir := b.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		b.Fatal(err)
-	}
-	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
+	dir, reqs := yesNoWorkload(b)
 	for _, side := range []string{"naive", "prefix_reuse"} {
 		b.Run(side, func(b *testing.B) {
 			m, err := load(dir, "", 0, 64, "")
@@ -41,15 +34,7 @@ func BenchmarkYesNo(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer m.Close()
-			f := m.Score
-			if side == "naive" {
-				f = m.ScoreNaive
-			}
-			for b.Loop() {
-				if _, err := f(ctx, reqs); err != nil {
-					b.Fatal(err)
-				}
-			}
+			scoreLoop(b, m, side, reqs)
 		})
 	}
 }
@@ -64,31 +49,13 @@ func BenchmarkYesNo(b *testing.B) {
 //
 //	go test -run '^$' -bench 'YesNo' -benchtime 200x ./bench/judge
 func BenchmarkYesNoStageShape(b *testing.B) {
-	dir := b.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		b.Fatal(err)
-	}
-	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
+	dir, reqs := yesNoWorkload(b)
 	for _, side := range []string{"naive", "prefix_reuse"} {
 		m, err := load(dir, "", 0, 64, "")
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(side, func(b *testing.B) {
-			f := m.Score
-			if side == "naive" {
-				f = m.ScoreNaive
-			}
-			for b.Loop() {
-				if _, err := f(ctx, reqs); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(side, func(b *testing.B) { scoreLoop(b, m, side, reqs) })
 		m.Close()
 	}
 }
@@ -99,14 +66,7 @@ func BenchmarkYesNoStageShape(b *testing.B) {
 // pools whose threads all work at once, on 2 CPUs at 2 intra-op threads
 // more threads than CPUs. An op is one call on each.
 func BenchmarkYesNoConcurrent(b *testing.B) {
-	dir := b.TempDir()
-	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
-		b.Fatal(err)
-	}
-	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
+	dir, reqs := yesNoWorkload(b)
 	ctx := context.Background()
 	var g errgroup.Group
 	ready, start := make(chan struct{}, 2), make(chan struct{})
@@ -138,6 +98,36 @@ func BenchmarkYesNoConcurrent(b *testing.B) {
 	close(start)
 	if err := g.Wait(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// yesNoWorkload writes the YesNo benchmarks' tiny random checkpoint and
+// returns its directory and their requests: one (response, rubric) request
+// of 4 criteria over a 300-word response.
+func yesNoWorkload(b *testing.B) (string, []backend.ScoreRequest) {
+	dir := b.TempDir()
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", Seed: 1, OutDir: dir}); err != nil {
+		b.Fatal(err)
+	}
+	reqs, err := workload(shape{responses: 1, rubrics: 1, responseWords: 300, criteria: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return dir, reqs
+}
+
+// scoreLoop times one side of the YesNo benchmarks: m's Score
+// ("prefix_reuse") or ScoreNaive ("naive") over reqs, a call per op.
+func scoreLoop(b *testing.B, m *torchbe.Model, side string, reqs []backend.ScoreRequest) {
+	f := m.Score
+	if side == "naive" {
+		f = m.ScoreNaive
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := f(ctx, reqs); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
