@@ -95,7 +95,11 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 // that shares too little with either neighbour runs without the cache,
 // its prefix and extra tokens in its one pass, and leaves the cache as it
 // was for the requests after it.
-func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
+func (m *Model) Score(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
+	return onEngine(ctx, m, func() ([]backend.ScoreResponse, error) { return m.score(ctx, reqs) })
+}
+
+func (m *Model) score(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
 	if err := backend.CheckRequests(reqs, func(r *backend.ScoreRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch score: %w", err)
@@ -695,7 +699,11 @@ func rightPad(rows [][]int, T int) (ids, last []int64) {
 // over up to MaxBatch queued rows across requests), so that the only
 // difference between the two is the shared prefill. It is the baseline of
 // the judge benchmark and the reference Score is tested against.
-func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
+func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
+	return onEngine(ctx, m, func() ([]backend.ScoreResponse, error) { return m.scoreNaive(ctx, reqs) })
+}
+
+func (m *Model) scoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ []backend.ScoreResponse, err error) {
 	defer recoverEngine("torch score", &err)
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
@@ -733,7 +741,11 @@ func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 }
 
 // LogProbs implements backend.LogProber over generate.LogProbs.
-func (m *Model) LogProbs(ctx context.Context, reqs []backend.LogProbRequest) (_ []backend.LogProbResponse, err error) {
+func (m *Model) LogProbs(ctx context.Context, reqs []backend.LogProbRequest) ([]backend.LogProbResponse, error) {
+	return onEngine(ctx, m, func() ([]backend.LogProbResponse, error) { return m.logProbs(ctx, reqs) })
+}
+
+func (m *Model) logProbs(ctx context.Context, reqs []backend.LogProbRequest) (_ []backend.LogProbResponse, err error) {
 	defer recoverEngine("torch log-probs", &err)
 	if err := backend.CheckIDs(reqs, func(r *backend.LogProbRequest) string { return r.ID }); err != nil {
 		return nil, fmt.Errorf("torch log-probs: %w", err)

@@ -121,6 +121,11 @@ type Options struct {
 	// evolm's trainer and PEFT's save_pretrained write it) attached to the
 	// loaded model: the model generates as base + adapter.
 	Adapter string
+	// OneThread runs Score, ScoreNaive and LogProbs on one goroutine of the
+	// model's, whichever goroutines call them: for callers that are several
+	// at once, such as a stage's shard workers, so that one OS thread, not
+	// one per caller, keeps a libgomp worker pool (see engineThread).
+	OneThread bool
 }
 
 // Model is a loaded checkpoint serving the backend interfaces. Close it.
@@ -134,8 +139,9 @@ type Model struct {
 	stop    []int // end-of-generation token ids
 	maxLen  int   // most tokens per sequence: MaxModelLen or the context length
 	sched   *generate.Scheduler
-	mu      sync.RWMutex // read-held by calls, write-held by Close
-	decoded sync.Map     // token id → decoded text, for log-prob tokens
+	engine  *engineThread // Options.OneThread; nil without
+	mu      sync.RWMutex  // read-held by calls, write-held by Close
+	decoded sync.Map      // token id → decoded text, for log-prob tokens
 }
 
 // Load reads a checkpoint directory and its tokenizer.
@@ -202,15 +208,22 @@ func Load(opt Options) (*Model, error) {
 		maxLen = opt.MaxModelLen
 	}
 	sched := generate.NewScheduler(opt.MemoryBudget)
-	return &Model{
+	m := &Model{
 		lm: lm, adapter: ad, tok: tok, id: opt.ModelID, opt: opt, stop: stop, maxLen: maxLen, sched: sched,
 		gen: generate.New(lm, tok, generate.Options{MaxBatch: opt.MaxBatch, PadID: max(tok.Specials().Pad, 0),
 			PrefillChunk: opt.PrefillChunk, Scheduler: sched}),
-	}, nil
+	}
+	if opt.OneThread {
+		m.engine = newEngineThread()
+	}
+	return m, nil
 }
 
 // Close frees the model's parameters.
 func (m *Model) Close() {
+	if m.engine != nil {
+		m.engine.stop()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.lm != nil {

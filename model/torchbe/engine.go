@@ -1,0 +1,78 @@
+package torchbe
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// engineThread runs the Score, ScoreNaive and LogProbs calls of a Model
+// whose Options.OneThread is set on one goroutine, and so on one OS thread:
+// the calls come from several goroutines (a stage's shard workers) but take
+// the engine one at a time anyway (a scheduler turn each). Run from their
+// callers' goroutines, each caller's thread would keep a libgomp worker pool
+// of its own, and once the pools' threads outnumber the CPUs libgomp
+// throttles every op of every pool: two shard workers at 2 intra-op threads
+// on 2 CPUs ran the judge stage 3× slower than one (docs/engine-speed.md
+// §28). Generate keeps running on its callers' goroutines: its calls
+// interleave decode step by decode step, which one goroutine cannot do
+// without the scheduler handing it each step.
+type engineThread struct {
+	mu     sync.Mutex // held while a call is handed over, and by stop
+	closed bool
+	work   chan func()
+}
+
+func newEngineThread() *engineThread {
+	e := &engineThread{work: make(chan func())}
+	go func() {
+		for f := range e.work {
+			f()
+		}
+	}()
+	return e
+}
+
+var errEngineClosed = errors.New("model is closed")
+
+// onEngine runs f on m's engine thread when it has one (on the caller's
+// goroutine otherwise) and returns its results. f recovers its own panics
+// (recoverEngine).
+func onEngine[T any](ctx context.Context, m *Model, f func() (T, error)) (T, error) {
+	e := m.engine
+	if e == nil {
+		return f()
+	}
+	var res T
+	var err error
+	done := make(chan struct{})
+	call := func() {
+		defer close(done)
+		res, err = f()
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return res, errEngineClosed
+	}
+	select {
+	case e.work <- call:
+	case <-ctx.Done():
+		e.mu.Unlock()
+		return res, ctx.Err()
+	}
+	e.mu.Unlock()
+	<-done
+	return res, err
+}
+
+// stop ends the engine thread once the call it runs, if any, returns;
+// calls after stop fail.
+func (e *engineThread) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		e.closed = true
+		close(e.work)
+	}
+}
