@@ -192,7 +192,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 			return err
 		}
 	}
-	b, err := roles.Open(s.judge, env.Log)
+	rc := s.judge
+	rc.Callers = min(env.Parallelism, len(respFiles)) // MapShards' workers, one shard each
+	b, err := roles.Open(rc, env.Log)
 	if err != nil {
 		return err
 	}

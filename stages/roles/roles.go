@@ -233,6 +233,13 @@ type Config struct {
 	// Shared is true for a rubric generator without a model of its own: the
 	// policy's model (and engine settings) plays it.
 	Shared bool
+	// Callers is how many goroutines will call the backend at once: a
+	// stage's shard workers (pipeline.MapShards runs up to the run's
+	// parallelism, one per shard). 0 and 1 mean one. It is not a config
+	// key; the stage sets it. With more than one, the in-process torch
+	// engine runs their scoring calls on one goroutine of its own
+	// (torchbe.Options.OneThread).
+	Callers int
 }
 
 // Read reads and checks role's section from cfg (any view of the merged
