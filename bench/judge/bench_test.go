@@ -101,6 +101,46 @@ func BenchmarkYesNoConcurrent(b *testing.B) {
 	}
 }
 
+// BenchmarkYesNoShardWorkers runs BenchmarkYesNo's prefix-reuse workload
+// in the judge stage's shape at parallelism 2: two goroutines (its shard
+// workers) score on one model at once. Score calls take the engine one at a
+// time either way; "callers" runs each on its caller's goroutine, so that
+// both callers' threads keep a libgomp pool, and "one_thread" runs them on
+// the model's engine goroutine (torchbe.Options.OneThread, what the judge
+// stage asks for with more than one shard worker; docs/engine-speed.md
+// §28). An op is one call on each goroutine.
+func BenchmarkYesNoShardWorkers(b *testing.B) {
+	dir, reqs := yesNoWorkload(b)
+	for _, side := range []string{"callers", "one_thread"} {
+		b.Run(side, func(b *testing.B) {
+			m, err := torchbe.Load(torchbe.Options{Dir: dir, MaxBatch: 64, OneThread: side == "one_thread"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			ctx := context.Background()
+			if _, err := m.Score(ctx, reqs); err != nil { // warm-up
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			var g errgroup.Group
+			for range 2 {
+				g.Go(func() error {
+					for range b.N {
+						if _, err := m.Score(ctx, reqs); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			if err := g.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
 // yesNoWorkload writes the YesNo benchmarks' tiny random checkpoint and
 // returns its directory and their requests: one (response, rubric) request
 // of 4 criteria over a 300-word response.
