@@ -18,16 +18,21 @@ import (
 // interleave decode step by decode step, which one goroutine cannot do
 // without the scheduler handing it each step.
 type engineThread struct {
-	mu     sync.Mutex // held while a call is handed over, and by stop
-	closed bool
-	work   chan func()
+	work chan func()
+	quit chan struct{} // closed by stop
+	once sync.Once
 }
 
 func newEngineThread() *engineThread {
-	e := &engineThread{work: make(chan func())}
+	e := &engineThread{work: make(chan func()), quit: make(chan struct{})}
 	go func() {
-		for f := range e.work {
-			f()
+		for {
+			select {
+			case f := <-e.work:
+				f()
+			case <-e.quit:
+				return
+			}
 		}
 	}()
 	return e
@@ -36,8 +41,9 @@ func newEngineThread() *engineThread {
 var errEngineClosed = errors.New("model is closed")
 
 // onEngine runs f on m's engine thread when it has one (on the caller's
-// goroutine otherwise) and returns its results. f recovers its own panics
-// (recoverEngine).
+// goroutine otherwise) and returns its results. A caller waiting for the
+// engine thread to take its call gives up when ctx ends or the model
+// closes. f recovers its own panics (recoverEngine).
 func onEngine[T any](ctx context.Context, m *Model, f func() (T, error)) (T, error) {
 	e := m.engine
 	if e == nil {
@@ -50,29 +56,17 @@ func onEngine[T any](ctx context.Context, m *Model, f func() (T, error)) (T, err
 		defer close(done)
 		res, err = f()
 	}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return res, errEngineClosed
-	}
 	select {
 	case e.work <- call:
+	case <-e.quit:
+		return res, errEngineClosed
 	case <-ctx.Done():
-		e.mu.Unlock()
 		return res, ctx.Err()
 	}
-	e.mu.Unlock()
 	<-done
 	return res, err
 }
 
 // stop ends the engine thread once the call it runs, if any, returns;
-// calls after stop fail.
-func (e *engineThread) stop() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.closed {
-		e.closed = true
-		close(e.work)
-	}
-}
+// calls not yet taken fail.
+func (e *engineThread) stop() { e.once.Do(func() { close(e.quit) }) }

@@ -2,6 +2,7 @@ package torchbe
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
@@ -17,7 +18,8 @@ import (
 // TestOneThread: with Options.OneThread, Score, ScoreNaive and LogProbs
 // called from several goroutines at once answer as without it, and run off
 // their callers' threads (no caller's thread enters libtorch, so none keeps
-// a libgomp pool); after Close they fail.
+// a libgomp pool); a canceled call fails with its context's error; after
+// Close they fail.
 func TestOneThread(t *testing.T) {
 	dir := t.TempDir()
 	modeltest.InitTiny(t, dir, 7)
@@ -84,6 +86,11 @@ func TestOneThread(t *testing.T) {
 	}
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := one.Score(canceled, sreq); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Score with a canceled context: %v, want context.Canceled", err)
 	}
 	one.Close()
 	if _, err := one.Score(ctx, sreq); err == nil || !strings.Contains(err.Error(), "closed") {
