@@ -76,7 +76,7 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 			if apiKey == "" {
 				apiKey = os.Getenv(openai.APIKeyEnv)
 			}
-			m, err := torchbe.Load(o)
+			m, err := loadServed(o)
 			if err != nil {
 				return err
 			}
@@ -127,6 +127,17 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 	return cmd
 }
 
+// loadServed loads a model to serve. Its scores and log-probs run on one
+// engine thread (torchbe.Options.OneThread): at --coalesce 1 every
+// connection's goroutine calls the engine, and otherwise the score batcher's
+// goroutine does, which ends when idle, so without it each of those threads
+// would keep a libgomp worker pool of its own, and pools that outnumber the
+// CPUs throttle every op (docs/engine-speed.md §29).
+func loadServed(o torchbe.Options) (*torchbe.Model, error) {
+	o.OneThread = true
+	return torchbe.Load(o)
+}
+
 // loopback reports whether a listener address is a loopback one.
 func loopback(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
@@ -166,7 +177,7 @@ type torchLoader struct {
 }
 
 func (l *torchLoader) load(opt torchbe.Options) (*serve.Engine, error) {
-	m, err := torchbe.Load(opt)
+	m, err := loadServed(opt)
 	if err != nil {
 		return nil, err
 	}
