@@ -172,14 +172,15 @@ func workload(w shape) ([]backend.ScoreRequest, error) {
 }
 
 // load opens the checkpoint, writing a random one first when dir is empty.
-func load(dir, preset string, threads, maxBatch int, tmp string) (*torchbe.Model, error) {
+// oneThread loads it as `evolm serve` does (torchbe.Options.OneThread).
+func load(dir, preset string, threads, maxBatch int, oneThread bool, tmp string) (*torchbe.Model, error) {
 	if dir == "" {
 		dir = tmp
 		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: preset, Seed: 1, OutDir: dir}); err != nil {
 			return nil, err
 		}
 	}
-	return torchbe.Load(torchbe.Options{Dir: dir, Threads: threads, MaxBatch: maxBatch})
+	return torchbe.Load(torchbe.Options{Dir: dir, Threads: threads, MaxBatch: maxBatch, OneThread: oneThread})
 }
 
 type scoreFunc func(context.Context, []backend.ScoreRequest) ([]backend.ScoreResponse, error)
@@ -317,7 +318,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	m, err := load(cfg.model, cfg.preset, cfg.threads, cfg.maxBatch, tmp)
+	m, err := load(cfg.model, cfg.preset, cfg.threads, cfg.maxBatch, cfg.serve, tmp)
 	if err != nil {
 		return err
 	}
