@@ -11,11 +11,13 @@ import "runtime"
 // (and, like a Scope, SetGrad keeps a goroutine on its first thread for
 // good: see claimThread).
 func SetGrad(enabled bool) (restore func()) {
-	claimThread()
+	locked := holdThread()
 	prev := setGrad(enabled)
 	return func() {
 		setGrad(prev)
-		runtime.UnlockOSThread()
+		if locked {
+			runtime.UnlockOSThread()
+		}
 	}
 }
 

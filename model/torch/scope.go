@@ -31,20 +31,19 @@ type Scope struct {
 	tensors  []*Tensor
 	err      error
 	closed   bool
+	locked   bool // holds a thread lock, released by Close (see holdThread)
 }
 
 // NewScope returns an empty root scope.
 func NewScope() *Scope {
-	claimThread()
-	return &Scope{}
+	return &Scope{locked: holdThread()}
 }
 
 // Child returns a scope whose errors also fail s. Use one per loop iteration
 // (a layer, a decode step) so intermediates are freed early; move results out
 // with MoveTo(parent, t).
 func (s *Scope) Child() *Scope {
-	runtime.LockOSThread()
-	c := &Scope{parent: s, err: s.err}
+	c := &Scope{parent: s, err: s.err, locked: holdThread()}
 	s.children = append(s.children, c)
 	return c
 }
@@ -190,7 +189,9 @@ func (s *Scope) Close() {
 			}
 		}
 	}
-	runtime.UnlockOSThread()
+	if s.locked {
+		runtime.UnlockOSThread()
+	}
 }
 
 // lockThread pins the goroutine to its OS thread for a gotch call and the
@@ -199,6 +200,36 @@ func (s *Scope) Close() {
 func lockThread() (unlock func()) {
 	claimThread()
 	return runtime.UnlockOSThread
+}
+
+// holdThread is claimThread for a lock held across calls, a Scope's or
+// SetGrad's: on a thread already claimed, whose goroutine can no longer
+// leave it, it takes no lock and reports false, and the holder has nothing
+// to undo; otherwise it claims the thread and reports true. So a goroutine
+// that has claimed its thread holds no more locks with a scope open than
+// without one, which Go's coroutines need: a switch to or from one
+// (iter.Pull) requires the thread's lock count that it had when the
+// coroutine was created, and the engine thread's generations are
+// coroutines that yield with their scopes open (model/torchbe's
+// engineThread).
+func holdThread() (locked bool) {
+	if ThreadClaimed() {
+		return false
+	}
+	claimThread()
+	return true
+}
+
+// ClaimThread makes the calling goroutine its OS thread's owner for good,
+// as its first engine call would (see claimThread), and holds no lock to
+// undo. For a goroutine that will create coroutines that use the engine
+// (iter.Pull): claimed inside one, the thread would take its permanent lock
+// there, and the coroutine's next switch would find a lock count other
+// than the one it was created with.
+func ClaimThread() {
+	if holdThread() {
+		runtime.UnlockOSThread()
+	}
 }
 
 // claimThread locks the calling goroutine to its OS thread, undone by one

@@ -3,6 +3,7 @@ package torch
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"runtime"
 	"syscall"
@@ -149,4 +150,55 @@ func TestOnOwnThread(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("f's thread %d still runs 10 s after OnOwnThread returned", tid)
+}
+
+// TestScopesAcrossCoroutineSwitches: a coroutine created by a goroutine that
+// has claimed its thread (ClaimThread) may switch back and forth with a
+// scope, a child scope and a grad mode open: they take no lock on a claimed
+// thread (holdThread), and a coroutine switch requires the lock count the
+// coroutine was created with (the runtime throws otherwise, ending the
+// test binary). The engine thread's generations rely on it (model/torchbe).
+func TestScopesAcrossCoroutineSwitches(t *testing.T) {
+	errc := make(chan error, 1)
+	go func() {
+		ClaimThread()
+		var sums []float32
+		next, stop := iter.Pull(func(yield func(struct{}) bool) {
+			s := NewScope()
+			defer s.Close()
+			defer SetGrad(false)()
+			x := s.FromFloat32([]float32{1, 2}, 2)
+			for range 3 {
+				c := s.Child()
+				y := c.Add(x, x)
+				v, err := Float32s(y)
+				c.Close()
+				if err != nil {
+					errc <- err
+					return
+				}
+				sums = append(sums, v[0]+v[1])
+				sc := s.Child() // open across the switch
+				if !yield(struct{}{}) {
+					sc.Close()
+					return
+				}
+				sc.Close()
+			}
+		})
+		defer stop()
+		for {
+			if _, ok := next(); !ok {
+				break
+			}
+		}
+		if len(sums) != 3 || sums[0] != 6 {
+			errc <- fmt.Errorf("sums %v, want [6 6 6]", sums)
+			return
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
 }
