@@ -26,11 +26,17 @@ import (
 //     request that alone needs more than the budget is refused by
 //     Generator.Admit before any work.
 //
+//   - One goroutine. Where every call runs on one goroutine as a coroutine
+//     of its (model/torchbe's engine thread), SetYield gives the scheduler
+//     the way to let the others run: Turn yields first, and a reservation
+//     yields while the budget is short, instead of blocking that goroutine.
+//
 // A nil *Scheduler grants every turn and has no budget. It is safe for
 // concurrent use.
 type Scheduler struct {
 	budget int64 // bytes; 0 = unlimited
 	sem    *semaphore.Weighted
+	yield  func() (yielded bool, err error) // SetYield's; nil: none
 
 	mu    sync.Mutex
 	busy  bool
@@ -46,6 +52,16 @@ func NewScheduler(budgetBytes int64) *Scheduler {
 	return s
 }
 
+// SetYield makes every Turn, and every wait for budget, first call yield,
+// before the scheduler is used. yield lets the engine goroutine's other
+// calls run and returns when the caller's call may go on (yielded true), at
+// once when the caller is not one of its coroutines (yielded false), or
+// with an error when the call must end (the engine is closing). With it,
+// calls that share one goroutine take their turns in the order they yield,
+// and none ever waits for a turn: the one that runs holds none of the
+// others'.
+func (s *Scheduler) SetYield(yield func() (yielded bool, err error)) { s.yield = yield }
+
 // Budget is the memory budget in bytes (0: none).
 func (s *Scheduler) Budget() int64 {
 	if s == nil {
@@ -59,6 +75,11 @@ func (s *Scheduler) Budget() int64 {
 func (s *Scheduler) Turn(ctx context.Context) (done func(), err error) {
 	if s == nil {
 		return func() {}, ctx.Err()
+	}
+	if s.yield != nil {
+		if _, err := s.yield(); err != nil {
+			return nil, err
+		}
 	}
 	s.mu.Lock()
 	if !s.busy {
@@ -107,8 +128,26 @@ func (s *Scheduler) reserve(ctx context.Context, n int64) (release func(), err e
 		return func() {}, nil
 	}
 	n = min(max(n, 1), s.budget)
-	if err := s.sem.Acquire(ctx, n); err != nil {
-		return nil, err
+	acquired := false
+	for s.yield != nil {
+		if acquired = s.sem.TryAcquire(n); acquired {
+			break
+		}
+		yielded, err := s.yield()
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !yielded { // not one of the engine goroutine's coroutines: it may block
+			break
+		}
+	}
+	if !acquired {
+		if err := s.sem.Acquire(ctx, n); err != nil {
+			return nil, err
+		}
 	}
 	return func() { s.sem.Release(n) }, nil
 }
