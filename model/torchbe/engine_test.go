@@ -3,13 +3,16 @@ package torchbe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
@@ -38,6 +41,15 @@ func TestOneThread(t *testing.T) {
 		{ID: "b", Prefix: "Is grass red? No.", Suffixes: []string{" Correct?"}, Candidates: []string{" yes", " no"}},
 	}
 	lreq := []backend.LogProbRequest{{ID: "l", Prompt: "Hello", Completion: " there, friend"}}
+	seed := int64(11)
+	greq := []backend.GenerateRequest{
+		{ID: "g", Prompt: "Once upon a time", N: 2, LogProbs: true, Sampling: backend.Sampling{MaxTokens: 12, Temperature: 1, Seed: &seed}},
+		{ID: "h", Prompt: "The sea", Sampling: backend.Sampling{MaxTokens: 5}},
+	}
+	wantGen, err := plain.Generate(ctx, greq)
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantScore, err := plain.Score(ctx, sreq)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +89,13 @@ func TestOneThread(t *testing.T) {
 				if d := cmp.Diff(wantLP, lp); d != "" {
 					t.Errorf("LogProbs on the engine thread differs (-want +got):\n%s", d)
 				}
+				gen, err := one.Generate(ctx, greq)
+				if err != nil {
+					return err
+				}
+				if d := cmp.Diff(wantGen, gen); d != "" {
+					t.Errorf("Generate on the engine thread differs (-want +got):\n%s", d)
+				}
 			}
 			if torch.ThreadClaimed() {
 				t.Error("a caller's thread entered libtorch")
@@ -92,8 +111,182 @@ func TestOneThread(t *testing.T) {
 	if _, err := one.Score(canceled, sreq); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Score with a canceled context: %v, want context.Canceled", err)
 	}
+	if _, err := one.Generate(canceled, greq); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Generate with a canceled context: %v, want context.Canceled", err)
+	}
 	one.Close()
 	if _, err := one.Score(ctx, sreq); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("Score after Close: %v, want an error saying the model is closed", err)
+	}
+	if _, err := one.Generate(ctx, greq); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Generate after Close: %v, want an error saying the model is closed", err)
+	}
+}
+
+// TestOneThreadInterleaves: generations on the engine thread still take
+// the engine step by step. A short generation that arrives while a long one
+// runs ends first, a score call made meanwhile is answered before the long
+// one ends, and each answers as alone on a plain model; Close while the
+// long one runs ends it with an error and returns.
+func TestOneThreadInterleaves(t *testing.T) {
+	dir := t.TempDir()
+	modeltest.InitTiny(t, dir, 5)
+	plain, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	one, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1, OneThread: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	ctx := context.Background()
+	s1, s2 := int64(3), int64(5)
+	long := []backend.GenerateRequest{{ID: "long", Prompt: "Tell me a long story", N: 4, Sampling: backend.Sampling{MaxTokens: 300, Temperature: 1, Seed: &s1}}}
+	short := []backend.GenerateRequest{{ID: "short", Prompt: "Hi", Sampling: backend.Sampling{MaxTokens: 4, Temperature: 1, Seed: &s2}}}
+	sreq := []backend.ScoreRequest{{ID: "a", Prefix: "Is the sky blue? It is.", Suffixes: []string{" Correct?"}, Candidates: []string{" yes", " no"}}}
+	wantLong, err := plain.Generate(ctx, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantShort, err := plain.Generate(ctx, short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantScore, err := plain.Score(ctx, sreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(wantLong[0].Completions[0].TokenIDs); n < 100 {
+		t.Fatalf("the long generation alone made %d tokens; the test needs it long", n)
+	}
+
+	var mu sync.Mutex
+	var order []string
+	done := func(name string) {
+		mu.Lock()
+		order = append(order, name)
+		mu.Unlock()
+	}
+	var g errgroup.Group
+	g.Go(func() error {
+		got, err := one.Generate(ctx, long)
+		if err != nil {
+			return err
+		}
+		done("long")
+		if d := cmp.Diff(wantLong, got); d != "" {
+			t.Errorf("long generation interleaved vs alone (-alone +interleaved):\n%s", d)
+		}
+		return nil
+	})
+	for one.engine.taken.Load() < 1 { // the long call is on the engine first
+		runtime.Gosched()
+	}
+	g.Go(func() error {
+		got, err := one.Generate(ctx, short)
+		if err != nil {
+			return err
+		}
+		done("short")
+		if d := cmp.Diff(wantShort, got); d != "" {
+			t.Errorf("short generation interleaved vs alone (-alone +interleaved):\n%s", d)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		for one.engine.taken.Load() < 2 {
+			runtime.Gosched()
+		}
+		got, err := one.Score(ctx, sreq)
+		if err != nil {
+			return err
+		}
+		done("score")
+		if d := cmp.Diff(wantScore, got); d != "" {
+			t.Errorf("score during a generation vs alone (-alone +during):\n%s", d)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if order[len(order)-1] != "long" {
+		t.Errorf("completion order %v: the long generation should end last", order)
+	}
+
+	// Close while a generation runs: it fails, and Close returns.
+	failed := make(chan error, 1)
+	taken := one.engine.taken.Load()
+	go func() {
+		_, err := one.Generate(ctx, long)
+		failed <- err
+	}()
+	for one.engine.taken.Load() == taken {
+		runtime.Gosched()
+	}
+	one.Close()
+	if err := <-failed; err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("a generation cut short by Close: %v, want an error saying the model is closed", err)
+	}
+}
+
+// BenchmarkGenerateShardWorkers has two goroutines generate on one model at
+// once, as a rollout stage's two shard workers at parallelism 2 (an op is
+// one call on each: 4 prompts × 8 samples of up to 32 tokens), with the
+// calls run on their callers' threads (callers) and on the model's engine
+// thread (one_thread, Options.OneThread); one_goroutine makes the same two
+// calls one after the other from one goroutine, on its thread. Each
+// sub-benchmark loads its model and closes it, and every call is made from
+// a goroutine that then ends, so that no thread left by another keeps a
+// libgomp pool (docs/engine-speed.md §30):
+//
+//	go test -run '^$' -bench GenerateShardWorkers -benchtime 5x ./model/torchbe
+func BenchmarkGenerateShardWorkers(b *testing.B) {
+	for _, preset := range []string{"tiny", "small"} {
+		dir := b.TempDir()
+		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: preset, Seed: 1, OutDir: dir}); err != nil {
+			b.Fatal(err)
+		}
+		reqs := func(worker int) []backend.GenerateRequest {
+			rs := make([]backend.GenerateRequest, 4)
+			for i := range rs {
+				seed := int64(i)
+				rs[i] = backend.GenerateRequest{ID: fmt.Sprint(worker, "/", i), Prompt: fmt.Sprintf("Write a sentence about the sea, number %d.", i), N: 8,
+					Sampling: backend.Sampling{MaxTokens: 32, Temperature: 1, Seed: &seed}}
+			}
+			return rs
+		}
+		for _, mode := range []string{"one_goroutine", "callers", "one_thread"} {
+			b.Run(preset+"/"+mode, func(b *testing.B) {
+				m, err := Load(Options{Dir: dir, ModelID: preset, OneThread: mode == "one_thread"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				ctx := context.Background()
+				for b.Loop() {
+					var g errgroup.Group
+					if mode == "one_goroutine" {
+						g.Go(func() error {
+							for w := range 2 {
+								if _, err := m.Generate(ctx, reqs(w)); err != nil {
+									return err
+								}
+							}
+							return nil
+						})
+					} else {
+						for w := range 2 {
+							g.Go(func() error { _, err := m.Generate(ctx, reqs(w)); return err })
+						}
+					}
+					if err := g.Wait(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

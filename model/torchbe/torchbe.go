@@ -121,10 +121,12 @@ type Options struct {
 	// evolm's trainer and PEFT's save_pretrained write it) attached to the
 	// loaded model: the model generates as base + adapter.
 	Adapter string
-	// OneThread runs Score, ScoreNaive and LogProbs on one goroutine of the
-	// model's, whichever goroutines call them: for callers that are several
-	// at once, such as a stage's shard workers, so that one OS thread, not
-	// one per caller, keeps a libgomp worker pool (see engineThread).
+	// OneThread runs every engine call, Generate and GenerateEach as well
+	// as Score, ScoreNaive and LogProbs, on one goroutine of the model's,
+	// whichever goroutines make them: for callers that are several at once,
+	// such as a stage's shard workers or a server's connections, so that one
+	// OS thread, not one per caller, keeps a libgomp worker pool (see
+	// engineThread).
 	OneThread bool
 }
 
@@ -215,6 +217,7 @@ func Load(opt Options) (*Model, error) {
 	}
 	if opt.OneThread {
 		m.engine = newEngineThread()
+		sched.SetYield(m.engine.yield)
 	}
 	return m, nil
 }
@@ -354,6 +357,15 @@ func (m *Model) GenerateEach(ctx context.Context, reqs []backend.GenerateRequest
 	if len(greqs) == 0 {
 		return nil
 	}
+	return generateOnEngine(ctx, m, func(send func(int, backend.GenerateResponse)) error {
+		return m.generate(ctx, reqs, greqs, idx, prompts, send)
+	}, deliver)
+}
+
+// generate runs GenerateEach's admitted requests greqs, which answer
+// reqs[idx[k]] (prompts[k] tokens long), on the engine.
+func (m *Model) generate(ctx context.Context, reqs []backend.GenerateRequest, greqs []generate.Request, idx, prompts []int, deliver func(int, backend.GenerateResponse)) (err error) {
+	defer recoverEngine("torch generate", &err)
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.lm == nil {
