@@ -237,7 +237,7 @@ type Config struct {
 	// stage's shard workers (pipeline.MapShards runs up to the run's
 	// parallelism, one per shard). 0 and 1 mean one. It is not a config
 	// key; the stage sets it. With more than one, the in-process torch
-	// engine runs their scoring calls on one goroutine of its own
+	// engine runs their calls on one goroutine of its own
 	// (torchbe.Options.OneThread).
 	Callers int
 }

@@ -97,7 +97,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err != nil {
 		return err
 	}
-	b, err := roles.Open(s.role, env.Log)
+	rc := s.role
+	rc.Callers = min(env.Parallelism, len(files)) // MapShards' workers, one shard each
+	b, err := roles.Open(rc, env.Log)
 	if err != nil {
 		return err
 	}

@@ -33,8 +33,9 @@ func Options(c roles.Config, dir, id string) torchbe.Options {
 
 func open(c roles.Config, _ *slog.Logger) (*roles.Backend, error) {
 	opt := Options(c, c.Model, "")
-	// Several callers at once (a stage's shard workers) score on one engine
-	// goroutine, whose thread alone keeps a libgomp pool (torchbe.Options.OneThread).
+	// Several callers at once (a stage's shard workers) generate and score
+	// on one engine goroutine, whose thread alone keeps a libgomp pool
+	// (torchbe.Options.OneThread).
 	opt.OneThread = c.Callers > 1
 	m, err := torchbe.Load(opt)
 	if err != nil {
