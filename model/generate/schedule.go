@@ -20,6 +20,7 @@ import (
 //     interleave step by step: a call that decodes 16 × 3000 tokens holds the
 //     engine for one step at a time, and a small call that arrives meanwhile
 //     waits one step per step, not for the whole large call.
+//
 //   - Budget. Before a chunk allocates anything it reserves its estimated
 //     peak bytes (Generator.EstimateBytes) from the budget, FIFO, and
 //     returns them when it ends; chunks are packed to fit the budget. A
