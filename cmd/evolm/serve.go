@@ -127,12 +127,13 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 	return cmd
 }
 
-// loadServed loads a model to serve. Its scores and log-probs run on one
-// engine thread (torchbe.Options.OneThread): at --coalesce 1 every
-// connection's goroutine calls the engine, and otherwise the score batcher's
-// goroutine does, which ends when idle, so without it each of those threads
-// would keep a libgomp worker pool of its own, and pools that outnumber the
-// CPUs throttle every op (docs/engine-speed.md §29).
+// loadServed loads a model to serve. All its engine calls run on one engine
+// thread (torchbe.Options.OneThread): at --coalesce 1 every connection's
+// goroutine calls the engine, and otherwise the batchers' goroutines do (up
+// to --engine-calls for completions), which end when idle, so without it
+// each of those threads would keep a libgomp worker pool of its own, and
+// pools that outnumber the CPUs throttle every op (docs/engine-speed.md
+// §29–30).
 func loadServed(o torchbe.Options) (*torchbe.Model, error) {
 	o.OneThread = true
 	return torchbe.Load(o)

@@ -15,12 +15,12 @@ import (
 	"github.com/evolm/evolm/model/torchbe"
 )
 
-// TestServedScoresLeaveConnectionThreads: a model loaded as `evolm serve`
-// loads it answers a score request handled on a connection's goroutine, at
-// --coalesce 1 (the engine call made on that goroutine), without that
-// goroutine's thread entering libtorch, where it would keep a libgomp pool
-// of its own for as long as the connection lives.
-func TestServedScoresLeaveConnectionThreads(t *testing.T) {
+// TestServedCallsLeaveConnectionThreads: a model loaded as `evolm serve`
+// loads it answers score and completion requests handled on a connection's
+// goroutine, at --coalesce 1 (the engine calls made on that goroutine),
+// without that goroutine's thread entering libtorch, where it would keep a
+// libgomp pool of its own for as long as the connection lives.
+func TestServedCallsLeaveConnectionThreads(t *testing.T) {
 	dir := t.TempDir()
 	modeltest.InitTiny(t, dir, 3)
 	m, err := loadServed(torchbe.Options{Dir: dir, ModelID: "tiny", Threads: 1})
@@ -37,17 +37,20 @@ func TestServedScoresLeaveConnectionThreads(t *testing.T) {
 		defer close(done)
 		runtime.LockOSThread() // so that ThreadClaimed asks about this goroutine's thread
 		defer runtime.UnlockOSThread()
-		for range 3 {
-			body := `{"model":"tiny","prefix":"Is the sky blue? It is.","suffixes":[" Correct?"," Polite?"],"candidates":[" yes"," no"]}`
+		for _, c := range []struct{ path, body, want string }{
+			{"/v1/evolm/score", `{"model":"tiny","prefix":"Is the sky blue? It is.","suffixes":[" Correct?"," Polite?"],"candidates":[" yes"," no"]}`, "logprobs"},
+			{"/v1/completions", `{"model":"tiny","prompt":"Once upon a time","max_tokens":5,"n":2,"seed":1}`, "text_completion"},
+			{"/v1/evolm/score", `{"model":"tiny","prefix":"Is grass red? No.","suffixes":[" Correct?"],"candidates":[" yes"," no"]}`, "logprobs"},
+		} {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/evolm/score", strings.NewReader(body)))
-			if b, _ := io.ReadAll(rec.Body); rec.Code != http.StatusOK || !strings.Contains(string(b), "logprobs") {
-				t.Errorf("score: status %d, body %s", rec.Code, b)
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body)))
+			if b, _ := io.ReadAll(rec.Body); rec.Code != http.StatusOK || !strings.Contains(string(b), c.want) {
+				t.Errorf("%s: status %d, body %s", c.path, rec.Code, b)
 				return
 			}
 		}
 		if torch.ThreadClaimed() {
-			t.Error("the connection's thread entered libtorch: its score ran there, not on the engine thread")
+			t.Error("the connection's thread entered libtorch: its calls ran there, not on the engine thread")
 		}
 	}()
 	<-done
