@@ -17,19 +17,22 @@ import (
 // BenchmarkThroughputTorch serves a tiny random Qwen3 checkpoint with the
 // torch engine and measures the `openai` backend against it as requests in
 // flight scale, with the server coalescing concurrent requests into batches
-// (batch=64) and without (batch=1, one engine call per request).
+// (batch=64) and without (batch=1, one engine call per request). The model
+// and the handler are set up as `evolm serve` sets them up: the engine on
+// one thread (torchbe.Options.OneThread) and 4 engine calls at once
+// (--engine-calls).
 //
 //	go test -tags e2e -run '^$' -bench ThroughputTorch -benchtime 128x ./bench/openai
 func BenchmarkThroughputTorch(b *testing.B) {
 	dir := b.TempDir()
 	modeltest.InitTiny(b, dir, 1)
-	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: "tiny"})
+	m, err := torchbe.Load(torchbe.Options{Dir: dir, ModelID: "tiny", OneThread: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(m.Close)
 	for _, batch := range []int{1, 64} {
-		h, err := serve.NewHandler(serve.Config{Generator: m, Model: "tiny", RenderChat: m.RenderChat, MaxBatch: batch,
+		h, err := serve.NewHandler(serve.Config{Generator: m, Model: "tiny", RenderChat: m.RenderChat, MaxBatch: batch, BatchRunners: 4,
 			Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			b.Fatal(err)
