@@ -24,17 +24,7 @@ import (
 // a libgomp pool); a canceled call fails with its context's error; after
 // Close they fail.
 func TestOneThread(t *testing.T) {
-	dir := t.TempDir()
-	modeltest.InitTiny(t, dir, 7)
-	plain, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	one, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1, OneThread: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain, one := oneThreadPair(t, 7)
 	ctx := context.Background()
 	sreq := []backend.ScoreRequest{
 		{ID: "a", Prefix: "Is the sky blue? It is.", Suffixes: []string{" Correct?", " Polite?"}, Candidates: []string{" yes", " no"}},
@@ -46,22 +36,10 @@ func TestOneThread(t *testing.T) {
 		{ID: "g", Prompt: "Once upon a time", N: 2, LogProbs: true, Sampling: backend.Sampling{MaxTokens: 12, Temperature: 1, Seed: &seed}},
 		{ID: "h", Prompt: "The sea", Sampling: backend.Sampling{MaxTokens: 5}},
 	}
-	wantGen, err := plain.Generate(ctx, greq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantScore, err := plain.Score(ctx, sreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantNaive, err := plain.ScoreNaive(ctx, sreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantLP, err := plain.LogProbs(ctx, lreq)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wantGen := noErr(plain.Generate(ctx, greq))(t)
+	wantScore := noErr(plain.Score(ctx, sreq))(t)
+	wantNaive := noErr(plain.ScoreNaive(ctx, sreq))(t)
+	wantLP := noErr(plain.LogProbs(ctx, lreq))(t)
 	var g errgroup.Group
 	for range 3 {
 		g.Go(func() error {
@@ -129,91 +107,50 @@ func TestOneThread(t *testing.T) {
 // one ends, and each answers as alone on a plain model; Close while the
 // long one runs ends it with an error and returns.
 func TestOneThreadInterleaves(t *testing.T) {
-	dir := t.TempDir()
-	modeltest.InitTiny(t, dir, 5)
-	plain, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	one, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1, OneThread: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer one.Close()
+	plain, one := oneThreadPair(t, 5)
 	ctx := context.Background()
 	s1, s2 := int64(3), int64(5)
 	long := []backend.GenerateRequest{{ID: "long", Prompt: "Tell me a long story", N: 4, Sampling: backend.Sampling{MaxTokens: 300, Temperature: 1, Seed: &s1}}}
 	short := []backend.GenerateRequest{{ID: "short", Prompt: "Hi", Sampling: backend.Sampling{MaxTokens: 4, Temperature: 1, Seed: &s2}}}
 	sreq := []backend.ScoreRequest{{ID: "a", Prefix: "Is the sky blue? It is.", Suffixes: []string{" Correct?"}, Candidates: []string{" yes", " no"}}}
-	wantLong, err := plain.Generate(ctx, long)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantShort, err := plain.Generate(ctx, short)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantScore, err := plain.Score(ctx, sreq)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wantLong := noErr(plain.Generate(ctx, long))(t)
+	wantShort := noErr(plain.Generate(ctx, short))(t)
+	wantScore := noErr(plain.Score(ctx, sreq))(t)
 	if n := len(wantLong[0].Completions[0].TokenIDs); n < 100 {
 		t.Fatalf("the long generation alone made %d tokens; the test needs it long", n)
 	}
 
 	var mu sync.Mutex
-	var order []string
-	done := func(name string) {
-		mu.Lock()
-		order = append(order, name)
-		mu.Unlock()
+	var order []string // the calls, as they ended
+	// call runs one call on the engine thread once the loop has taken the
+	// calls before it (after), and compares its answer with want.
+	call := func(name string, after int64, want any, f func() (any, error)) func() error {
+		return func() error {
+			for one.engine.taken.Load() < after {
+				runtime.Gosched()
+			}
+			got, err := f()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("%s on the engine thread among the others vs alone (-alone +among):\n%s", name, d)
+			}
+			return nil
+		}
 	}
 	var g errgroup.Group
-	g.Go(func() error {
-		got, err := one.Generate(ctx, long)
-		if err != nil {
-			return err
-		}
-		done("long")
-		if d := cmp.Diff(wantLong, got); d != "" {
-			t.Errorf("long generation interleaved vs alone (-alone +interleaved):\n%s", d)
-		}
-		return nil
-	})
-	for one.engine.taken.Load() < 1 { // the long call is on the engine first
-		runtime.Gosched()
-	}
-	g.Go(func() error {
-		got, err := one.Generate(ctx, short)
-		if err != nil {
-			return err
-		}
-		done("short")
-		if d := cmp.Diff(wantShort, got); d != "" {
-			t.Errorf("short generation interleaved vs alone (-alone +interleaved):\n%s", d)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		for one.engine.taken.Load() < 2 {
-			runtime.Gosched()
-		}
-		got, err := one.Score(ctx, sreq)
-		if err != nil {
-			return err
-		}
-		done("score")
-		if d := cmp.Diff(wantScore, got); d != "" {
-			t.Errorf("score during a generation vs alone (-alone +during):\n%s", d)
-		}
-		return nil
-	})
+	g.Go(call("long generation", 0, wantLong, func() (any, error) { return one.Generate(ctx, long) }))
+	g.Go(call("short generation", 1, wantShort, func() (any, error) { return one.Generate(ctx, short) }))
+	g.Go(call("score", 1, wantScore, func() (any, error) { return one.Score(ctx, sreq) }))
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if order[len(order)-1] != "long" {
-		t.Errorf("completion order %v: the long generation should end last", order)
+	if order[len(order)-1] != "long generation" {
+		t.Errorf("calls in the order they ended: %v; the long generation should end last", order)
 	}
 
 	// Close while a generation runs: it fails, and Close returns.
@@ -229,6 +166,34 @@ func TestOneThreadInterleaves(t *testing.T) {
 	one.Close()
 	if err := <-failed; err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("a generation cut short by Close: %v, want an error saying the model is closed", err)
+	}
+}
+
+// oneThreadPair loads a tiny random checkpoint twice at 1 thread, plain and
+// with OneThread; both close when the test ends.
+func oneThreadPair(t *testing.T, seed int64) (plain, one *Model) {
+	t.Helper()
+	dir := t.TempDir()
+	modeltest.InitTiny(t, dir, seed)
+	load := func(oneThread bool) *Model {
+		m, err := Load(Options{Dir: dir, ModelID: "tiny", Threads: 1, OneThread: oneThread})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Close)
+		return m
+	}
+	return load(false), load(true)
+}
+
+// noErr(f(…))(t) is f's value, or fails the test with f's error.
+func noErr[T any](v T, err error) func(*testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
 }
 
