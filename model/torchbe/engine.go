@@ -157,10 +157,12 @@ func (e *engineThread) submit(ctx context.Context, c *engineCall) error {
 }
 
 // onEngine runs f on m's engine thread when it has one (on the caller's
-// goroutine otherwise) and returns its results. A caller waiting for the
-// engine thread to take its call gives up when ctx ends or the model
-// closes. f recovers its own panics (recoverEngine).
+// goroutine otherwise) and returns its results. A caller whose ctx ends
+// first gives up with ctx's error (the loop then skips the call, or lets it
+// finish unread if it has begun), and so does one whose model closes before
+// the call runs. f recovers its own panics (recoverEngine).
 func onEngine[T any](ctx context.Context, m *Model, f func() (T, error)) (T, error) {
+	var zero T
 	e := m.engine
 	if e == nil {
 		return f()
@@ -169,21 +171,32 @@ func onEngine[T any](ctx context.Context, m *Model, f func() (T, error)) (T, err
 	var err error
 	done := make(chan struct{})
 	c := &engineCall{
-		run:  func() { defer close(done); res, err = f() },
+		run: func() {
+			defer close(done)
+			if err = ctx.Err(); err == nil {
+				res, err = f()
+			}
+		},
 		fail: func(why error) { err = why; close(done) },
 	}
 	if err := e.submit(ctx, c); err != nil {
-		return res, err
+		return zero, err
 	}
-	<-done
-	return res, err
+	select {
+	case <-done:
+		return res, err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
 }
 
 // generateOnEngine runs body as a coroutine of m's engine thread when it
 // has one (on the caller's goroutine otherwise). body answers request i with
 // send(i, r); the caller's goroutine runs deliver(i, r) for each, in order,
 // as they come, and returns body's error once it has returned and every
-// answer has been delivered. body recovers its own panics.
+// answer has been delivered, or ctx's error as soon as ctx ends (body,
+// which checks ctx at each turn, then ends unread). body recovers its own
+// panics.
 func generateOnEngine[R any](ctx context.Context, m *Model, body func(send func(int, R)) error, deliver func(int, R)) error {
 	e := m.engine
 	if e == nil {
@@ -211,7 +224,12 @@ func generateOnEngine[R any](ctx context.Context, m *Model, body func(send func(
 	}
 	c := &engineCall{
 		coro: true,
-		run:  func() { defer close(finished); err = body(send) },
+		run: func() {
+			defer close(finished)
+			if err = ctx.Err(); err == nil {
+				err = body(send)
+			}
+		},
 		fail: func(why error) { err = why; close(finished) },
 	}
 	if err := e.submit(ctx, c); err != nil {
@@ -233,6 +251,8 @@ func generateOnEngine[R any](ctx context.Context, m *Model, body func(send func(
 		case <-finished:
 			flush()
 			return err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

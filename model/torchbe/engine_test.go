@@ -104,8 +104,9 @@ func TestOneThread(t *testing.T) {
 // TestOneThreadInterleaves: generations on the engine thread still take
 // the engine step by step. A short generation that arrives while a long one
 // runs ends first, a score call made meanwhile is answered before the long
-// one ends, and each answers as alone on a plain model; Close while the
-// long one runs ends it with an error and returns.
+// one ends, and each answers as alone on a plain model. A generation
+// canceled while it runs fails with its context's error and the engine goes
+// on; Close while one runs ends it with an error and returns.
 func TestOneThreadInterleaves(t *testing.T) {
 	plain, one := oneThreadPair(t, 5)
 	ctx := context.Background()
@@ -153,9 +154,29 @@ func TestOneThreadInterleaves(t *testing.T) {
 		t.Errorf("calls in the order they ended: %v; the long generation should end last", order)
 	}
 
+	// A generation whose context ends while it runs fails with the
+	// context's error, and the engine goes on.
+	cctx, cancel := context.WithCancel(ctx)
+	canceled := make(chan error, 1)
+	taken := one.engine.taken.Load()
+	go func() {
+		_, err := one.Generate(cctx, long)
+		canceled <- err
+	}()
+	for one.engine.taken.Load() == taken {
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-canceled; !errors.Is(err, context.Canceled) {
+		t.Errorf("a generation whose context was canceled: %v, want context.Canceled", err)
+	}
+	if got := noErr(one.Score(ctx, sreq))(t); !cmp.Equal(wantScore, got) {
+		t.Errorf("score after a canceled generation differs from the plain model's")
+	}
+
 	// Close while a generation runs: it fails, and Close returns.
 	failed := make(chan error, 1)
-	taken := one.engine.taken.Load()
+	taken = one.engine.taken.Load()
 	go func() {
 		_, err := one.Generate(ctx, long)
 		failed <- err
