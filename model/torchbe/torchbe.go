@@ -59,7 +59,10 @@
 //   - Concurrency. Concurrent calls (the handlers of `evolm serve`) share
 //     the engine in turns (generate.Scheduler): generations interleave decode
 //     step by decode step, so a large request cannot starve a small one;
-//     Score and LogProbs calls take one turn each.
+//     Score and LogProbs calls take one turn each. With Options.OneThread
+//     every call runs on one engine goroutine, generations as its
+//     coroutines, so that one OS thread keeps libgomp's worker pool
+//     (engineThread).
 //   - Admission. A request whose prompt + max_tokens exceeds MaxModelLen, or
 //     whose estimated memory alone exceeds MemoryBudget, fails its row with
 //     backend.FailureRejected before any engine work (HTTP 400 in serve).
