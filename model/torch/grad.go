@@ -33,6 +33,12 @@ func WithGrad(fn func() error) error {
 	return fn()
 }
 
+// SwapGrad sets this thread's grad mode and returns the one it replaces,
+// holding no lock: for a goroutine that owns its thread and switches between
+// coroutines on it, each of which keeps a grad mode of its own (the engine
+// thread of model/torchbe). Elsewhere use SetGrad.
+func SwapGrad(enabled bool) (prev bool) { return setGrad(enabled) }
+
 // GradEnabled reports this thread's grad mode. Call it with the thread locked
 // (inside a Scope or SetGrad) for the answer to mean anything.
 func GradEnabled() bool {
