@@ -49,6 +49,7 @@ type engineCall struct {
 	next  func() (struct{}, bool) // the coroutine, once started
 	stop  func()
 	yield func(struct{}) bool
+	grad  bool // the coroutine's grad mode while it is switched out
 }
 
 func newEngineThread() *engineThread {
@@ -105,9 +106,10 @@ func (e *engineThread) loop() {
 				c.yield = yield
 				c.run()
 			})
+			c.grad = torch.GradEnabled() // as a thread of its own would start
 		}
 		e.cur = c
-		_, yielded := c.next()
+		_, yielded := e.resume(c)
 		e.cur = nil
 		if yielded {
 			// Behind the calls that arrived while it ran: drain first.
@@ -123,11 +125,26 @@ func (e *engineThread) loop() {
 	// calls fail without running.
 	for _, c := range runq {
 		if c.next != nil {
+			base := torch.SwapGrad(c.grad)
 			c.stop()
+			torch.SwapGrad(base)
 		} else {
 			c.fail(errEngineClosed)
 		}
 	}
+}
+
+// resume runs coroutine c until it yields or returns, with the thread's
+// grad mode as c left it. The mode is thread-local, and a generation sets it
+// for its whole run (torch.SetGrad, restored when it returns): were it
+// shared, a generation that ends would restore its caller's mode under one
+// still running, which would then run with grad on (and off the fused
+// decoder stack, which needs it off), and its log-probs would differ in
+// the last bits from the same generation alone.
+func (e *engineThread) resume(c *engineCall) (struct{}, bool) {
+	base := torch.SwapGrad(c.grad)
+	defer func() { c.grad = torch.SwapGrad(base) }()
+	return c.next()
 }
 
 // yield is the scheduler's (generate.Scheduler.SetYield): it lets the other

@@ -190,6 +190,56 @@ func TestOneThreadInterleaves(t *testing.T) {
 	}
 }
 
+// TestOneThreadCoroutinesKeepTheirGradMode: generations on the engine
+// thread each keep their own grad mode, which is thread-local, across their
+// yields. Here the first to start ends first: it restores the mode it
+// found (on) while the second still runs with the mode it set (off), as a
+// generation sets it for its whole run. Shared, the second would go on
+// with grad on, off the fused decoder stack, and its log-probs would differ
+// in the last bits from the same generation alone.
+func TestOneThreadCoroutinesKeepTheirGradMode(t *testing.T) {
+	_, one := oneThreadPair(t, 9)
+	ctx := context.Background()
+	body := func(turns int) func(func(int, struct{})) error {
+		return func(func(int, struct{})) error {
+			defer torch.SetGrad(false)()
+			turn := func() error { // yields to the other first
+				done, err := one.sched.Turn(ctx)
+				if err == nil {
+					done()
+				}
+				return err
+			}
+			for one.engine.taken.Load() < 2 { // both on the engine
+				if err := turn(); err != nil {
+					return err
+				}
+			}
+			for i := range turns {
+				if err := turn(); err != nil {
+					return err
+				}
+				if torch.GradEnabled() {
+					return fmt.Errorf("turn %d of %d: grad mode on, though this generation set it off", i+1, turns)
+				}
+			}
+			return nil
+		}
+	}
+	var g errgroup.Group
+	g.Go(func() error { return generateOnEngine(ctx, one, body(2), func(int, struct{}) {}) })
+	for one.engine.taken.Load() < 1 {
+		runtime.Gosched()
+	}
+	g.Go(func() error { return generateOnEngine(ctx, one, body(6), func(int, struct{}) {}) })
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := noErr(onEngine(ctx, one, func() (bool, error) { return torch.GradEnabled(), nil }))(t); !got {
+		t.Error("the engine thread's own grad mode is off after the generations; want on, as they found it")
+	}
+}
+
 // oneThreadPair loads a tiny random checkpoint twice at 1 thread, plain and
 // with OneThread; both close when the test ends.
 func oneThreadPair(t *testing.T, seed int64) (plain, one *Model) {
