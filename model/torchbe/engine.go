@@ -69,14 +69,17 @@ func (e *engineThread) loop() {
 	// (torch.ClaimThread).
 	torch.ClaimThread()
 	var runq []*engineCall
+	take := func(c *engineCall) {
+		e.taken.Add(1)
+		runq = append(runq, c)
+	}
 	// drain queues the calls that have arrived; false once the engine
 	// stops.
 	drain := func() bool {
 		for {
 			select {
 			case c := <-e.work:
-				e.taken.Add(1)
-				runq = append(runq, c)
+				take(c)
 			case <-e.quit:
 				return false
 			default:
@@ -88,8 +91,7 @@ func (e *engineThread) loop() {
 		if len(runq) == 0 {
 			select {
 			case c := <-e.work:
-				e.taken.Add(1)
-				runq = append(runq, c)
+				take(c)
 			case <-e.quit:
 			}
 			continue // drain again: the engine may have stopped
@@ -101,17 +103,7 @@ func (e *engineThread) loop() {
 			c.run()
 			continue
 		}
-		if c.next == nil {
-			c.next, c.stop = iter.Pull(func(yield func(struct{}) bool) {
-				c.yield = yield
-				c.run()
-			})
-			c.grad = torch.GradEnabled() // as a thread of its own would start
-		}
-		e.cur = c
-		_, yielded := e.resume(c)
-		e.cur = nil
-		if yielded {
+		if e.resume(c) {
 			// Behind the calls that arrived while it ran: drain first.
 			ok := drain()
 			runq = append(runq, c)
@@ -125,26 +117,43 @@ func (e *engineThread) loop() {
 	// calls fail without running.
 	for _, c := range runq {
 		if c.next != nil {
-			base := torch.SwapGrad(c.grad)
-			c.stop()
-			torch.SwapGrad(base)
+			e.inMode(c, c.stop)
 		} else {
 			c.fail(errEngineClosed)
 		}
 	}
 }
 
-// resume runs coroutine c until it yields or returns, with the thread's
-// grad mode as c left it. The mode is thread-local, and a generation sets it
-// for its whole run (torch.SetGrad, restored when it returns): were it
-// shared, a generation that ends would restore its caller's mode under one
-// still running, which would then run with grad on (and off the fused
-// decoder stack, which needs it off), and its log-probs would differ in
-// the last bits from the same generation alone.
-func (e *engineThread) resume(c *engineCall) (struct{}, bool) {
+// resume starts coroutine c or resumes it, and runs it until it yields
+// (true) or returns (false).
+func (e *engineThread) resume(c *engineCall) (yielded bool) {
+	if c.next == nil {
+		c.next, c.stop = iter.Pull(func(yield func(struct{}) bool) {
+			c.yield = yield
+			c.run()
+		})
+		c.grad = torch.GradEnabled() // as a thread of its own would start
+	}
+	e.inMode(c, func() {
+		e.cur = c
+		_, yielded = c.next()
+		e.cur = nil
+	})
+	return yielded
+}
+
+// inMode runs f, which switches to coroutine c, with the thread's grad mode
+// as c left it, and keeps the mode c leaves for its next switch. The mode
+// is thread-local, and a generation sets it for its whole run (torch.SetGrad,
+// restored when it returns): were it shared, a generation that ends would
+// restore its caller's mode under one still running, which would then run
+// with grad on (and off the fused decoder stack, which needs it off), and
+// its log-probs would differ in the last bits from the same generation
+// alone.
+func (e *engineThread) inMode(c *engineCall, f func()) {
 	base := torch.SwapGrad(c.grad)
 	defer func() { c.grad = torch.SwapGrad(base) }()
-	return c.next()
+	f()
 }
 
 // yield is the scheduler's (generate.Scheduler.SetYield): it lets the other
