@@ -46,33 +46,23 @@ func TestOneThread(t *testing.T) {
 			runtime.LockOSThread() // so that ThreadClaimed asks about this goroutine's thread
 			defer runtime.UnlockOSThread()
 			for range 4 {
-				got, err := one.Score(ctx, sreq)
-				if err != nil {
-					return err
-				}
-				if d := cmp.Diff(wantScore, got); d != "" {
-					t.Errorf("Score on the engine thread differs (-want +got):\n%s", d)
-				}
-				naive, err := one.ScoreNaive(ctx, sreq)
-				if err != nil {
-					return err
-				}
-				if d := cmp.Diff(wantNaive, naive); d != "" {
-					t.Errorf("ScoreNaive on the engine thread differs (-want +got):\n%s", d)
-				}
-				lp, err := one.LogProbs(ctx, lreq)
-				if err != nil {
-					return err
-				}
-				if d := cmp.Diff(wantLP, lp); d != "" {
-					t.Errorf("LogProbs on the engine thread differs (-want +got):\n%s", d)
-				}
-				gen, err := one.Generate(ctx, greq)
-				if err != nil {
-					return err
-				}
-				if d := cmp.Diff(wantGen, gen); d != "" {
-					t.Errorf("Generate on the engine thread differs (-want +got):\n%s", d)
+				for _, c := range []struct {
+					name string
+					want any
+					call func() (any, error)
+				}{
+					{"Score", wantScore, func() (any, error) { return one.Score(ctx, sreq) }},
+					{"ScoreNaive", wantNaive, func() (any, error) { return one.ScoreNaive(ctx, sreq) }},
+					{"LogProbs", wantLP, func() (any, error) { return one.LogProbs(ctx, lreq) }},
+					{"Generate", wantGen, func() (any, error) { return one.Generate(ctx, greq) }},
+				} {
+					got, err := c.call()
+					if err != nil {
+						return err
+					}
+					if d := cmp.Diff(c.want, got); d != "" {
+						t.Errorf("%s on the engine thread differs (-want +got):\n%s", c.name, d)
+					}
 				}
 			}
 			if torch.ThreadClaimed() {
