@@ -3,7 +3,11 @@
 // calling the same ATen operators with the same arguments in the same
 // order, so the result is the same bits; TestFusedEqualsPlain checks it.
 // What it saves is the cost around each op in Go: a cgo call or two, a gotch
-// handle, a finalizer and a scope entry, for ~95 ops a layer.
+// handle, a finalizer and a scope entry, for ~95 ops a layer. Three short
+// runs of per-element float32 ops (RMSNorm's tail, the rotary step, the
+// scores' scale and mask) are one pass each instead, computing every element
+// with the ops' float operations in their order (see rms, rope and
+// scale_bias_ below), so the bits stay the same.
 
 #ifdef EVOLM_FUSED_NO_OVERLAY
 #error "model/fused needs libtorch's headers: run `make torch` and build with GOFLAGS=-overlay=build/overlay.json (source the Makefile's environment)"
@@ -12,9 +16,11 @@
 #include "fused.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
 #include <exception>
 #include <string>
 #include <vector>
@@ -76,22 +82,284 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return at::linear(compact(x), w, b);
 }
 
-// rms is RMSNorm.Forward.
-at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
+// parallel_rows runs f(r0, r1) over [0, n) split into one range per
+// thread of libtorch's intra-op pool, as at::parallel_for does, when n
+// exceeds grain, libtorch runs more than one thread and no parallel region
+// is open. at::parallel_for itself is a header template whose region
+// (#pragma omp parallel) exists only when the including file is built with
+// -fopenmp; this file is built without it, since linking an OpenMP runtime
+// of its own would start a second thread pool beside libtorch's, so there
+// at::parallel_for runs serially. parallel_rows opens the region the
+// pragma compiles to, GOMP_parallel, in the libgomp that libtorch itself
+// loaded (found at run time through libtorch's own handle), so its threads
+// are the pool's. Without it (another OpenMP runtime) f runs serially.
+struct Gomp {
+  void (*parallel)(void (*)(void*), void*, unsigned, unsigned) = nullptr;
+  int (*num_threads)() = nullptr;
+  int (*thread_num)() = nullptr;
+};
+
+const Gomp& gomp() {
+  static const Gomp g = [] {
+    Gomp g;
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) == 0 || info.dli_fname == nullptr) {
+      return g;
+    }
+    void* torch = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (torch == nullptr) return g;
+    g.parallel = reinterpret_cast<decltype(g.parallel)>(dlsym(torch, "GOMP_parallel"));
+    g.num_threads = reinterpret_cast<decltype(g.num_threads)>(dlsym(torch, "omp_get_num_threads"));
+    g.thread_num = reinterpret_cast<decltype(g.thread_num)>(dlsym(torch, "omp_get_thread_num"));
+    if (g.parallel == nullptr || g.num_threads == nullptr || g.thread_num == nullptr) g = Gomp{};
+    return g;
+  }();
+  return g;
+}
+
+template <typename F>
+void parallel_rows(int64_t n, int64_t grain, const F& f) {
+  const Gomp& g = gomp();
+  if (n <= std::max<int64_t>(grain, 1) || g.parallel == nullptr || at::in_parallel_region() ||
+      at::get_num_threads() <= 1) {
+    f(int64_t(0), n);
+    return;
+  }
+  struct Region {
+    const F* f;
+    const Gomp* g;
+    int64_t n, grain;
+  } region{&f, &g, n, grain};
+  g.parallel(
+      [](void* p) {
+        const Region& r = *static_cast<const Region*>(p);
+        int64_t threads = std::min<int64_t>(r.g->num_threads(), (r.n + r.grain - 1) / r.grain);
+        int64_t chunk = (r.n + threads - 1) / threads, begin = r.g->thread_num() * chunk;
+        if (begin < r.n) (*r.f)(begin, std::min(r.n, begin + chunk));
+      },
+      &region, 0, 0);
+}
+
+bool has_avx2() {
+#if defined(__x86_64__)
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// Three short runs of RMSNorm.Forward's, rope.apply's and eagerAttention's
+// ops are per-element float32 arithmetic: add, rsqrt and two muls after the
+// variance; neg, cat, two muls and add for the rotation; mul_ and add_ for
+// the scores' scale and mask. Each op pays ATen's cost around it (a
+// TensorIterator, an output allocation), which at a decode step's few rows
+// is most of its time, and runs on one thread below ATen's grain of 32,768
+// elements, which a judge's packed row of a few hundred positions is. The
+// kernels below compute each element with the same float operations in the
+// same order, one rounding each, with no contraction into FMAs (this file
+// is built for x86-64 without -mfma, and the AVX2 loops use mul and add
+// intrinsics), so the bits equal the ops'. model/llama's
+// TestFusedEqualsPlain checks them against the Go path's ops and that they
+// ran (ElementwiseCalls); TestLongPromptMatchesHF does on rows long enough
+// to split over threads. Other dtypes, devices and layouts take the ops.
+
+// elementwise_calls counts the kernels' runs (evolm_fused_elementwise_calls).
+std::atomic<int64_t> elementwise_calls[3];
+
+// elementwise_grain is the rows of width values one thread takes at least:
+// about 4,096 elements, so that a packed row of a few hundred positions
+// splits over two threads and a decode step's few rows do not.
+int64_t elementwise_grain(int64_t width) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(width, 1)); }
+
+// scale_row is y[i] = w[i] * (x[i] * inv), as x.mul(inv) then w.mul(·).
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void scale_row_avx2(const float* __restrict__ x, const float* __restrict__ w,
+                                                    float inv, float* __restrict__ y, int64_t n) {
+  int64_t i = 0;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv)));
+  }
+  for (; i < n; i++) {
+    const float xi = x[i] * inv;
+    y[i] = w[i] * xi;
+  }
+}
+#endif
+
+void scale_row(const float* __restrict__ x, const float* __restrict__ w, float inv, float* __restrict__ y,
+               int64_t n) {
+#if defined(__x86_64__)
+  if (has_avx2()) return scale_row_avx2(x, w, inv, y, n);
+#endif
+  for (int64_t i = 0; i < n; i++) {
+    const float xi = x[i] * inv;
+    y[i] = w[i] * xi;
+  }
+}
+
+// rms_ops is RMSNorm.Forward.
+at::Tensor rms_ops(const at::Tensor& x, const at::Tensor& w, double eps) {
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor variance = at::square(x32).mean({-1}, true);
   at::Tensor y = x32.mul(at::rsqrt(variance.add(eps)));
   return w.mul(y.to(x.scalar_type()));
 }
 
-// rope is rope.apply.
-at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t hs) {
+// rms is rms_ops: the variance by the same two ops, then w * (x *
+// rsqrt(variance + eps)) per element in one pass.
+at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
+  if (!x.is_cpu() || x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat ||
+      !x.is_contiguous() || !w.is_contiguous() || w.dim() != 1 || x.dim() < 1 ||
+      w.size(0) != x.size(-1) || x.numel() == 0) {
+    return rms_ops(x, w, eps);
+  }
+  elementwise_calls[0]++;
+  at::Tensor variance = at::square(x).mean({-1}, true).contiguous();
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  const int64_t width = x.size(-1), rows = x.numel() / width;
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  const float* vp = variance.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const float e = static_cast<float>(eps);  // add(Tensor, Scalar) computes in float32
+  parallel_rows(rows, elementwise_grain(width), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+      const float inv = 1.0f / std::sqrt(vp[r] + e);  // rsqrt is 1 / sqrt in ATen, exact
+      scale_row(xp + r * width, wp, inv, yp + r * width, width);
+    }
+  });
+  return y;
+}
+
+// rotate_row is y = x*c + rot(x)*s, rot(x) = (−x[half:], x[:half]), as
+// x.mul(cos).add(cat(x2.neg(), x1).mul(sin)).
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void rotate_row_avx2(const float* __restrict__ x, const float* __restrict__ c,
+                                                     const float* __restrict__ s, float* __restrict__ y,
+                                                     int64_t half) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < half; i += 8) {
+    __m256 lo = _mm256_loadu_ps(x + i), hi = _mm256_loadu_ps(x + half + i);
+    __m256 a = _mm256_mul_ps(lo, _mm256_loadu_ps(c + i));
+    __m256 d = _mm256_mul_ps(_mm256_xor_ps(hi, sign), _mm256_loadu_ps(s + i));
+    _mm256_storeu_ps(y + i, _mm256_add_ps(a, d));
+    a = _mm256_mul_ps(hi, _mm256_loadu_ps(c + half + i));
+    d = _mm256_mul_ps(lo, _mm256_loadu_ps(s + half + i));
+    _mm256_storeu_ps(y + half + i, _mm256_add_ps(a, d));
+  }
+}
+#endif
+
+void rotate_row(const float* __restrict__ x, const float* __restrict__ c, const float* __restrict__ s,
+                float* __restrict__ y, int64_t half) {
+#if defined(__x86_64__)
+  if (half % 8 == 0 && has_avx2()) return rotate_row_avx2(x, c, s, y, half);
+#endif
+  for (int64_t i = 0; i < 2 * half; i++) {
+    const float rot = i < half ? -x[i + half] : x[i - half];
+    const float a = x[i] * c[i];
+    const float d = rot * s[i];
+    y[i] = a + d;
+  }
+}
+
+// rope_ops is rope.apply.
+at::Tensor rope_ops(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t hs) {
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor x1 = x32.narrow(-1, 0, hs / 2);
   at::Tensor x2 = x32.narrow(-1, hs / 2, hs / 2);
   at::Tensor rot = at::cat({x2.neg(), x1}, -1);
   at::Tensor y = x32.mul(cos).add(rot.mul(sin));
   return y.to(x.scalar_type());
+}
+
+// rope is rope_ops over x of shape (B, H, T, hs), any strides with the last
+// dimension contiguous, and tables of shape (B or 1, 1, T, hs). The result
+// has x's strides, as the ops' has (their first mul allocates it like x,
+// and the add after it like that).
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t hs) {
+  if (!x.is_cpu() || x.scalar_type() != at::kFloat || cos.scalar_type() != at::kFloat ||
+      sin.scalar_type() != at::kFloat || x.dim() != 4 || cos.dim() != 4 || x.size(3) != hs ||
+      hs % 2 != 0 || x.stride(3) != 1 || !x.is_non_overlapping_and_dense() ||
+      cos.sizes() != sin.sizes() || cos.strides() != sin.strides() || cos.size(1) != 1 ||
+      (cos.size(0) != 1 && cos.size(0) != x.size(0)) || cos.size(2) != x.size(2) ||
+      cos.size(3) != hs || cos.stride(3) != 1 || x.numel() == 0) {
+    return rope_ops(x, cos, sin, hs);
+  }
+  elementwise_calls[1]++;
+  at::Tensor y = at::empty_like(x);  // x's strides (MemoryFormat::Preserve)
+  const int64_t H = x.size(1), T = x.size(2);
+  const float* xp = x.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const int64_t xb = x.stride(0), xh = x.stride(1), xt = x.stride(2);
+  const int64_t yb = y.stride(0), yh = y.stride(1), yt = y.stride(2);
+  const int64_t cb = cos.size(0) == 1 ? 0 : cos.stride(0), ct = cos.stride(2);
+  parallel_rows(x.numel() / hs, elementwise_grain(hs), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+      const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
+      rotate_row(xp + b * xb + h * xh + t * xt, cp + b * cb + t * ct, sp + b * cb + t * ct,
+                 yp + b * yb + h * yh + t * yt, hs / 2);
+    }
+  });
+  return y;
+}
+
+// scale_mask_row is a[j] = a[j]*scale + m[j], as att.mul_(scale) then
+// att.add_(bias).
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void scale_mask_row_avx2(float* __restrict__ a, const float* __restrict__ m,
+                                                         float scale, int64_t n) {
+  int64_t j = 0;
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (; j + 8 <= n; j += 8) {
+    _mm256_storeu_ps(a + j, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(a + j), vs), _mm256_loadu_ps(m + j)));
+  }
+  for (; j < n; j++) {
+    const float x = a[j] * scale;
+    a[j] = x + m[j];
+  }
+}
+#endif
+
+void scale_mask_row(float* __restrict__ a, const float* __restrict__ m, float scale, int64_t n) {
+#if defined(__x86_64__)
+  if (has_avx2()) return scale_mask_row_avx2(a, m, scale, n);
+#endif
+  for (int64_t j = 0; j < n; j++) {
+    const float x = a[j] * scale;
+    a[j] = x + m[j];
+  }
+}
+
+// scale_bias_ is eagerAttention's att.mul_(scale), att.to(float32) and
+// att.add_(bias) on the scores att (B, nh, n, keys), with bias (B or 1, 1,
+// n, keys): for contiguous float32 scores, one pass (mul_ takes the scale
+// as a float32).
+void scale_bias_(at::Tensor& att, double scale, const at::Tensor& bias) {
+  if (!att.is_cpu() || att.scalar_type() != at::kFloat || !att.is_contiguous() || att.dim() != 4 ||
+      bias.scalar_type() != at::kFloat || bias.dim() != 4 || bias.size(1) != 1 ||
+      (bias.size(0) != 1 && bias.size(0) != att.size(0)) || bias.size(2) != att.size(2) ||
+      bias.size(3) != att.size(3) || bias.stride(3) != 1 || att.numel() == 0) {
+    att.mul_(scale);
+    att = att.to(at::kFloat);
+    att.add_(bias);
+    return;
+  }
+  elementwise_calls[2]++;
+  const int64_t H = att.size(1), n = att.size(2), keys = att.size(3);
+  const int64_t bb = bias.size(0) == 1 ? 0 : bias.stride(0), bi = bias.stride(2);
+  const float s = static_cast<float>(scale);
+  float* ap = att.data_ptr<float>();
+  const float* bp = bias.data_ptr<float>();
+  parallel_rows(att.numel() / keys, elementwise_grain(keys), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+      scale_mask_row(ap + r * keys, bp + (r / (H * n)) * bb + (r % n) * bi, s, keys);
+    }
+  });
 }
 
 // repeat_kv is repeatKV.
@@ -154,9 +422,7 @@ struct Stack {
     auto block = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias) {
       at::Tensor att = at::matmul(q, k.transpose(2, 3));
-      att.mul_(cfg->attn_scale);
-      att = att.to(at::kFloat);
-      att.add_(bias);
+      scale_bias_(att, cfg->attn_scale, bias);
       att = at::softmax(att, -1, at::kFloat).to(v.scalar_type());
       return at::matmul(att, v);
     };
@@ -224,14 +490,6 @@ __attribute__((target("avx2"))) int64_t row_argmax_avx2(const float* p, int64_t 
 }
 #endif
 
-bool has_avx2() {
-#if defined(__x86_64__)
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
-#else
-  return false;
-#endif
-}
 
 // Packed weights (evolm_fused_packed_linear). A weight is reordered once
 // into oneDNN's blocked layout (mkldnn::_reorder_linear_weight) and kept
@@ -286,6 +544,16 @@ at::Tensor packed_weight(const at::Tensor& w) {
 }
 
 }  // namespace
+
+extern "C" void evolm_fused_elementwise_calls(int64_t* counts) {
+  for (int i = 0; i < 3; i++) counts[i] = elementwise_calls[i].load();
+}
+
+extern "C" int64_t evolm_fused_parallel_threads(int64_t n, int64_t grain) {
+  std::atomic<int64_t> parts{0};
+  parallel_rows(n, grain, [&](int64_t, int64_t) { parts++; });
+  return parts.load();
+}
 
 extern "C" int evolm_fused_packed_available(void) { return packing_available() ? 1 : 0; }
 
@@ -367,7 +635,7 @@ extern "C" char* evolm_fused_argmax(void* x, void** out) {
     at::Tensor idx = at::empty({B}, t.options().dtype(at::kLong));
     const float* p = t.data_ptr<float>();
     int64_t* o = idx.data_ptr<int64_t>();
-    at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    parallel_rows(B, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; b++) o[b] = row_argmax_avx2(p + b * V, V);
     });
     *out = new at::Tensor(std::move(idx));
@@ -420,7 +688,7 @@ extern "C" char* evolm_fused_attn_bias(int64_t B, int64_t T, int64_t past, void*
         }
       }
     }
-    at::parallel_for(0, rows * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(Tk, 1)),
+    parallel_rows(rows * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(Tk, 1)),
                      [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; r++) {
         const int64_t b = r / T, i = r % T;

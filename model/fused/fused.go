@@ -43,7 +43,16 @@
 // fused.cc is model/llama's forward.go and model.go transcribed op for op:
 // each C++ function names the Go function it mirrors and calls the same
 // operators, with the same arguments, in the same order, so the hidden
-// states are the same bits. model/llama's TestFusedEqualsPlain compares the
+// states are the same bits. Three short runs of per-element float32 ops are
+// one pass each instead (docs/engine-speed.md §31): RMSNorm's tail after the
+// variance (add, rsqrt, mul, mul), the rotary step (neg, cat, mul, mul, add)
+// and eager attention's scale and mask (mul_, add_). Each element gets the
+// ops' float operations in their order, one rounding each and no FMA, so
+// the bits are the ops'; they take float32 CPU tensors (ElementwiseCalls
+// counts them), other dtypes and devices the ops. They and the mask and
+// argmax split their rows over libtorch's intra-op threads through the
+// libgomp libtorch loaded (ParallelThreads): at::parallel_for compiles to
+// a serial loop in a file built without -fopenmp, as fused.cc is. model/llama's TestFusedEqualsPlain compares the
 // two paths bit for bit (max |Δ| = 0) over prefill and decode steps, GQA and
 // MHA, biases, Qwen3's q/k norms, padded batches, eager and SDPA attention,
 // float32 and bfloat16; every HF parity test runs through the fused path.
@@ -102,6 +111,24 @@ var calls atomic.Int64
 // Calls is the number of Forward calls so far, for tests that must know
 // the fused path ran.
 func Calls() int64 { return calls.Load() }
+
+// ElementwiseCalls is how many times each of Forward's one-pass
+// elementwise kernels has run in place of its ATen ops (fused.cc): RMSNorm's
+// tail, the rotary embedding, and eager attention's scale and mask. They
+// take float32 CPU tensors; other dtypes and devices take the ops. For tests
+// that must know the kernels ran.
+func ElementwiseCalls() (rms, rope, scaleBias int64) {
+	var c [3]C.int64_t
+	C.evolm_fused_elementwise_calls(&c[0])
+	return int64(c[0]), int64(c[1]), int64(c[2])
+}
+
+// ParallelThreads runs an empty loop of n rows through the shim's parallel
+// regions (at least grain rows a thread) and reports how many threads took
+// a part: libtorch's intra-op threads when n > grain, else 1. For tests.
+func ParallelThreads(n, grain int64) int64 {
+	return int64(C.evolm_fused_parallel_threads(C.int64_t(n), C.int64_t(grain)))
+}
 
 // Config is the stack's shape.
 type Config struct {

@@ -69,6 +69,16 @@ char* evolm_fused_argmax(void* x, void** out);
 // vectorized scan (x86-64 with AVX2).
 int evolm_fused_argmax_vectorized(void);
 
+// evolm_fused_elementwise_calls reports how many times each of the stack's
+// one-pass elementwise kernels ran instead of its ATen ops: [0] RMSNorm's
+// tail, [1] the rotary embedding, [2] attention's scale and mask.
+void evolm_fused_elementwise_calls(int64_t* counts);
+
+// evolm_fused_parallel_threads runs an empty loop of n rows through the
+// shim's parallel regions (grain rows a thread at least) and reports how
+// many threads took a part, for tests.
+int64_t evolm_fused_parallel_threads(int64_t n, int64_t grain);
+
 // evolm_fused_cpu_vendor reports the x86-64 CPU's vendor: 1 Intel (MKL
 // takes its own optimized kernels), 2 AMD, 0 another or another
 // architecture.

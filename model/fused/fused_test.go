@@ -121,3 +121,27 @@ func TestForwardRefusesGrad(t *testing.T) {
 		}()
 	}
 }
+
+// TestParallelRowsUseTheIntraOpThreads: the shim's parallel regions (its
+// elementwise kernels', the mask's and argmax's) run on libtorch's intra-op
+// threads, as many as torch.set_num_threads asks, and a loop of no more
+// rows than its grain on one. at::parallel_for would run them serially in
+// a file built without -fopenmp, as fused.cc is.
+func TestParallelRowsUseTheIntraOpThreads(t *testing.T) {
+	runtime.LockOSThread() // the thread count is the OS thread's (OpenMP's ICV)
+	defer runtime.UnlockOSThread()
+	defer torch.SetNumThreads(torch.NumThreads())
+	for _, c := range []struct{ threads, n, grain, want int64 }{
+		{2, 1000, 10, 2},
+		{2, 10, 10, 1},
+		{2, 11, 10, 2},
+		{3, 1000, 400, 3},
+		{3, 1000, 500, 2},
+		{1, 1000, 10, 1},
+	} {
+		torch.SetNumThreads(int(c.threads))
+		if got := fused.ParallelThreads(c.n, c.grain); got != c.want {
+			t.Errorf("%d threads, %d rows, grain %d: %d threads took a part, want %d", c.threads, c.n, c.grain, got, c.want)
+		}
+	}
+}

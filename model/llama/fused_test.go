@@ -37,9 +37,18 @@ func TestFusedEqualsPlain(t *testing.T) {
 				plainCached, plainFull := cachedForward(t, m, rc, 4), forwardNoGrad(t, m, rc)
 				llama.SetFused(true)
 				calls := fused.Calls()
+				rms0, rope0, sb0 := fused.ElementwiseCalls()
 				fusedCached, fusedFull := cachedForward(t, m, rc, 4), forwardNoGrad(t, m, rc)
 				if n := fused.Calls() - calls; n < 2 {
 					t.Fatalf("%s: the fused path ran %d times, want every pass", name, n)
+				}
+				// The one-pass elementwise kernels take float32 (eager
+				// attention's scale and mask only under eager attention),
+				// and other dtypes the ATen ops, so these bits cover both.
+				rms1, rope1, sb1 := fused.ElementwiseCalls()
+				f32 := m.DType() == torch.Float32
+				if ran, want := [3]bool{rms1 > rms0, rope1 > rope0, sb1 > sb0}, [3]bool{f32, f32, f32 && opt.Attention == model.AttnEager}; ran != want {
+					t.Errorf("%s %+v case%d: the elementwise kernels (rms, rope, scale+mask) ran %v, want %v", name, opt, c, ran, want)
 				}
 				dc, df := bitDiff(plainCached, fusedCached), bitDiff(plainFull, fusedFull)
 				t.Logf("%s %s/%s case%d: fused vs plain, cached %d and full %d differing logits (of %d)",
