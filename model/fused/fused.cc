@@ -165,7 +165,7 @@ bool has_avx2() {
 // to split over threads. Other dtypes, devices and layouts take the ops.
 
 // elementwise_calls counts the kernels' runs (evolm_fused_elementwise_calls).
-std::atomic<int64_t> elementwise_calls[3];
+std::atomic<int64_t> elementwise_calls[4];
 
 // elementwise_grain is the rows of width values one thread takes at least:
 // about 4,096 elements, so that a packed row of a few hundred positions
@@ -199,6 +199,93 @@ void scale_row(const float* __restrict__ x, const float* __restrict__ w, float i
   }
 }
 
+// The variance, at::square(x).mean(-1): ATen squares each element, sums
+// each row with cascade_sum (SumKernel.cpp: vectorized_inner_sum over
+// vectors of W lanes, row_sum's 4 partial sums, multi_row_sum's levels of
+// 16), then divides by the width. sum_squares adds the same squares in the
+// same order, lane by lane, so its sum has the same bits; W is the lane
+// count of the kernels ATen dispatches to on this CPU (at::
+// get_cpu_capability: 8 for AVX2 and for "NO AVX", 16 for AVX512).
+// variance_lanes checks that against ATen itself once, over rows of widths
+// that take every branch of the order, and returns 0 (the ops, always) on
+// any difference or another capability.
+constexpr int64_t kMaxLanes = 16;
+
+int64_t ceil_log2(int64_t x) { return x <= 2 ? 1 : 64 - __builtin_clzll(static_cast<uint64_t>(x - 1)); }
+
+float sum_squares(const float* __restrict__ x, int64_t n, int64_t W) {
+  const int64_t vec_size = n / W, size_ilp = vec_size / 4;
+  const int64_t power = std::max<int64_t>(4, ceil_log2(size_ilp) / 4), step = int64_t(1) << power,
+                mask = step - 1;
+  float acc[4][4][kMaxLanes] = {};  // [level][partial sum][lane]
+  auto add_vec = [&](float* dst, int64_t v) {
+    const float* p = x + v * W;
+    for (int64_t l = 0; l < W; l++) {
+      const float sq = p[l] * p[l];
+      dst[l] += sq;
+    }
+  };
+  auto add_acc = [&](float* dst, const float* src) {
+    for (int64_t l = 0; l < W; l++) dst[l] += src[l];
+  };
+  int64_t i = 0;
+  for (; i + step <= size_ilp;) {
+    for (int64_t j = 0; j < step; ++j, ++i) {
+      for (int64_t k = 0; k < 4; k++) add_vec(acc[0][k], i * 4 + k);
+    }
+    for (int64_t j = 1; j < 4; ++j) {
+      for (int64_t k = 0; k < 4; k++) {
+        add_acc(acc[j][k], acc[j - 1][k]);
+        std::fill(acc[j - 1][k], acc[j - 1][k] + W, 0.0f);
+      }
+      if ((i & (mask << (j * power))) != 0) break;
+    }
+  }
+  for (; i < size_ilp; ++i) {
+    for (int64_t k = 0; k < 4; k++) add_vec(acc[0][k], i * 4 + k);
+  }
+  for (int64_t j = 1; j < 4; ++j) {
+    for (int64_t k = 0; k < 4; k++) add_acc(acc[0][k], acc[j][k]);
+  }
+  for (int64_t v = size_ilp * 4; v < vec_size; v++) add_vec(acc[0][0], v);
+  for (int64_t k = 1; k < 4; k++) add_acc(acc[0][0], acc[0][k]);
+  float sum = 0.0f;
+  for (int64_t k = vec_size * W; k < n; k++) {
+    const float sq = x[k] * x[k];
+    sum += sq;
+  }
+  for (int64_t l = 0; l < W; l++) sum += acc[0][0][l];
+  return sum;
+}
+
+int64_t variance_lanes() {
+  static const int64_t lanes = [] {
+    const std::string cap = at::get_cpu_capability();
+    const int64_t W = cap == "AVX512" ? 16 : (cap == "AVX2" || cap == "NO AVX") ? 8 : 0;
+    if (W == 0) return int64_t(0);
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    at::NoGradGuard no_grad;
+    for (int64_t n : {8, 16, 17, 31, 64, 100, 128, 256, 520, 1024, 2048, 2056, 4096, 5120, 8192, 16384, 20000}) {
+      if (n < W) continue;
+      const int64_t rows = 3;
+      std::vector<float> v(rows * n);
+      uint64_t r = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(n);
+      for (float& f : v) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        f = (static_cast<float>(r >> 40) / 16777216.0f - 0.5f) * (1.0f + static_cast<float>(n % 7));
+      }
+      at::Tensor x = at::from_blob(v.data(), {rows, n}, at::kFloat);
+      at::Tensor want = at::square(x).mean({-1}, true).contiguous();
+      for (int64_t i = 0; i < rows; i++) {
+        const float got = sum_squares(v.data() + i * n, n, W) / static_cast<float>(n);
+        if (std::memcmp(&got, want.data_ptr<float>() + i, sizeof(float)) != 0) return int64_t(0);
+      }
+    }
+    return W;
+  }();
+  return lanes;
+}
+
 // rms_ops is RMSNorm.Forward.
 at::Tensor rms_ops(const at::Tensor& x, const at::Tensor& w, double eps) {
   at::Tensor x32 = x.to(at::kFloat);
@@ -207,8 +294,9 @@ at::Tensor rms_ops(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w.mul(y.to(x.scalar_type()));
 }
 
-// rms is rms_ops: the variance by the same two ops, then w * (x *
-// rsqrt(variance + eps)) per element in one pass.
+// rms is rms_ops in one pass per row: the variance as sum_squares(x) /
+// width when variance_lanes vouches for it (else by the ops), then w * (x *
+// rsqrt(variance + eps)) per element.
 at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
   if (!x.is_cpu() || x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat ||
       !x.is_contiguous() || !w.is_contiguous() || w.dim() != 1 || x.dim() < 1 ||
@@ -216,17 +304,27 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
     return rms_ops(x, w, eps);
   }
   elementwise_calls[0]++;
-  at::Tensor variance = at::square(x).mean({-1}, true).contiguous();
-  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   const int64_t width = x.size(-1), rows = x.numel() / width;
+  // (At 32,768 elements and more in one row ATen may split its sum over
+  // threads, another order; no model is that wide.)
+  const int64_t lanes = width >= kMaxLanes && width < 32768 ? variance_lanes() : 0;
+  at::Tensor variance;
+  if (lanes == 0) {
+    variance = at::square(x).mean({-1}, true).contiguous();
+  } else {
+    elementwise_calls[3]++;
+  }
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
-  const float* vp = variance.data_ptr<float>();
+  const float* vp = variance.defined() ? variance.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   const float e = static_cast<float>(eps);  // add(Tensor, Scalar) computes in float32
+  const float fw = static_cast<float>(width);  // mean divides the sum by the width as a float32
   parallel_rows(rows, elementwise_grain(width), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
-      const float inv = 1.0f / std::sqrt(vp[r] + e);  // rsqrt is 1 / sqrt in ATen, exact
+      const float var = vp != nullptr ? vp[r] : sum_squares(xp + r * width, width, lanes) / fw;
+      const float inv = 1.0f / std::sqrt(var + e);  // rsqrt is 1 / sqrt in ATen, exact
       scale_row(xp + r * width, wp, inv, yp + r * width, width);
     }
   });
@@ -545,8 +643,10 @@ at::Tensor packed_weight(const at::Tensor& w) {
 
 }  // namespace
 
+extern "C" int64_t evolm_fused_variance_lanes(void) { return variance_lanes(); }
+
 extern "C" void evolm_fused_elementwise_calls(int64_t* counts) {
-  for (int i = 0; i < 3; i++) counts[i] = elementwise_calls[i].load();
+  for (int i = 0; i < 4; i++) counts[i] = elementwise_calls[i].load();
 }
 
 extern "C" int64_t evolm_fused_parallel_threads(int64_t n, int64_t grain) {

@@ -117,11 +117,20 @@ func Calls() int64 { return calls.Load() }
 // tail, the rotary embedding, and eager attention's scale and mask. They
 // take float32 CPU tensors; other dtypes and devices take the ops. For tests
 // that must know the kernels ran.
-func ElementwiseCalls() (rms, rope, scaleBias int64) {
-	var c [3]C.int64_t
+// variance counts the rms runs that also summed the variance themselves,
+// which they do where the shim's order of the sum checked out against
+// ATen's on this CPU (fused.cc's variance_lanes).
+func ElementwiseCalls() (rms, rope, scaleBias, variance int64) {
+	var c [4]C.int64_t
 	C.evolm_fused_elementwise_calls(&c[0])
-	return int64(c[0]), int64(c[1]), int64(c[2])
+	return int64(c[0]), int64(c[1]), int64(c[2]), int64(c[3])
 }
+
+// VarianceLanes is the vector width (8 on AVX2, 16 on AVX-512) in whose
+// order the shim sums RMSNorm's variance as libtorch's CPU kernels do,
+// which it checks against libtorch on first use; 0 where it takes
+// libtorch's ops for the variance instead (another CPU, or a difference).
+func VarianceLanes() int64 { return int64(C.evolm_fused_variance_lanes()) }
 
 // ParallelThreads runs an empty loop of n rows through the shim's parallel
 // regions (at least grain rows a thread) and reports how many threads took

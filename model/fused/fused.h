@@ -71,8 +71,14 @@ int evolm_fused_argmax_vectorized(void);
 
 // evolm_fused_elementwise_calls reports how many times each of the stack's
 // one-pass elementwise kernels ran instead of its ATen ops: [0] RMSNorm's
-// tail, [1] the rotary embedding, [2] attention's scale and mask.
+// tail, [1] the rotary embedding, [2] attention's scale and mask, [3]
+// RMSNorm's variance (of the [0] runs, those that summed it themselves).
 void evolm_fused_elementwise_calls(int64_t* counts);
+
+// evolm_fused_variance_lanes is the lane count in whose order the shim sums
+// RMSNorm's variance as ATen does on this CPU, checked against ATen on
+// first use; 0 when it takes ATen's ops for it.
+int64_t evolm_fused_variance_lanes(void);
 
 // evolm_fused_parallel_threads runs an empty loop of n rows through the
 // shim's parallel regions (grain rows a thread at least) and reports how

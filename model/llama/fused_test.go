@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/llama"
@@ -37,7 +39,7 @@ func TestFusedEqualsPlain(t *testing.T) {
 				plainCached, plainFull := cachedForward(t, m, rc, 4), forwardNoGrad(t, m, rc)
 				llama.SetFused(true)
 				calls := fused.Calls()
-				rms0, rope0, sb0 := fused.ElementwiseCalls()
+				rms0, rope0, sb0, var0 := fused.ElementwiseCalls()
 				fusedCached, fusedFull := cachedForward(t, m, rc, 4), forwardNoGrad(t, m, rc)
 				if n := fused.Calls() - calls; n < 2 {
 					t.Fatalf("%s: the fused path ran %d times, want every pass", name, n)
@@ -45,10 +47,17 @@ func TestFusedEqualsPlain(t *testing.T) {
 				// The one-pass elementwise kernels take float32 (eager
 				// attention's scale and mask only under eager attention),
 				// and other dtypes the ATen ops, so these bits cover both.
-				rms1, rope1, sb1 := fused.ElementwiseCalls()
+				// The variance is summed in the shim where its order checked
+				// out against ATen's (VarianceLanes), as it must on a CPU
+				// with AVX2 and without AVX-512, where ATen's lanes are 8.
+				rms1, rope1, sb1, var1 := fused.ElementwiseCalls()
 				f32 := m.DType() == torch.Float32
-				if ran, want := [3]bool{rms1 > rms0, rope1 > rope0, sb1 > sb0}, [3]bool{f32, f32, f32 && opt.Attention == model.AttnEager}; ran != want {
-					t.Errorf("%s %+v case%d: the elementwise kernels (rms, rope, scale+mask) ran %v, want %v", name, opt, c, ran, want)
+				lanes := fused.VarianceLanes()
+				if cpu.X86.HasAVX2 && !cpu.X86.HasAVX512F && lanes != 8 {
+					t.Fatalf("the shim sums the variance in the order of %d lanes on this AVX2 CPU, want 8", lanes)
+				}
+				if ran, want := [4]bool{rms1 > rms0, rope1 > rope0, sb1 > sb0, var1 > var0}, [4]bool{f32, f32, f32 && opt.Attention == model.AttnEager, f32 && lanes > 0}; ran != want {
+					t.Errorf("%s %+v case%d: the elementwise kernels (rms, rope, scale+mask, variance) ran %v, want %v", name, opt, c, ran, want)
 				}
 				dc, df := bitDiff(plainCached, fusedCached), bitDiff(plainFull, fusedFull)
 				t.Logf("%s %s/%s case%d: fused vs plain, cached %d and full %d differing logits (of %d)",
