@@ -258,6 +258,85 @@ float sum_squares(const float* __restrict__ x, int64_t n, int64_t W) {
   return sum;
 }
 
+#if defined(__x86_64__)
+// sum_squares_avx2 is sum_squares for W = 8·NV lanes, each W-lane vector
+// as NV AVX2 registers (lanes are independent, so NV 8-lane adds are one
+// W-lane add).
+template <int NV>
+struct Lanes {
+  __m256 r[NV];
+};
+
+template <int NV>
+__attribute__((target("avx2"), always_inline)) inline void lanes_zero(Lanes<NV>& a) {
+  for (int i = 0; i < NV; i++) a.r[i] = _mm256_setzero_ps();
+}
+
+template <int NV>
+__attribute__((target("avx2"), always_inline)) inline void lanes_add(Lanes<NV>& a, const Lanes<NV>& b) {
+  for (int i = 0; i < NV; i++) a.r[i] = _mm256_add_ps(a.r[i], b.r[i]);
+}
+
+template <int NV>
+__attribute__((target("avx2"), always_inline)) inline void lanes_add_squares(Lanes<NV>& a, const float* p) {
+  for (int i = 0; i < NV; i++) {
+    const __m256 v = _mm256_loadu_ps(p + 8 * i);
+    a.r[i] = _mm256_add_ps(a.r[i], _mm256_mul_ps(v, v));
+  }
+}
+
+template <int NV>
+__attribute__((target("avx2"))) float sum_squares_avx2(const float* __restrict__ x, int64_t n) {
+  constexpr int64_t W = 8 * NV;
+  const int64_t vec_size = n / W, size_ilp = vec_size / 4;
+  const int64_t power = std::max<int64_t>(4, ceil_log2(size_ilp) / 4), step = int64_t(1) << power,
+                mask = step - 1;
+  Lanes<NV> acc[4][4];  // [level][partial sum]
+  for (int j = 0; j < 4; j++) {
+    for (int k = 0; k < 4; k++) lanes_zero(acc[j][k]);
+  }
+  int64_t i = 0;
+  for (; i + step <= size_ilp;) {
+    for (int64_t j = 0; j < step; ++j, ++i) {
+      for (int k = 0; k < 4; k++) lanes_add_squares(acc[0][k], x + (i * 4 + k) * W);
+    }
+    for (int64_t j = 1; j < 4; ++j) {
+      for (int k = 0; k < 4; k++) {
+        lanes_add(acc[j][k], acc[j - 1][k]);
+        lanes_zero(acc[j - 1][k]);
+      }
+      if ((i & (mask << (j * power))) != 0) break;
+    }
+  }
+  for (; i < size_ilp; ++i) {
+    for (int k = 0; k < 4; k++) lanes_add_squares(acc[0][k], x + (i * 4 + k) * W);
+  }
+  for (int j = 1; j < 4; ++j) {
+    for (int k = 0; k < 4; k++) lanes_add(acc[0][k], acc[j][k]);
+  }
+  for (int64_t v = size_ilp * 4; v < vec_size; v++) lanes_add_squares(acc[0][0], x + v * W);
+  for (int k = 1; k < 4; k++) lanes_add(acc[0][0], acc[0][k]);
+  float sum = 0.0f;
+  for (int64_t k = vec_size * W; k < n; k++) {
+    const float sq = x[k] * x[k];
+    sum += sq;
+  }
+  alignas(32) float lanes[W];
+  for (int r = 0; r < NV; r++) _mm256_store_ps(lanes + 8 * r, acc[0][0].r[r]);
+  for (int64_t l = 0; l < W; l++) sum += lanes[l];
+  return sum;
+}
+#endif
+
+// sum_of_squares is sum_squares, through AVX2 registers where the CPU has them.
+float sum_of_squares(const float* __restrict__ x, int64_t n, int64_t W) {
+#if defined(__x86_64__)
+  if (has_avx2() && W == 8) return sum_squares_avx2<1>(x, n);
+  if (has_avx2() && W == 16) return sum_squares_avx2<2>(x, n);
+#endif
+  return sum_squares(x, n, W);
+}
+
 int64_t variance_lanes() {
   static const int64_t lanes = [] {
     const std::string cap = at::get_cpu_capability();
@@ -277,8 +356,13 @@ int64_t variance_lanes() {
       at::Tensor x = at::from_blob(v.data(), {rows, n}, at::kFloat);
       at::Tensor want = at::square(x).mean({-1}, true).contiguous();
       for (int64_t i = 0; i < rows; i++) {
-        const float got = sum_squares(v.data() + i * n, n, W) / static_cast<float>(n);
-        if (std::memcmp(&got, want.data_ptr<float>() + i, sizeof(float)) != 0) return int64_t(0);
+        // Both forms, whichever this CPU runs.
+        const float got = sum_of_squares(v.data() + i * n, n, W) / static_cast<float>(n);
+        const float plain = sum_squares(v.data() + i * n, n, W) / static_cast<float>(n);
+        if (std::memcmp(&got, want.data_ptr<float>() + i, sizeof(float)) != 0 ||
+            std::memcmp(&plain, want.data_ptr<float>() + i, sizeof(float)) != 0) {
+          return int64_t(0);
+        }
       }
     }
     return W;
@@ -323,7 +407,7 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
   const float fw = static_cast<float>(width);  // mean divides the sum by the width as a float32
   parallel_rows(rows, elementwise_grain(width), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
-      const float var = vp != nullptr ? vp[r] : sum_squares(xp + r * width, width, lanes) / fw;
+      const float var = vp != nullptr ? vp[r] : sum_of_squares(xp + r * width, width, lanes) / fw;
       const float inv = 1.0f / std::sqrt(var + e);  // rsqrt is 1 / sqrt in ATen, exact
       scale_row(xp + r * width, wp, inv, yp + r * width, width);
     }
