@@ -291,6 +291,28 @@ __attribute__((target("avx2"))) float sum_squares_avx2(const float* __restrict__
   const int64_t vec_size = n / W, size_ilp = vec_size / 4;
   const int64_t power = std::max<int64_t>(4, ceil_log2(size_ilp) / 4), step = int64_t(1) << power,
                 mask = step - 1;
+  float sum = 0.0f;
+  alignas(32) float lanes[W];
+  if (size_ilp < step) {
+    // No level fills: multi_row_sum's levels above the first stay zero, and
+    // adding them changes no sum of squares (x + 0 = x for x ≥ +0), so the
+    // four partial sums are the whole order. A head's or a small model's
+    // rows take this path.
+    Lanes<NV> p[4];
+    for (int k = 0; k < 4; k++) lanes_zero(p[k]);
+    for (int64_t i = 0; i < size_ilp; ++i) {
+      for (int k = 0; k < 4; k++) lanes_add_squares(p[k], x + (i * 4 + k) * W);
+    }
+    for (int64_t v = size_ilp * 4; v < vec_size; v++) lanes_add_squares(p[0], x + v * W);
+    for (int k = 1; k < 4; k++) lanes_add(p[0], p[k]);
+    for (int64_t k = vec_size * W; k < n; k++) {
+      const float sq = x[k] * x[k];
+      sum += sq;
+    }
+    for (int r = 0; r < NV; r++) _mm256_store_ps(lanes + 8 * r, p[0].r[r]);
+    for (int64_t l = 0; l < W; l++) sum += lanes[l];
+    return sum;
+  }
   Lanes<NV> acc[4][4];  // [level][partial sum]
   for (int j = 0; j < 4; j++) {
     for (int k = 0; k < 4; k++) lanes_zero(acc[j][k]);
@@ -316,12 +338,10 @@ __attribute__((target("avx2"))) float sum_squares_avx2(const float* __restrict__
   }
   for (int64_t v = size_ilp * 4; v < vec_size; v++) lanes_add_squares(acc[0][0], x + v * W);
   for (int k = 1; k < 4; k++) lanes_add(acc[0][0], acc[0][k]);
-  float sum = 0.0f;
   for (int64_t k = vec_size * W; k < n; k++) {
     const float sq = x[k] * x[k];
     sum += sq;
   }
-  alignas(32) float lanes[W];
   for (int r = 0; r < NV; r++) _mm256_store_ps(lanes + 8 * r, acc[0][0].r[r]);
   for (int64_t l = 0; l < W; l++) sum += lanes[l];
   return sum;
