@@ -48,14 +48,19 @@
 // variance (add, rsqrt, mul, mul), the rotary step (neg, cat, mul, mul, add)
 // and eager attention's scale and mask (mul_, add_). Each element gets the
 // ops' float operations in their order, one rounding each and no FMA, so
-// the bits are the ops'; they take float32 CPU tensors (ElementwiseCalls
+// the bits are the ops'. RMSNorm's variance is summed in ATen's own order
+// (cascade_sum's, over the vector width of ATen's kernels on this CPU),
+// which the shim checks against ATen on first use and otherwise leaves to
+// the ops (VarianceLanes). They take float32 CPU tensors (ElementwiseCalls
 // counts them), other dtypes and devices the ops. They and the mask and
 // argmax split their rows over libtorch's intra-op threads through the
-// libgomp libtorch loaded (ParallelThreads): at::parallel_for compiles to
-// a serial loop in a file built without -fopenmp, as fused.cc is. model/llama's TestFusedEqualsPlain compares the
-// two paths bit for bit (max |Δ| = 0) over prefill and decode steps, GQA and
-// MHA, biases, Qwen3's q/k norms, padded batches, eager and SDPA attention,
-// float32 and bfloat16; every HF parity test runs through the fused path.
+// libgomp libtorch loaded (ParallelThreads): at::parallel_for compiles to a
+// serial loop in a file built without -fopenmp, as fused.cc is.
+//
+// model/llama's TestFusedEqualsPlain compares the two paths bit for bit
+// (max |Δ| = 0) over prefill and decode steps, GQA and MHA, biases, Qwen3's
+// q/k norms, padded batches, eager and SDPA attention, float32 and
+// bfloat16; every HF parity test runs through the fused path.
 // The rotary tables, the attention mask and the embedding stay in Go (they
 // are computed once per pass), and so does everything with grad on: the
 // fused path is inference only, and model/llama takes it only when no
