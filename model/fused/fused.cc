@@ -204,65 +204,19 @@ void scale_row(const float* __restrict__ x, const float* __restrict__ w, float i
 // each row with cascade_sum (SumKernel.cpp: vectorized_inner_sum over
 // vectors of W lanes, row_sum's 4 partial sums, multi_row_sum's levels of
 // 16), then divides by the width. sum_squares adds the same squares in the
-// same order, lane by lane, so its sum has the same bits; W is the lane
-// count of the kernels ATen dispatches to on this CPU (at::
+// same order, lane by lane in AVX2 registers, so its sum has the same bits;
+// W is the lane count of the kernels ATen dispatches to on this CPU (at::
 // get_cpu_capability: 8 for AVX2 and for "NO AVX", 16 for AVX512).
 // variance_lanes checks that against ATen itself once, over rows of widths
 // that take every branch of the order, and returns 0 (the ops, always) on
-// any difference or another capability.
+// any difference, another capability or a CPU without AVX2.
 constexpr int64_t kMaxLanes = 16;
 
 int64_t ceil_log2(int64_t x) { return x <= 2 ? 1 : 64 - __builtin_clzll(static_cast<uint64_t>(x - 1)); }
 
-float sum_squares(const float* __restrict__ x, int64_t n, int64_t W) {
-  const int64_t vec_size = n / W, size_ilp = vec_size / 4;
-  const int64_t power = std::max<int64_t>(4, ceil_log2(size_ilp) / 4), step = int64_t(1) << power,
-                mask = step - 1;
-  float acc[4][4][kMaxLanes] = {};  // [level][partial sum][lane]
-  auto add_vec = [&](float* dst, int64_t v) {
-    const float* p = x + v * W;
-    for (int64_t l = 0; l < W; l++) {
-      const float sq = p[l] * p[l];
-      dst[l] += sq;
-    }
-  };
-  auto add_acc = [&](float* dst, const float* src) {
-    for (int64_t l = 0; l < W; l++) dst[l] += src[l];
-  };
-  int64_t i = 0;
-  for (; i + step <= size_ilp;) {
-    for (int64_t j = 0; j < step; ++j, ++i) {
-      for (int64_t k = 0; k < 4; k++) add_vec(acc[0][k], i * 4 + k);
-    }
-    for (int64_t j = 1; j < 4; ++j) {
-      for (int64_t k = 0; k < 4; k++) {
-        add_acc(acc[j][k], acc[j - 1][k]);
-        std::fill(acc[j - 1][k], acc[j - 1][k] + W, 0.0f);
-      }
-      if ((i & (mask << (j * power))) != 0) break;
-    }
-  }
-  for (; i < size_ilp; ++i) {
-    for (int64_t k = 0; k < 4; k++) add_vec(acc[0][k], i * 4 + k);
-  }
-  for (int64_t j = 1; j < 4; ++j) {
-    for (int64_t k = 0; k < 4; k++) add_acc(acc[0][k], acc[j][k]);
-  }
-  for (int64_t v = size_ilp * 4; v < vec_size; v++) add_vec(acc[0][0], v);
-  for (int64_t k = 1; k < 4; k++) add_acc(acc[0][0], acc[0][k]);
-  float sum = 0.0f;
-  for (int64_t k = vec_size * W; k < n; k++) {
-    const float sq = x[k] * x[k];
-    sum += sq;
-  }
-  for (int64_t l = 0; l < W; l++) sum += acc[0][0][l];
-  return sum;
-}
-
 #if defined(__x86_64__)
-// sum_squares_avx2 is sum_squares for W = 8·NV lanes, each W-lane vector
-// as NV AVX2 registers (lanes are independent, so NV 8-lane adds are one
-// W-lane add).
+// sum_squares is the sum for W = 8·NV lanes, each W-lane vector as NV AVX2
+// registers (lanes are independent, so NV 8-lane adds are one W-lane add).
 template <int NV>
 struct Lanes {
   __m256 r[NV];
@@ -287,7 +241,7 @@ __attribute__((target("avx2"), always_inline)) inline void lanes_add_squares(Lan
 }
 
 template <int NV>
-__attribute__((target("avx2"))) float sum_squares_avx2(const float* __restrict__ x, int64_t n) {
+__attribute__((target("avx2"))) float sum_squares(const float* __restrict__ x, int64_t n) {
   constexpr int64_t W = 8 * NV;
   const int64_t vec_size = n / W, size_ilp = vec_size / 4;
   const int64_t power = std::max<int64_t>(4, ceil_log2(size_ilp) / 4), step = int64_t(1) << power,
@@ -349,20 +303,20 @@ __attribute__((target("avx2"))) float sum_squares_avx2(const float* __restrict__
 }
 #endif
 
-// sum_of_squares is sum_squares, through AVX2 registers where the CPU has them.
+// sum_of_squares is sum_squares over W lanes (variance_lanes).
 float sum_of_squares(const float* __restrict__ x, int64_t n, int64_t W) {
 #if defined(__x86_64__)
-  if (has_avx2() && W == 8) return sum_squares_avx2<1>(x, n);
-  if (has_avx2() && W == 16) return sum_squares_avx2<2>(x, n);
+  return W == 16 ? sum_squares<2>(x, n) : sum_squares<1>(x, n);
+#else
+  return 0;  // unreachable: variance_lanes is 0 off x86-64
 #endif
-  return sum_squares(x, n, W);
 }
 
 int64_t variance_lanes() {
   static const int64_t lanes = [] {
     const std::string cap = at::get_cpu_capability();
     const int64_t W = cap == "AVX512" ? 16 : (cap == "AVX2" || cap == "NO AVX") ? 8 : 0;
-    if (W == 0) return int64_t(0);
+    if (W == 0 || !has_avx2()) return int64_t(0);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     at::NoGradGuard no_grad;
     for (int64_t n : {8, 16, 17, 31, 64, 100, 128, 256, 520, 1024, 2048, 2056, 4096, 5120, 8192, 16384, 20000}) {
@@ -377,13 +331,8 @@ int64_t variance_lanes() {
       at::Tensor x = at::from_blob(v.data(), {rows, n}, at::kFloat);
       at::Tensor want = at::square(x).mean({-1}, true).contiguous();
       for (int64_t i = 0; i < rows; i++) {
-        // Both forms, whichever this CPU runs.
         const float got = sum_of_squares(v.data() + i * n, n, W) / static_cast<float>(n);
-        const float plain = sum_squares(v.data() + i * n, n, W) / static_cast<float>(n);
-        if (std::memcmp(&got, want.data_ptr<float>() + i, sizeof(float)) != 0 ||
-            std::memcmp(&plain, want.data_ptr<float>() + i, sizeof(float)) != 0) {
-          return int64_t(0);
-        }
+        if (std::memcmp(&got, want.data_ptr<float>() + i, sizeof(float)) != 0) return int64_t(0);
       }
     }
     return W;
@@ -399,7 +348,7 @@ at::Tensor rms_ops(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w.mul(y.to(x.scalar_type()));
 }
 
-// rms is rms_ops in one pass per row: the variance as sum_squares(x) /
+// rms is rms_ops in one pass per row: the variance as sum_of_squares(x) /
 // width when variance_lanes vouches for it (else by the ops), then w * (x *
 // rsqrt(variance + eps)) per element.
 at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
