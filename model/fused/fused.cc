@@ -514,11 +514,89 @@ void scale_bias_(at::Tensor& att, double scale, const at::Tensor& bias) {
   });
 }
 
+// grouped_calls counts grouped_bmm's runs (evolm_fused_grouped_calls).
+std::atomic<int64_t> grouped_calls{0};
+
 // repeat_kv is repeatKV.
 at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
   if (groups == 1) return x;
   int64_t B = x.size(0), nkv = x.size(1), Tk = x.size(2), hs = x.size(3);
   return x.unsqueeze(2).expand({B, nkv, groups, Tk, hs}).reshape({B, nkv * groups, Tk, hs});
+}
+
+// MKL's batched GEMM, cblas_sgemm_batch, from libtorch's own copy of MKL
+// (looked up as gomp() looks up libgomp), or nullptr.
+using SgemmBatch = void (*)(int layout, const int* transa, const int* transb, const int* m, const int* n,
+                            const int* k, const float* alpha, const float** a, const int* lda,
+                            const float** b, const int* ldb, const float* beta, float** c, const int* ldc,
+                            int group_count, const int* group_size);
+
+SgemmBatch sgemm_batch() {
+  static const SgemmBatch f = [] {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) == 0 || info.dli_fname == nullptr) {
+      return SgemmBatch(nullptr);
+    }
+    void* torch = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    return torch == nullptr ? SgemmBatch(nullptr) : reinterpret_cast<SgemmBatch>(dlsym(torch, "cblas_sgemm_batch"));
+  }();
+  return f;
+}
+
+// grouped_bmm is at::matmul(a, repeat_kv(m, groups)), or with transpose
+// at::matmul(a, repeat_kv(m, groups).transpose(2, 3)), for float32 a (B,
+// nh, n, d) on the CPU and m (B, nkv, r, c), without repeat_kv's copy:
+// libtorch 2.1 runs such a product (bmm over B·nh matrices of at least 400
+// multiply-adds each, the items contiguous or transposed) as one call of
+// MKL's batched GEMM with an array of pointers to the matrices
+// (baddbmm_with_gemm_, cpublas::gemm_batched, mkl_gemm_batched), and so does
+// this, with the same arguments, column-major, except that the pointers of
+// the query heads of one key head all point at that key head's matrix in m
+// (the KV cache) instead of at copies of it. The same GEMMs run on the same
+// values with the same threads, so the bits are the same
+// (TestGroupedAttentionEqualsPlain). One difference is left: libtorch's
+// matmul first copies a query block whose heads are not evenly strided
+// (rope's output keeps the projection's (B, T, nh, hs) layout) to pass it
+// with leading dimension hs, where this passes it in place, with nh·hs;
+// MKL packs each operand into its own panels before its kernels run, so a
+// leading dimension never reaches the arithmetic (the test runs prefill
+// blocks, passed this way, and decode steps). It returns an undefined tensor
+// where libtorch would run another kernel (below 400 multiply-adds, no
+// MKL, another dtype or device), and the caller repeats the keys and
+// values as before.
+at::Tensor grouped_bmm(const at::Tensor& a, const at::Tensor& m, bool transpose) {
+  const int64_t B = a.size(0), nh = a.size(1), n = a.size(2), nkv = m.size(1);
+  const int64_t cols = transpose ? m.size(2) : m.size(3), contraction = a.size(3);
+  SgemmBatch gemm = sgemm_batch();
+  if (gemm == nullptr || !at::hasMKL() || nkv == 0 || nh % nkv != 0 || nh == nkv || !a.is_cpu() ||
+      !m.is_cpu() || a.scalar_type() != at::kFloat || m.scalar_type() != at::kFloat || a.stride(3) != 1 ||
+      m.stride(3) != 1 || a.stride(2) < contraction || m.stride(2) < m.size(3) ||
+      contraction * n * cols < 400 || std::max({B * nh, n, cols, contraction, a.stride(2), m.stride(2)}) > INT32_MAX) {
+    return at::Tensor();
+  }
+  const int64_t groups = nh / nkv;
+  at::Tensor out = at::empty({B, nh, n, cols}, a.options());
+  grouped_calls++;
+  // Column-major: out[b, h]ᵀ (cols × n) = op(m[b, h/groups])ᵀ · a[b, h]ᵀ.
+  const int count = static_cast<int>(B * nh);
+  const int M = static_cast<int>(cols), N = static_cast<int>(n), K = static_cast<int>(contraction);
+  const int lda = static_cast<int>(m.stride(2)), ldb = static_cast<int>(a.stride(2)), ldc = M;
+  const int trans_a = transpose ? 112 : 111, trans_b = 111;  // CblasTrans, CblasNoTrans
+  const float alpha = 1, beta = 0;
+  std::vector<const float*> ap(count), bp(count);
+  std::vector<float*> cp(count);
+  const float* md = m.data_ptr<float>();
+  const float* ad = a.data_ptr<float>();
+  float* od = out.data_ptr<float>();
+  for (int64_t i = 0; i < count; i++) {
+    const int64_t b = i / nh, h = i % nh;
+    ap[i] = md + b * m.stride(0) + (h / groups) * m.stride(1);
+    bp[i] = ad + b * a.stride(0) + h * a.stride(1);
+    cp[i] = od + i * n * cols;
+  }
+  gemm(102, &trans_a, &trans_b, &M, &N, &K, &alpha, ap.data(), &lda, bp.data(), &ldb, &beta, cp.data(), &ldc,
+       1, &count);  // 102: CblasColMajor
+  return out;
 }
 
 struct Stack {
@@ -555,11 +633,10 @@ struct Stack {
       k = kall.narrow(2, 0, past + T);
       v = vall.narrow(2, 0, past + T);
     }
-    k = repeat_kv(k, nh / nkv);
-    v = repeat_kv(v, nh / nkv);
     at::Tensor y;
     if (cfg->sdpa) {
-      y = at::scaled_dot_product_attention(q, k, v, sdpa_bias, 0.0, false, cfg->attn_scale);
+      y = at::scaled_dot_product_attention(q, repeat_kv(k, nh / nkv), repeat_kv(v, nh / nkv), sdpa_bias,
+                                           0.0, false, cfg->attn_scale);
     } else {
       y = eager(q, k, v, T);
     }
@@ -569,14 +646,24 @@ struct Stack {
 
   // eager is eagerAttention: HF's eager attention, over query blocks of
   // attn_block when T exceeds it, each against the keys up to its last
-  // query (the later ones are masked for the whole block).
+  // query (the later ones are masked for the whole block). k and v are the
+  // nkv heads (the KV cache's): the products read them in place
+  // (grouped_bmm) where libtorch would run MKL's batched GEMM, and are
+  // repeated to the nh query heads otherwise.
   at::Tensor eager(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T) const {
     auto block = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& bias) {
-      at::Tensor att = at::matmul(q, k.transpose(2, 3));
+      if (at::Tensor att = grouped_bmm(q, k, true); att.defined()) {
+        scale_bias_(att, cfg->attn_scale, bias);
+        att = at::softmax(att, -1, at::kFloat);
+        if (at::Tensor y = grouped_bmm(att, v, false); y.defined()) return y;
+        return at::matmul(att, repeat_kv(v, q.size(1) / v.size(1)));
+      }
+      const int64_t groups = q.size(1) / k.size(1);
+      at::Tensor att = at::matmul(q, repeat_kv(k, groups).transpose(2, 3));
       scale_bias_(att, cfg->attn_scale, bias);
       att = at::softmax(att, -1, at::kFloat).to(v.scalar_type());
-      return at::matmul(att, v);
+      return at::matmul(att, repeat_kv(v, groups));
     };
     int64_t blk = cfg->attn_block;
     if (blk <= 0 || T <= blk) return block(q, k, v, bias);
@@ -696,6 +783,8 @@ at::Tensor packed_weight(const at::Tensor& w) {
 }
 
 }  // namespace
+
+extern "C" int64_t evolm_fused_grouped_calls(void) { return grouped_calls.load(); }
 
 extern "C" int64_t evolm_fused_variance_lanes(void) { return variance_lanes(); }
 

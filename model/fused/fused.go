@@ -52,7 +52,12 @@
 // (cascade_sum's, over the vector width of ATen's kernels on this CPU),
 // which the shim checks against ATen on first use and otherwise leaves to
 // the ops (VarianceLanes). They take float32 CPU tensors (ElementwiseCalls
-// counts them), other dtypes and devices the ops. They and the mask and
+// counts them), other dtypes and devices the ops. Grouped-query attention's
+// two products per query block read the keys and values of the KV cache in
+// place, where the Go path repeats them to the query heads (repeatKV) first:
+// one call of MKL's batched GEMM whose pointers for the query heads of a
+// key head all point at it, the call libtorch makes over the copies
+// (GroupedCalls counts them; docs/engine-speed.md §32). They and the mask and
 // argmax split their rows over libtorch's intra-op threads through the
 // libgomp libtorch loaded (ParallelThreads): at::parallel_for compiles to a
 // serial loop in a file built without -fopenmp, as fused.cc is.
@@ -130,6 +135,13 @@ func ElementwiseCalls() (rms, rope, scaleBias, variance int64) {
 	C.evolm_fused_elementwise_calls(&c[0])
 	return int64(c[0]), int64(c[1]), int64(c[2]), int64(c[3])
 }
+
+// GroupedCalls is how many times Forward's eager attention has run its
+// products per query head over the un-repeated keys or values, on the
+// intra-op threads, in place of repeating them to the query heads first
+// (fused.cc's grouped_bmm; two a query block). For tests that must know
+// it ran.
+func GroupedCalls() int64 { return int64(C.evolm_fused_grouped_calls()) }
 
 // VarianceLanes is the vector width (8 on AVX2, 16 on AVX-512) in whose
 // order the shim sums RMSNorm's variance as libtorch's CPU kernels do,

@@ -75,6 +75,10 @@ int evolm_fused_argmax_vectorized(void);
 // RMSNorm's variance (of the [0] runs, those that summed it themselves).
 void evolm_fused_elementwise_calls(int64_t* counts);
 
+// evolm_fused_grouped_calls reports how many times eager attention ran a
+// product per query head over the un-repeated keys or values.
+int64_t evolm_fused_grouped_calls(void);
+
 // evolm_fused_variance_lanes is the lane count in whose order the shim sums
 // RMSNorm's variance as ATen does on this CPU, checked against ATen on
 // first use; 0 when it takes ATen's ops for it.

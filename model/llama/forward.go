@@ -105,7 +105,9 @@ const AttnBlock = 128
 // leaving them out skips almost half the scores of a long prompt (their
 // products' sums change only in rounding: the weights' sum order in MKL's
 // GEMM follows the number of keys). The fused path (fused.cc) runs the
-// same blocks, so the two stay bit for bit equal.
+// same blocks and the same GEMMs, reading the KV cache's nkv heads in place
+// where k and v arrive here repeated to nh (grouped_bmm), so the two stay
+// bit for bit equal.
 func eagerAttention(s *torch.Scope, q, k, v, bias *torch.Tensor, scale float64, T int64) *torch.Tensor {
 	block := func(q, k, v, bias *torch.Tensor) *torch.Tensor {
 		// Scaled and masked in place (autograd needs neither the matmul's

@@ -11,6 +11,7 @@ import (
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -77,6 +78,51 @@ func TestFusedEqualsPlain(t *testing.T) {
 
 // TestFusedCacheFull: a fused pass that would overflow the KV cache fails
 // with the cache's own message, as Cache.Update does on the plain path.
+// TestGroupedAttentionEqualsPlain: on the CPU the fused path's float32
+// eager attention runs its two products per query head, over the
+// un-repeated K and V, split over the intra-op threads (fused.GroupedCalls);
+// the plain path repeats K and V to the query heads (repeatKV) and runs one
+// batched product. At 1, 2 and 3 intra-op threads, for head sizes 16 to
+// 128, a padded prefill over three query blocks and ten decode steps, the
+// two agree bit for bit.
+func TestGroupedAttentionEqualsPlain(t *testing.T) {
+	defer llama.SetFused(llama.SetFused(true))
+	defer torch.SetNumThreads(torch.NumThreads())
+	const B, T, P, V = 2, 300, 290, 1001
+	rc := refCase{RefCase: modeltest.RefCase{B: B, T: T, V: V}}
+	for b := range B {
+		pad := 5 * b // row 1 is left-padded
+		for i := range T {
+			rc.IDs = append(rc.IDs, int64((b*T+i)*7919+13)%V)
+			rc.Mask = append(rc.Mask, int64(min(1, max(0, i-pad+1))))
+			rc.Pos = append(rc.Pos, int64(max(0, i-pad)))
+		}
+	}
+	for _, c := range []struct{ heads, kv, hs int }{{4, 2, 16}, {8, 2, 32}, {16, 4, 128}} {
+		cfg := &model.Config{Architectures: []string{"Qwen3ForCausalLM"}, HiddenSize: 64, IntermediateSize: 64, NumHiddenLayers: 2,
+			NumAttentionHeads: c.heads, NumKeyValueHeads: c.kv, HeadDim: c.hs, VocabSize: V, TieWordEmbeddings: true,
+			MaxPositionEmbeddings: 512, InitializerRange: 0.3, RMSNormEps: 1e-6, RopeTheta: 1e6}
+		m := modeltest.Random(t, cfg, 11)
+		for _, threads := range []int{1, 2, 3} {
+			torch.SetNumThreads(threads)
+			llama.SetFused(false)
+			plain := cachedForward(t, m, rc, P)
+			llama.SetFused(true)
+			g := fused.GroupedCalls()
+			got := cachedForward(t, m, rc, P)
+			// Per layer: two products a query block, three blocks in the
+			// prefill and one a decode step.
+			if n, want := fused.GroupedCalls()-g, int64(2*cfg.NumHiddenLayers*(3+T-P)); n != want {
+				t.Errorf("%+v, %d threads: grouped products ran %d times, want %d", c, threads, n, want)
+			}
+			if d := bitDiff(plain, got); d != 0 {
+				t.Errorf("%+v, %d threads: the fused path differs from the plain one in %d logits (of %d)", c, threads, d, len(plain))
+			}
+		}
+		m.Close()
+	}
+}
+
 func TestFusedCacheFull(t *testing.T) {
 	dir, _ := golden.Get(t)
 	m, err := model.Load(filepath.Join(dir, "qwen3_gqa_tied"), model.LoadOptions{})
