@@ -118,13 +118,16 @@ func BenchmarkVsHF(b *testing.B) {
 }
 
 // BenchmarkDecodeStep times one KV-cached decode step (batch 1, after a
-// 64-token prompt, hidden states only) on the tiny and small presets,
-// through the plain Go path and through model/fused, in one process:
+// 64-token prompt, and after a 2,048-token one: tiny-2k, small-2k; hidden
+// states only) on the tiny and small presets, through the plain Go path and
+// through model/fused, in one process:
 //
 //	go test -run '^$' -bench DecodeStep ./model/llama
 //
 // The paths compute the same bits (TestFusedEqualsPlain); the difference is
-// the per-op cost around ~95 ATen ops a layer.
+// the per-op cost around ~95 ATen ops a layer and, more so after the long
+// prompt, the plain path's copies of the KV cache to the query heads
+// (repeatKV; docs/engine-speed.md §32).
 func BenchmarkDecodeStep(b *testing.B) {
 	torch.SetNumThreads(benchThreads)
 	defer torch.SetGrad(false)()
@@ -138,55 +141,60 @@ func BenchmarkDecodeStep(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		const prompt = 64
-		for _, path := range []string{"plain", "fused"} {
-			b.Run(preset+"/"+path, func(b *testing.B) {
-				// Grad mode is the OS thread's, and a sub-benchmark runs
-				// on a goroutine of its own: without this both paths ran
-				// plain, with grad on.
-				defer torch.SetGrad(false)()
-				llama.SetFused(path == "fused")
-				cache, err := model.NewCache(m, 1, prompt+1)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cache.Close()
-				s := torch.NewScope()
-				defer s.Close()
-				ids := make([]int64, prompt)
-				for i := range ids {
-					ids[i] = int64(i*7919+13) % int64(m.Config().VocabSize)
-				}
-				if _, err := m.Hidden(s, model.Batch{IDs: s.FromInt64(ids, 1, prompt), Cache: cache}); err != nil {
-					b.Fatal(err)
-				}
-				next := s.FromInt64([]int64{42}, 1, 1)
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					if err := cache.Truncate(prompt); err != nil {
+		for _, prompt := range []int64{64, 2048} {
+			name := preset
+			if prompt != 64 {
+				name += fmt.Sprintf("-%dk", prompt/1024)
+			}
+			for _, path := range []string{"plain", "fused"} {
+				b.Run(name+"/"+path, func(b *testing.B) {
+					// Grad mode is the OS thread's, and a sub-benchmark runs
+					// on a goroutine of its own: without this both paths ran
+					// plain, with grad on.
+					defer torch.SetGrad(false)()
+					llama.SetFused(path == "fused")
+					cache, err := model.NewCache(m, 1, int(prompt)+1)
+					if err != nil {
 						b.Fatal(err)
 					}
+					defer cache.Close()
+					s := torch.NewScope()
+					defer s.Close()
+					ids := make([]int64, prompt)
+					for i := range ids {
+						ids[i] = int64(i*7919+13) % int64(m.Config().VocabSize)
+					}
+					if _, err := m.Hidden(s, model.Batch{IDs: s.FromInt64(ids, 1, prompt), Cache: cache}); err != nil {
+						b.Fatal(err)
+					}
+					next := s.FromInt64([]int64{42}, 1, 1)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						if err := cache.Truncate(int(prompt)); err != nil {
+							b.Fatal(err)
+						}
+						c := s.Child()
+						if _, err := m.Hidden(c, model.Batch{IDs: next, Cache: cache}); err != nil {
+							b.Fatal(err)
+						}
+						c.Close()
+					}
+					b.StopTimer()
+					if err := cache.Truncate(int(prompt)); err != nil {
+						b.Fatal(err)
+					}
+					before := fused.Calls()
 					c := s.Child()
 					if _, err := m.Hidden(c, model.Batch{IDs: next, Cache: cache}); err != nil {
 						b.Fatal(err)
 					}
 					c.Close()
-				}
-				b.StopTimer()
-				if err := cache.Truncate(prompt); err != nil {
-					b.Fatal(err)
-				}
-				before := fused.Calls()
-				c := s.Child()
-				if _, err := m.Hidden(c, model.Batch{IDs: next, Cache: cache}); err != nil {
-					b.Fatal(err)
-				}
-				c.Close()
-				if ran := fused.Calls() > before; ran != (path == "fused") {
-					b.Fatalf("%s path: the fused stack ran: %v", path, ran)
-				}
-				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/step")
-			})
+					if ran := fused.Calls() > before; ran != (path == "fused") {
+						b.Fatalf("%s path: the fused stack ran: %v", path, ran)
+					}
+					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/step")
+				})
+			}
 		}
 		m.Close()
 	}
