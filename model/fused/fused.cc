@@ -100,14 +100,24 @@ struct Gomp {
   int (*thread_num)() = nullptr;
 };
 
+// libtorch_handle is the handle of the library libtorch's ATen functions
+// are in (libtorch_cpu), whose symbols include those of the libgomp and
+// MKL it loaded; nullptr if it cannot be opened.
+void* libtorch_handle() {
+  static void* const h = [] {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) == 0 || info.dli_fname == nullptr) {
+      return static_cast<void*>(nullptr);
+    }
+    return dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  }();
+  return h;
+}
+
 const Gomp& gomp() {
   static const Gomp g = [] {
     Gomp g;
-    Dl_info info;
-    if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) == 0 || info.dli_fname == nullptr) {
-      return g;
-    }
-    void* torch = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    void* torch = libtorch_handle();
     if (torch == nullptr) return g;
     g.parallel = reinterpret_cast<decltype(g.parallel)>(dlsym(torch, "GOMP_parallel"));
     g.num_threads = reinterpret_cast<decltype(g.num_threads)>(dlsym(torch, "omp_get_num_threads"));
@@ -524,8 +534,8 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({B, nkv, groups, Tk, hs}).reshape({B, nkv * groups, Tk, hs});
 }
 
-// MKL's batched GEMM, cblas_sgemm_batch, from libtorch's own copy of MKL
-// (looked up as gomp() looks up libgomp), or nullptr.
+// MKL's batched GEMM, cblas_sgemm_batch, from libtorch's own copy of MKL,
+// or nullptr.
 using SgemmBatch = void (*)(int layout, const int* transa, const int* transb, const int* m, const int* n,
                             const int* k, const float* alpha, const float** a, const int* lda,
                             const float** b, const int* ldb, const float* beta, float** c, const int* ldc,
@@ -533,11 +543,7 @@ using SgemmBatch = void (*)(int layout, const int* transa, const int* transb, co
 
 SgemmBatch sgemm_batch() {
   static const SgemmBatch f = [] {
-    Dl_info info;
-    if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) == 0 || info.dli_fname == nullptr) {
-      return SgemmBatch(nullptr);
-    }
-    void* torch = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    void* torch = libtorch_handle();
     return torch == nullptr ? SgemmBatch(nullptr) : reinterpret_cast<SgemmBatch>(dlsym(torch, "cblas_sgemm_batch"));
   }();
   return f;
