@@ -136,11 +136,10 @@ func ElementwiseCalls() (rms, rope, scaleBias, variance int64) {
 	return int64(c[0]), int64(c[1]), int64(c[2]), int64(c[3])
 }
 
-// GroupedCalls is how many times Forward's eager attention has run its
-// products per query head over the un-repeated keys or values, on the
-// intra-op threads, in place of repeating them to the query heads first
-// (fused.cc's grouped_bmm; two a query block). For tests that must know
-// it ran.
+// GroupedCalls is how many times Forward's eager attention has run one of
+// its products over the un-repeated keys or values, in place of repeating
+// them to the query heads first (fused.cc's grouped_bmm; two a query
+// block). For tests that must know it ran.
 func GroupedCalls() int64 { return int64(C.evolm_fused_grouped_calls()) }
 
 // VarianceLanes is the vector width (8 on AVX2, 16 on AVX-512) in whose

@@ -75,8 +75,8 @@ int evolm_fused_argmax_vectorized(void);
 // RMSNorm's variance (of the [0] runs, those that summed it themselves).
 void evolm_fused_elementwise_calls(int64_t* counts);
 
-// evolm_fused_grouped_calls reports how many times eager attention ran a
-// product per query head over the un-repeated keys or values.
+// evolm_fused_grouped_calls reports how many times eager attention ran one
+// of its products over the un-repeated keys or values.
 int64_t evolm_fused_grouped_calls(void);
 
 // evolm_fused_variance_lanes is the lane count in whose order the shim sums

@@ -76,15 +76,13 @@ func TestFusedEqualsPlain(t *testing.T) {
 	}
 }
 
-// TestFusedCacheFull: a fused pass that would overflow the KV cache fails
-// with the cache's own message, as Cache.Update does on the plain path.
 // TestGroupedAttentionEqualsPlain: on the CPU the fused path's float32
-// eager attention runs its two products per query head, over the
-// un-repeated K and V, split over the intra-op threads (fused.GroupedCalls);
-// the plain path repeats K and V to the query heads (repeatKV) and runs one
-// batched product. At 1, 2 and 3 intra-op threads, for head sizes 16 to
-// 128, a padded prefill over three query blocks and ten decode steps, the
-// two agree bit for bit.
+// eager attention runs its two products as MKL's batched GEMM over the
+// KV cache's un-repeated K and V (fused.GroupedCalls); the plain path
+// repeats K and V to the query heads (repeatKV) and libtorch runs the same
+// batched GEMM over the copies. At 1, 2 and 3 intra-op threads, for head
+// sizes 16 to 128, a padded prefill over three query blocks and ten decode
+// steps, the two agree bit for bit.
 func TestGroupedAttentionEqualsPlain(t *testing.T) {
 	defer llama.SetFused(llama.SetFused(true))
 	defer torch.SetNumThreads(torch.NumThreads())
@@ -123,6 +121,8 @@ func TestGroupedAttentionEqualsPlain(t *testing.T) {
 	}
 }
 
+// TestFusedCacheFull: a fused pass that would overflow the KV cache fails
+// with the cache's own message, as Cache.Update does on the plain path.
 func TestFusedCacheFull(t *testing.T) {
 	dir, _ := golden.Get(t)
 	m, err := model.Load(filepath.Join(dir, "qwen3_gqa_tied"), model.LoadOptions{})
