@@ -7,8 +7,9 @@
 // runs of per-element float32 ops (RMSNorm's tail, the rotary step, the
 // scores' scale and mask) are one pass each instead, computing every element
 // with the ops' float operations in their order, and RMSNorm's variance is
-// summed in ATen's order (see rms, rope and scale_bias_ below), so the bits
-// stay the same.
+// summed in ATen's order (see rms, rope and scale_bias_ below), and
+// grouped-query attention's products read the KV cache's key and value
+// heads in place of copies of them (grouped_bmm), so the bits stay the same.
 
 #ifdef EVOLM_FUSED_NO_OVERLAY
 #error "model/fused needs libtorch's headers: run `make torch` and build with GOFLAGS=-overlay=build/overlay.json (source the Makefile's environment)"

@@ -57,10 +57,11 @@
 // place, where the Go path repeats them to the query heads (repeatKV) first:
 // one call of MKL's batched GEMM whose pointers for the query heads of a
 // key head all point at it, the call libtorch makes over the copies
-// (GroupedCalls counts them; docs/engine-speed.md §32). They and the mask and
-// argmax split their rows over libtorch's intra-op threads through the
-// libgomp libtorch loaded (ParallelThreads): at::parallel_for compiles to a
-// serial loop in a file built without -fopenmp, as fused.cc is.
+// (GroupedCalls counts them; docs/engine-speed.md §32). The one-pass
+// kernels, the mask and argmax split their rows over libtorch's intra-op
+// threads through the libgomp libtorch loaded (ParallelThreads):
+// at::parallel_for compiles to a serial loop in a file built without
+// -fopenmp, as fused.cc is.
 //
 // model/llama's TestFusedEqualsPlain compares the two paths bit for bit
 // (max |Δ| = 0) over prefill and decode steps, GQA and MHA, biases, Qwen3's
