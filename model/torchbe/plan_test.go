@@ -3,10 +3,12 @@ package torchbe
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
 	"github.com/evolm/evolm/model/backend"
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestPlanPrefixes: the plan of Score's shared cache over orders the judge
@@ -137,4 +139,77 @@ func TestScoreReusesCommonPrefix(t *testing.T) {
 		scoreVsAlone(t, ctx, m, reqs, got, 1e-6, what)
 	}
 	m.opt.MaxBatch = 64
+}
+
+// TestScorePacksRequests checks that consecutive requests which share only
+// the judge prompt's preamble run as one batch of packed rows (scorePack)
+// up to PackTokens positions, and ScoreNaive's full prompts likewise, and
+// that packing changes no result beyond float rounding: each request's
+// log-probs are within 1e-6 of scoring it alone and of the same call
+// without packing, on both sides, and within 1e-4 of the naive passes. A
+// request whose Prefix the next one shares whole (a prefill of its own)
+// ends a pack, and the requests after it start the next.
+func TestScorePacksRequests(t *testing.T) {
+	m := tiny(t)
+	ctx := context.Background()
+	preamble := "You are grading a response against one criterion. Read the question and the response, then answer yes or no.\n\n"
+	var reqs []backend.ScoreRequest
+	for i, q := range []string{"what is 17 times 23?", "name a prime.", "spell cat backwards.", "what is 17 times 23?", "what is 17 times 23?", "how many legs has a spider?", "what colour is the sky?"} {
+		suffixes := []string{"Criterion: The response is correct.\nAnswer:", "Criterion: The response is short and uses no emoji at all.\nAnswer:", "Criterion: Shows steps.\nAnswer:"}[:1+i%3]
+		reqs = append(reqs, backend.ScoreRequest{
+			ID:         fmt.Sprintf("q%d", i),
+			Prefix:     fmt.Sprintf("%sQuestion: %s\n\nResponse: answer number %d, worked through step by step.\n\n", preamble, q, i),
+			Suffixes:   suffixes,
+			Candidates: []string{" yes", " no"},
+		})
+	}
+	reqs[4].Prefix = reqs[3].Prefix // q3 and q4 share one prefill: neither packs
+	unpacked := func(f func(context.Context, []backend.ScoreRequest) ([]backend.ScoreResponse, error)) []backend.ScoreResponse {
+		t.Helper()
+		m.opt.PackTokens = -1
+		defer func() { m.opt.PackTokens = DefaultPackTokens }()
+		before, beforeNaive := packedPasses.Load(), naivePackedPasses.Load()
+		got, err := f(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, nn := packedPasses.Load()-before, naivePackedPasses.Load()-beforeNaive; n != 0 || nn != 0 {
+			t.Errorf("PackTokens -1: %d and %d packed passes, want none", n, nn)
+		}
+		return got
+	}
+	within := cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) <= 1e-6 })
+	for _, limit := range []int{DefaultPackTokens, 250} {
+		m.opt.PackTokens = limit
+		before, beforeNaive := packedPasses.Load(), naivePackedPasses.Load()
+		got, err := m.Score(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := packedPasses.Load() - before
+		naive, err := m.ScoreNaive(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nn := naivePackedPasses.Load() - beforeNaive
+		m.opt.PackTokens = DefaultPackTokens
+		// At the default q0–q2 and q5–q6 pack, and q3 and q4 run alone;
+		// on the naive side, which shares no prefill, q0–q6 fit one pass.
+		// At 250 positions the naive side's full prompts take several.
+		switch {
+		case limit == DefaultPackTokens && (n != 2 || nn != 1):
+			t.Errorf("PackTokens %d: %d packed passes and %d naive ones, want 2 and 1", limit, n, nn)
+		case limit < DefaultPackTokens && (n < 1 || nn < 2):
+			t.Errorf("PackTokens %d: %d packed passes and %d naive ones, want at least 1 and 2", limit, n, nn)
+		}
+		what := fmt.Sprintf("PackTokens %d: ", limit)
+		if d := cmp.Diff(unpacked(m.Score), got, within); d != "" {
+			t.Errorf("%sScore unpacked vs packed (-unpacked +packed):\n%s", what, d)
+		}
+		if d := cmp.Diff(unpacked(m.ScoreNaive), naive, within); d != "" {
+			t.Errorf("%sScoreNaive unpacked vs packed (-unpacked +packed):\n%s", what, d)
+		}
+		scoreVsNaive(t, ctx, m, reqs, got, what)
+		scoreVsAlone(t, ctx, m, reqs, got, 1e-6, what)
+	}
 }

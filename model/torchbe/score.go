@@ -116,6 +116,7 @@ func (m *Model) score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 	steps := PlanPrefixes(prefixes)
 	var shared sharedPrefix
 	defer shared.close()
+	var pack scorePack
 	i := 0
 	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse, q *heads) error {
 		row, step, err := &rows[i], steps[i], bad[i]
@@ -124,11 +125,179 @@ func (m *Model) score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 			res.Failure = rejected("request %s: %v", r.ID, err)
 			return nil
 		}
+		reused := step.Cached // the prefix tokens the plan takes from the cache, not yet counted
+		if ahead := (PrefixStep{Cached: step.Keep, Shared: true, Keep: step.Keep}); step.Shared && step.Keep > step.Cached && m.packable(row, ahead) {
+			// The next request shares more of this Prefix than the cache
+			// holds (the question a group's responses answer, or the
+			// preamble, in the call's first request): that part goes to
+			// the cache first, in a pass of its own, so that this request
+			// packs with the next ones instead of running it in a pass
+			// alone.
+			if err := m.runPack(&shared, &pack, q); err != nil {
+				return err
+			}
+			if _, err := shared.take(m.lm, row.prefix, step.Keep, 0); err != nil { // counts the step's Cached tokens as reused
+				return fmt.Errorf("torch score: request %s: prefill: %w", r.ID, err)
+			}
+			step, reused = ahead, 0
+		}
+		if m.packable(row, step) {
+			if !m.fits(&pack, row, step) {
+				if err := m.runPack(&shared, &pack, q); err != nil {
+					return err
+				}
+			}
+			pack.add(r.ID, row, step, res, reused)
+			return nil
+		}
+		if err := m.runPack(&shared, &pack, q); err != nil {
+			return err
+		}
 		if err := m.scoreRequest(&shared, row, step, res, q); err != nil {
 			return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 		}
 		return nil
-	})
+	}, func(q *heads) error { return m.runPack(&shared, &pack, q) })
+}
+
+// packedPasses and naivePackedPasses count the passes that packed several
+// requests' rows, Score's and ScoreNaive's (for tests).
+var packedPasses, naivePackedPasses atomic.Int64
+
+// DefaultPackTokens is Options.PackTokens' default.
+const DefaultPackTokens = 2048
+
+// scorePack is consecutive requests whose packed rows Score runs as one
+// batch, one row each (right-padded), in one forward pass: requests that
+// run their prefix and extra tokens and all their tails in one pass after
+// the same cached tokens (the judge prompt's preamble from the call's
+// shared cache, which none of them extends, or nothing), up to MaxBatch
+// tails and PackTokens positions in all, and within one prefill chunk's
+// attention scores. This is what the criteria of one request already share
+// in its pass: the policy phase's requests, each a response to its own
+// question, then run their linear layers over all their rows at once
+// instead of one short row each (on a GPU, one row of a few hundred
+// positions leaves most of the device idle). Each row computes what it
+// computes alone: right padding comes after every real token, which causal
+// attention keeps from seeing it.
+type scorePack struct {
+	ids    []string
+	rows   []*scoreRow
+	res    []*backend.ScoreResponse
+	shared bool // the rows take the shared cache's first cached tokens
+	cached int
+	reused int // the cached tokens the rows' plans take, not yet counted in prefixReused
+	tails  int // tails in all
+	width  int // the longest packed row
+}
+
+func (p *scorePack) add(id string, row *scoreRow, step PrefixStep, res *backend.ScoreResponse, reused int) {
+	if len(p.rows) == 0 {
+		p.shared, p.cached = step.Shared, step.Cached
+	}
+	p.ids, p.rows, p.res = append(p.ids, id), append(p.rows, row), append(p.res, res)
+	p.reused += reused
+	p.tails += len(row.tails)
+	p.width = max(p.width, packedWidth(row, step))
+}
+
+func (p *scorePack) reset() { *p = scorePack{ids: p.ids[:0], rows: p.rows[:0], res: p.res[:0]} }
+
+// packedWidth is the length of a request's packed row: its prefix and
+// extra tokens after the cached ones, then every tail.
+func packedWidth(row *scoreRow, step PrefixStep) int {
+	n := len(row.prefix) + len(row.extra) - step.Cached
+	for _, t := range row.tails {
+		n += len(t)
+	}
+	return n
+}
+
+// packable reports whether a request can join a pack: its tails take one
+// pass, its Prefix's cached tokens (if any) come from the shared cache,
+// which it leaves as it found it (Keep == Cached), and its row alone fits
+// one prefill chunk's scores, as scoreRequest's one pass must.
+func (m *Model) packable(row *scoreRow, step PrefixStep) bool {
+	if step.Whole || len(row.tails) > m.opt.MaxBatch || (step.Shared && step.Keep != step.Cached) {
+		return false
+	}
+	T := int64(packedWidth(row, step))
+	return generate.PrefillChunk(1, int64(step.Cached)+T, int64(m.lm.Config().NumAttentionHeads)) >= T
+}
+
+// fits reports whether a packable request can join p: the same cached
+// tokens, MaxBatch tails in all, and the batch within one prefill chunk's
+// scores.
+func (m *Model) fits(p *scorePack, row *scoreRow, step PrefixStep) bool {
+	if len(p.rows) == 0 {
+		return true
+	}
+	first := p.rows[0]
+	if step.Shared != p.shared || step.Cached != p.cached || !slices.Equal(row.prefix[:step.Cached], first.prefix[:p.cached]) ||
+		p.tails+len(row.tails) > m.opt.MaxBatch {
+		return false
+	}
+	B, T := int64(len(p.rows)+1), int64(max(p.width, packedWidth(row, step)))
+	if B*T > int64(m.opt.PackTokens) {
+		return false
+	}
+	return generate.PrefillChunk(B, int64(p.cached)+T, int64(m.lm.Config().NumAttentionHeads)) >= T
+}
+
+// runPack runs p's requests and empties it: one request as scoreRequest
+// runs it, several as one batch of packed rows after a copy of the shared
+// cache's cached tokens per row.
+func (m *Model) runPack(shared *sharedPrefix, p *scorePack, q *heads) (err error) {
+	if len(p.rows) == 0 {
+		return nil
+	}
+	defer p.reset()
+	if len(p.rows) == 1 {
+		step := PrefixStep{Cached: p.cached, Shared: p.shared, Keep: p.cached}
+		if err := m.scoreRequest(shared, p.rows[0], step, p.res[0], q); err != nil { // counts p.cached tokens as reused
+			return fmt.Errorf("torch score: request %s: %w", p.ids[0], err)
+		}
+		prefixReused.Add(int64(p.reused - p.cached))
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("torch score: requests %s to %s: %w", p.ids[0], p.ids[len(p.ids)-1], err)
+		}
+	}()
+	B := len(p.rows)
+	var cache *model.Cache
+	if p.shared {
+		pc, err := shared.take(m.lm, p.rows[0].prefix, p.cached, 0) // counts p.cached tokens as reused
+		if err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		prefixReused.Add(int64(p.reused - p.cached))
+		if cache, err = pc.SelectTo(make([]int64, B), p.cached+p.width); err != nil {
+			return err
+		}
+		defer cache.Close()
+	}
+	rows := make([]packedRow, B)
+	for i, row := range p.rows {
+		rows[i] = packedRow{trunk: slices.Concat(row.prefix[p.cached:], row.extra), tails: row.tails}
+	}
+	prefixPrefills.Add(int64(B)) // each prefix runs (the rest of it) in the pass
+	packedPasses.Add(1)
+	hs, err := m.packedHidden(cache, rows)
+	if err != nil {
+		return fmt.Errorf("tails: %w", err)
+	}
+	for i, h := range hs {
+		row := p.rows[i]
+		if err := q.add(h, len(row.tails), row.cands, row.among, p.res[i]); err != nil {
+			for _, rest := range hs[i+1:] {
+				torch.Drop(rest)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // MinPrefixReuse is the fewest leading Prefix tokens that Score takes
@@ -279,7 +448,11 @@ func (m *Model) scoreRequest(shared *sharedPrefix, row *scoreRow, step PrefixSte
 		base = cache.Len()
 	}
 	for _, g := range groups {
-		h, err := m.packedHidden(cache, trunk, g)
+		var h *torch.Tensor
+		hs, err := m.packedHidden(cache, []packedRow{{trunk: trunk, tails: g}})
+		if err == nil {
+			h = hs[0]
+		}
 		if cache != nil {
 			// Back to what was cached before the pass, for the next pass
 			// or request, or, for the shared cache, to the prefix's first
@@ -430,7 +603,7 @@ func prefill(lm model.CausalLM, cache *model.Cache, ids []int) error {
 // autograd off: row fills a response, a Failure or the final hidden states
 // of its criteria queued on q, and its error ends the call. The queued rows
 // get their heads before scoreRows returns.
-func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row func(*backend.ScoreRequest, *backend.ScoreResponse, *heads) error) ([]backend.ScoreResponse, error) {
+func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row func(*backend.ScoreRequest, *backend.ScoreResponse, *heads) error, end func(*heads) error) ([]backend.ScoreResponse, error) {
 	out := make([]backend.ScoreResponse, len(reqs))
 	release, err := m.hold(ctx, "torch score")
 	if err != nil {
@@ -452,6 +625,9 @@ func (m *Model) scoreRows(ctx context.Context, reqs []backend.ScoreRequest, row 
 			if err := row(&reqs[i], &out[i], q); err != nil {
 				return err
 			}
+		}
+		if err := end(q); err != nil {
+			return err
 		}
 		if err := q.flush(); err != nil {
 			return fmt.Errorf("torch score: %w", err)
@@ -609,45 +785,76 @@ func (q *heads) close() {
 	q.rows, q.dst, q.n = nil, nil, 0
 }
 
-// packedHidden runs one row: trunk (may be empty) after what cache holds
-// (nil: nothing), then each tail as a branch of its own
-// (model.Batch.Branches), at the positions it has in its full prompt. It
-// returns, owned, the final hidden state at each tail's last token (K, C):
-// what a row holding the cached tokens, the trunk and that tail alone
-// computes there. With cache set the row's keys are appended to it; the
-// caller truncates them.
-func (m *Model) packedHidden(cache *model.Cache, trunk []int, tails [][]int) (*torch.Tensor, error) {
+// packedRow is one row of a packed pass: trunk tokens (may be none) after
+// the cached ones, then each tail as a branch of its own.
+type packedRow struct {
+	trunk []int
+	tails [][]int
+}
+
+// packedHidden runs rows as one right-padded batch after what cache holds
+// (nil: nothing; else one cache row per row, its keys appended to it, which
+// the caller truncates): in each row the trunk, then each tail as a branch
+// of its own (model.Batch.Branches) at the positions it has in its full
+// prompt. It returns, owned, per row the final hidden state at each tail's
+// last token (K, C): what a row holding the cached tokens, the trunk and
+// that tail alone computes there. The padding after a row's last token
+// (id 0, in the trunk) is after every real token, so causal attention
+// keeps them from it.
+func (m *Model) packedHidden(cache *model.Cache, rows []packedRow) ([]*torch.Tensor, error) {
 	s := torch.NewScope()
 	defer s.Close()
 	past := 0
 	if cache != nil {
 		past = cache.Len()
 	}
-	var ids, pos, branch, last []int64
-	for j, id := range trunk {
-		ids, pos, branch = append(ids, int64(id)), append(pos, int64(past+j)), append(branch, 0)
-	}
-	for k, t := range tails {
-		for j, id := range t {
-			ids, pos, branch = append(ids, int64(id)), append(pos, int64(past+len(trunk)+j)), append(branch, int64(k+1))
+	T := 0
+	for _, r := range rows {
+		n := len(r.trunk)
+		for _, t := range r.tails {
+			n += len(t)
 		}
-		last = append(last, int64(len(ids)-1))
+		T = max(T, n)
 	}
-	T, dev := int64(len(ids)), m.lm.Device()
+	B := len(rows)
+	ids, pos, branch := make([]int64, 0, B*T), make([]int64, 0, B*T), make([]int64, 0, B*T)
+	last := make([][]int64, B) // flat (b·T + j) index of each tail's last token
+	for b, r := range rows {
+		for j, id := range r.trunk {
+			ids, pos, branch = append(ids, int64(id)), append(pos, int64(past+j)), append(branch, 0)
+		}
+		for k, t := range r.tails {
+			for j, id := range t {
+				ids, pos, branch = append(ids, int64(id)), append(pos, int64(past+len(r.trunk)+j)), append(branch, int64(k+1))
+			}
+			last[b] = append(last[b], int64(len(ids)-1))
+		}
+		for j := len(ids) - b*T; j < T; j++ { // right padding
+			ids, pos, branch = append(ids, 0), append(pos, int64(past+j)), append(branch, 0)
+		}
+	}
+	dev := m.lm.Device()
 	h, err := m.lm.Hidden(s, model.Batch{
-		IDs:       s.To(s.FromInt64(ids, 1, T), dev, torch.Int64),
-		Positions: s.To(s.FromInt64(pos, 1, T), dev, torch.Int64),
-		Branches:  s.To(s.FromInt64(branch, 1, T), dev, torch.Int64),
+		IDs:       s.To(s.FromInt64(ids, int64(B), int64(T)), dev, torch.Int64),
+		Positions: s.To(s.FromInt64(pos, int64(B), int64(T)), dev, torch.Int64),
+		Branches:  s.To(s.FromInt64(branch, int64(B), int64(T)), dev, torch.Int64),
 		Cache:     cache,
-	}) // (1, T, C)
+	}) // (B, T, C)
 	if err != nil {
 		return nil, err
 	}
-	x := s.IndexSelect(s.Squeeze(h, 0), 0, s.To(s.FromInt64(last, int64(len(last))), dev, torch.Int64)) // a copy: K rows, not h
+	flat := s.Reshape(h, int64(B*T), -1)
+	out := make([]*torch.Tensor, B)
+	for b, idx := range last {
+		out[b] = s.IndexSelect(flat, 0, s.To(s.FromInt64(idx, int64(len(idx))), dev, torch.Int64)) // a copy: K rows, not h
+	}
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
-	return s.Keep(x), nil
+	for _, x := range out {
+		s.Keep(x)
+	}
+	return out, nil
 }
 
 // lastHidden runs full prompts as one right-padded batch and returns,
@@ -694,9 +901,10 @@ func rightPad(rows [][]int, T int) (ids, last []int64) {
 }
 
 // ScoreNaive answers like Score without prefix reuse: it runs full forward
-// passes over Prefix+Suffix[k], the suffixes batched exactly as Score batches
-// them (up to MaxBatch rows per forward pass, right-padded, and the head
-// over up to MaxBatch queued rows across requests), so that the only
+// passes over Prefix+Suffix[k], the suffixes batched as Score batches them
+// (up to MaxBatch rows per forward pass, right-padded, consecutive
+// requests' rows in one pass as Score packs consecutive requests, and the
+// head over up to MaxBatch queued rows across requests), so that the only
 // difference between the two is the shared prefill. It is the baseline of
 // the judge benchmark and the reference Score is tested against.
 func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
@@ -710,6 +918,7 @@ func (m *Model) scoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 			return nil, fmt.Errorf("torch score: %w", err)
 		}
 	}
+	var pack naivePack
 	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse, q *heads) error {
 		cands, err := m.candidates(r.Candidates)
 		if err != nil {
@@ -722,6 +931,16 @@ func (m *Model) scoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 				res.Failure = rejected("request %s: suffix %d: prompt encodes to no tokens", r.ID, k)
 				return nil
 			}
+		}
+		if !m.naiveFits(&pack, full) {
+			if err := m.runNaive(&pack, q); err != nil {
+				return err
+			}
+		}
+		if len(full) <= m.opt.MaxBatch { // joins the next pass
+			pack.ids, pack.res = append(pack.ids, r.ID), append(pack.res, headDst{res: res, k: len(full), cands: cands, among: r.AmongCandidates})
+			pack.rows = append(pack.rows, full...)
+			return nil
 		}
 		for start := 0; start < len(full); start += m.opt.MaxBatch {
 			if err := ctx.Err(); err != nil {
@@ -737,7 +956,71 @@ func (m *Model) scoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 			}
 		}
 		return nil
-	})
+	}, func(q *heads) error { return m.runNaive(&pack, q) })
+}
+
+// naivePack is consecutive requests' full prompts that ScoreNaive runs in
+// one pass, up to MaxBatch rows, as Score packs consecutive requests'
+// packed rows (scorePack).
+type naivePack struct {
+	ids  []string
+	res  []headDst // where each request's rows go
+	rows [][]int
+}
+
+// naiveFits reports whether full joins p's pass: MaxBatch rows and
+// PackTokens positions at most, or p is empty.
+func (m *Model) naiveFits(p *naivePack, full [][]int) bool {
+	if len(p.rows) == 0 {
+		return true
+	}
+	T := 0
+	for _, r := range slices.Concat(p.rows, full) {
+		T = max(T, len(r))
+	}
+	n := len(p.rows) + len(full)
+	return n <= m.opt.MaxBatch && n*T <= m.opt.PackTokens
+}
+
+// runNaive runs p's rows as one right-padded batch, queues each request's
+// final hidden states on q, and empties p.
+func (m *Model) runNaive(p *naivePack, q *heads) error {
+	if len(p.rows) == 0 {
+		return nil
+	}
+	defer func() { p.ids, p.res, p.rows = p.ids[:0], p.res[:0], p.rows[:0] }()
+	if len(p.res) > 1 {
+		naivePackedPasses.Add(1)
+	}
+	h, err := m.lastHidden(p.rows)
+	if err != nil {
+		return fmt.Errorf("torch score: requests %s to %s: %w", p.ids[0], p.ids[len(p.ids)-1], err)
+	}
+	at := int64(0)
+	for i, d := range p.res {
+		x := h
+		if len(p.res) > 1 {
+			s := torch.NewScope()
+			x = s.Keep(s.Narrow(h, 0, at, int64(d.k)))
+			err := s.Err()
+			s.Close()
+			if err != nil {
+				torch.Drop(h)
+				return err
+			}
+		}
+		at += int64(d.k)
+		if err := q.add(x, d.k, d.cands, d.among, d.res); err != nil {
+			if len(p.res) > 1 {
+				torch.Drop(h)
+			}
+			return fmt.Errorf("torch score: request %s: %w", p.ids[i], err)
+		}
+	}
+	if len(p.res) > 1 {
+		torch.Drop(h)
+	}
+	return nil
 }
 
 // LogProbs implements backend.LogProber over generate.LogProbs.

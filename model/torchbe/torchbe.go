@@ -44,8 +44,16 @@
 //     with both neighbours runs both parts in its packed pass. A request with
 //     more than MaxBatch suffixes, or whose pass would attend more scores
 //     than a chunk of generate.Prefill, has its shared tokens prefilled
-//     into a cache first (chunked) and its tails packed after it. The
-//     head runs once over the final states of up to MaxBatch criteria,
+//     into a cache first (chunked) and its tails packed after it.
+//     Consecutive requests whose packed passes run after the same cached
+//     tokens (the preamble, or none) and leave the cache as they found it
+//     run as one batch of packed rows, one row each, right-padded, up to
+//     PackTokens positions (scorePack): the policy phase's responses, each
+//     to its own question, share one pass as a request's criteria do; a
+//     request whose Prefix the next one shares beyond what the cache holds
+//     has that part prefilled into the cache first, so that it packs with
+//     them. ScoreNaive packs consecutive requests' full prompts by the same
+//     rule. The head runs once over the final states of up to MaxBatch criteria,
 //     across requests: over the whole vocabulary, or, when every request
 //     asks for log-probs among its candidates (AmongCandidates, as the
 //     judge stage does), over the candidates' rows of the weight alone
@@ -105,6 +113,11 @@ type Options struct {
 	// MaxBatch is the most sample rows decoded (or suffixes scored) together;
 	// default 64.
 	MaxBatch int
+	// PackTokens is the most positions (rows × the longest, padding
+	// included) of a scoring pass that packs consecutive requests' rows:
+	// Score's packed rows, ScoreNaive's full prompts. Default 2048; a
+	// negative value runs each request's rows in passes of their own.
+	PackTokens int
 	// DisableThinking renders chats with enable_thinking=False (an empty
 	// <think></think> block in the generation prompt).
 	DisableThinking bool
@@ -163,6 +176,9 @@ func Load(opt Options) (*Model, error) {
 		if dt, err = torch.ParseDType(opt.DType); err != nil {
 			return nil, fmt.Errorf("torch backend: %w", err)
 		}
+	}
+	if opt.PackTokens == 0 {
+		opt.PackTokens = DefaultPackTokens
 	}
 	if opt.MaxBatch <= 0 {
 		opt.MaxBatch = 64
