@@ -29,7 +29,7 @@ func BenchmarkYesNo(b *testing.B) {
 	dir, reqs := yesNoWorkload(b)
 	for _, side := range []string{"naive", "prefix_reuse"} {
 		b.Run(side, func(b *testing.B) {
-			m, err := load(dir, "", 0, 64, false, "")
+			m, err := load(dir, "", 0, 64, 0, false, "")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func BenchmarkYesNo(b *testing.B) {
 func BenchmarkYesNoStageShape(b *testing.B) {
 	dir, reqs := yesNoWorkload(b)
 	for _, side := range []string{"naive", "prefix_reuse"} {
-		m, err := load(dir, "", 0, 64, false, "")
+		m, err := load(dir, "", 0, 64, 0, false, "")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func BenchmarkYesNoConcurrent(b *testing.B) {
 	ready, start := make(chan struct{}, 2), make(chan struct{})
 	for range 2 {
 		g.Go(func() error {
-			m, err := load(dir, "", 0, 64, false, "")
+			m, err := load(dir, "", 0, 64, 0, false, "")
 			if err != nil {
 				ready <- struct{}{}
 				return err
@@ -184,7 +184,7 @@ func TestSidesAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, mb := range []int{64, 3} {
-			m, err := load("", "tiny", 1, mb, false, t.TempDir())
+			m, err := load("", "tiny", 1, mb, 0, false, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -321,7 +321,7 @@ func TestServedSidesAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := load("", "tiny", 1, 64, false, t.TempDir())
+	m, err := load("", "tiny", 1, 64, 0, false, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

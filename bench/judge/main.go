@@ -20,8 +20,12 @@
 //
 // Fairness: both sides tokenize the same full prompts, batch the criteria
 // of a request the same way (up to the backend's MaxBatch rows, right-padded,
-// per forward pass) and run the same head, so the one difference measured is
-// the shared prefill. The requests ask, as the judge stage does, for
+// per forward pass), pack consecutive requests' rows into one pass by the
+// same rule (up to -pack-tokens positions: the backend's PackTokens, whose
+// default lets the default workload's packed rows share a pass and keeps
+// each naive request's 1,560 positions in a pass of their own, the faster
+// way for them on a CPU) and run the same head, so the one difference
+// measured is the shared prefill. The requests ask, as the judge stage does, for
 // log-probs among the candidates, which needs the head's rows for the
 // candidates only; -vocab asks for log-probs over the whole vocabulary, a
 // full head and log-softmax per criterion on both sides.
@@ -78,13 +82,14 @@ import (
 type config struct {
 	model, preset string
 	shape
-	reps     int
-	threads  int
-	maxBatch int
-	runs     int
-	tol      float64
-	vocab    bool
-	serve    bool
+	reps       int
+	threads    int
+	maxBatch   int
+	packTokens int
+	runs       int
+	tol        float64
+	vocab      bool
+	serve      bool
 }
 
 func main() {
@@ -103,6 +108,7 @@ func main() {
 	flag.IntVar(&cfg.threads, "threads", 0, "libtorch threads (0: default)")
 	flag.BoolVar(&cfg.vocab, "vocab", false, "ask for log-probs over the whole vocabulary (a full head and log-softmax per criterion) instead of among the candidates, as the judge stage asks")
 	flag.BoolVar(&cfg.serve, "serve", false, "measure through `evolm serve` on loopback instead: the openai client sends every request at once, and the server runs each as its own engine call (--coalesce 1) against coalescing them into grouped calls (backend.ScoreBatcher, up to -max-batch requests)")
+	flag.IntVar(&cfg.packTokens, "pack-tokens", 0, "positions per pass that packs consecutive requests' rows, on both sides (the backend's PackTokens; 0: its default, negative: none)")
 	flag.IntVar(&cfg.maxBatch, "max-batch", 64, "criteria per forward pass, on both sides (the backend's MaxBatch)")
 	mmap := flag.Int("mmap-threshold", 0, "glibc's M_MMAP_THRESHOLD in bytes, as `evolm` sets it (torch.mmap_threshold, default 1MiB there); 0 keeps glibc's adaptive default")
 	flag.Parse()
@@ -173,14 +179,14 @@ func workload(w shape) ([]backend.ScoreRequest, error) {
 
 // load opens the checkpoint, writing a random one first when dir is empty.
 // oneThread loads it as `evolm serve` does (torchbe.Options.OneThread).
-func load(dir, preset string, threads, maxBatch int, oneThread bool, tmp string) (*torchbe.Model, error) {
+func load(dir, preset string, threads, maxBatch, packTokens int, oneThread bool, tmp string) (*torchbe.Model, error) {
 	if dir == "" {
 		dir = tmp
 		if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: preset, Seed: 1, OutDir: dir}); err != nil {
 			return nil, err
 		}
 	}
-	return torchbe.Load(torchbe.Options{Dir: dir, Threads: threads, MaxBatch: maxBatch, OneThread: oneThread})
+	return torchbe.Load(torchbe.Options{Dir: dir, Threads: threads, MaxBatch: maxBatch, PackTokens: packTokens, OneThread: oneThread})
 }
 
 type scoreFunc func(context.Context, []backend.ScoreRequest) ([]backend.ScoreResponse, error)
@@ -318,7 +324,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	m, err := load(cfg.model, cfg.preset, cfg.threads, cfg.maxBatch, cfg.serve, tmp)
+	m, err := load(cfg.model, cfg.preset, cfg.threads, cfg.maxBatch, cfg.packTokens, cfg.serve, tmp)
 	if err != nil {
 		return err
 	}
