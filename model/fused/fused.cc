@@ -853,6 +853,32 @@ extern "C" void evolm_fused_packed_stats(int64_t* n, int64_t* bytes) {
   }
 }
 
+extern "C" uint64_t evolm_fused_weights_stamp(void** ts, int64_t n) {
+  try {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over each tensor's identity, data and version
+    auto mix = [&h](uint64_t v) {
+      for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 1099511628211ull;
+      }
+    };
+    for (int64_t i = 0; i < n; i++) {
+      at::Tensor t = handle(ts[i]);
+      if (!t.defined()) {
+        mix(0);
+        continue;
+      }
+      if (t.is_inference()) return 0;  // no version counter: in-place writes are not seen
+      mix(reinterpret_cast<uint64_t>(t.unsafeGetTensorImpl()));
+      mix(reinterpret_cast<uint64_t>(t.data_ptr()));
+      mix(static_cast<uint64_t>(t._version()));
+    }
+    return h == 0 ? 1 : h;
+  } catch (...) {
+    return 0;
+  }
+}
+
 extern "C" char* evolm_fused_bump_version(void* t) {
   return guard([&] {
     TORCH_CHECK(t != nullptr, "bump version: tensor is NULL");

@@ -316,6 +316,23 @@ func PackedStats() (n int, bytes int64) {
 	return int(cn), int64(cb)
 }
 
+// WeightsStamp is a hash of ts' identities, data and version counters: it
+// changes when one of them is replaced, or written by an in-place ATen op
+// (an optimizer step, copy_) or by code that calls BumpVersion after a raw
+// write. It is 0 when one of them has no version counter (an inference
+// tensor), so that a caller keeping state derived from the values (a KV
+// cache) keeps none.
+func WeightsStamp(ts []*torch.Tensor) uint64 {
+	if len(ts) == 0 {
+		return 0
+	}
+	hs := make([]unsafe.Pointer, len(ts))
+	for i, t := range ts {
+		hs[i] = torch.Handle(t)
+	}
+	return uint64(C.evolm_fused_weights_stamp(&hs[0], C.int64_t(len(hs))))
+}
+
 // BumpVersion marks t as written. Code that writes a tensor's memory
 // without an ATen in-place op (a raw copy into its data, a collective)
 // calls it, so that PackedLinear repacks the weight.

@@ -110,6 +110,12 @@ char* evolm_fused_packed_linear(void* x, void* w, void* into, void** out);
 // their bytes.
 void evolm_fused_packed_stats(int64_t* n, int64_t* bytes);
 
+// evolm_fused_weights_stamp is a hash of the n tensors' identities, data
+// pointers and version counters (which every in-place ATen op, and
+// evolm_fused_bump_version, bumps), or 0 when one of them has no version
+// counter (an inference tensor) or cannot be read.
+uint64_t evolm_fused_weights_stamp(void** ts, int64_t n);
+
 // evolm_fused_bump_version marks t as written (its version counter), for
 // writes that bypass ATen's in-place ops.
 char* evolm_fused_bump_version(void* t);

@@ -145,3 +145,45 @@ func TestParallelRowsUseTheIntraOpThreads(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightsStamp: the stamp stays while the tensors do, and changes when
+// one of them is written in place, marked written (BumpVersion) or
+// replaced, or the list changes.
+func TestWeightsStamp(t *testing.T) {
+	s := torch.NewScope()
+	defer s.Close()
+	a, b := s.Zeros([]int64{4, 3}, torch.Float32, torch.CPU), s.Zeros([]int64{5}, torch.Float32, torch.CPU)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ws := []*torch.Tensor{a, b}
+	before := fused.WeightsStamp(ws)
+	if before == 0 {
+		t.Fatal("stamp 0 for two ordinary tensors")
+	}
+	if got := fused.WeightsStamp(ws); got != before {
+		t.Fatalf("stamp %x then %x with nothing changed", before, got)
+	}
+	last := before
+	changed := func(what string) {
+		t.Helper()
+		got := fused.WeightsStamp(ws)
+		if got == last || got == 0 {
+			t.Errorf("%s: stamp %x, before %x", what, got, last)
+		}
+		last = got
+	}
+	s.MulScalar_(b, 2)
+	changed("b written in place")
+	if err := fused.BumpVersion(a); err != nil {
+		t.Fatal(err)
+	}
+	changed("a marked written")
+	ws[1] = s.Zeros([]int64{5}, torch.Float32, torch.CPU)
+	changed("b replaced")
+	ws = ws[:1]
+	changed("one tensor fewer")
+	if fused.WeightsStamp(nil) != 0 {
+		t.Error("stamp of no tensors is not 0")
+	}
+}
