@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/model/torch"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -126,6 +127,7 @@ func TestScoreReusesCommonPrefix(t *testing.T) {
 	}
 	for _, mb := range []int{64, 1} {
 		m.opt.MaxBatch = mb
+		m.forgetKept() // the counts below are a fresh call's
 		before := prefixReused.Load()
 		got, err := m.Score(ctx, reqs)
 		if err != nil {
@@ -211,5 +213,91 @@ func TestScorePacksRequests(t *testing.T) {
 		}
 		scoreVsNaive(t, ctx, m, reqs, got, what)
 		scoreVsAlone(t, ctx, m, reqs, got, 1e-6, what)
+	}
+}
+
+// forgetKept drops the prefix an earlier call kept (takeKept), for tests
+// that count what one call prefills.
+func (m *Model) forgetKept() {
+	p := m.takeKept()
+	p.close()
+}
+
+// TestScoreKeepsPrefixAcrossCalls checks that a call's shared prefix is
+// kept for the next call (KeptPrefix): a single request after a call that
+// ended on the same judge preamble takes it from the cache instead of
+// prefilling it, within 1e-6 of scoring it after a fresh start and within
+// 1e-4 of the naive passes; and that a kept prefix is not used once the
+// weights changed in place (their WeightsStamp), where it would hold keys
+// of the old weights: the call then prefills afresh and still matches the
+// naive passes under the new weights.
+func TestScoreKeepsPrefixAcrossCalls(t *testing.T) {
+	m := tiny(t)
+	ctx := context.Background()
+	preamble := "You are a strict and impartial judge. Read the question and the response, then decide whether the response meets one criterion.\n\n"
+	req := func(id, question string) backend.ScoreRequest {
+		return backend.ScoreRequest{
+			ID:         id,
+			Prefix:     preamble + "Question: " + question + "\n\nResponse: It is 391.\n\n",
+			Suffixes:   []string{"Criterion: The answer is correct.\nAnswer:", "Criterion: The answer is short.\nAnswer:"},
+			Candidates: []string{" yes", " no"},
+		}
+	}
+	first := []backend.ScoreRequest{req("a", "What is 17 times 23?"), req("b", "Name a prime.")}
+	next := []backend.ScoreRequest{req("c", "What is 391 divided by 17?")}
+	row, err := m.tokenizeScore(&next[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	within := cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) <= 1e-6 })
+
+	m.forgetKept()
+	fresh, err := m.Score(ctx, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, changed := range []bool{false, true} {
+		if _, err := m.Score(ctx, first); err != nil {
+			t.Fatal(err)
+		}
+		if len(m.kept.ids) < MinPrefixReuse {
+			t.Fatalf("the call kept %d prefix tokens, want the preamble's", len(m.kept.ids))
+		}
+		shared := commonPrefix(m.kept.ids, row.prefix)
+		if changed {
+			var v *torch.Tensor
+			for _, p := range m.lm.Parameters() {
+				if p.Name == "model.layers.0.self_attn.v_proj.weight" {
+					v = p.Tensor
+				}
+			}
+			if v == nil {
+				t.Fatal("no model.layers.0.self_attn.v_proj.weight")
+			}
+			s := torch.NewScope()
+			s.MulScalar_(v, 1.5) // the first layer's values, which the cache holds
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+		}
+		before := prefixReused.Load()
+		got, err := m.Score(ctx, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reused := prefixReused.Load() - before
+		switch {
+		case !changed && reused != int64(shared):
+			t.Errorf("%d prefix tokens taken from the kept cache, want the %d the request shares with it", reused, shared)
+		case changed && reused != 0:
+			t.Errorf("weights changed: %d prefix tokens taken from a cache of the old weights, want 0", reused)
+		}
+		scoreVsNaive(t, ctx, m, next, got, fmt.Sprintf("weights changed %v: ", changed))
+		if !changed {
+			if d := cmp.Diff(fresh, got, within); d != "" {
+				t.Errorf("after a fresh start vs after a kept prefix (-fresh +kept):\n%s", d)
+			}
+		}
 	}
 }

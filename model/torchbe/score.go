@@ -113,12 +113,16 @@ func (m *Model) score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 			prefixes[i] = rows[i].prefix
 		}
 	}
-	steps := PlanPrefixes(prefixes)
+	var steps []PrefixStep
 	var shared sharedPrefix
 	defer shared.close()
 	var pack scorePack
 	i := 0
 	return m.scoreRows(ctx, reqs, func(r *backend.ScoreRequest, res *backend.ScoreResponse, q *heads) error {
+		if steps == nil { // holding the engine: the prefix an earlier call kept is this call's
+			shared = m.takeKept()
+			steps, _ = PlanPrefixesFrom(shared.ids, prefixes)
+		}
 		row, step, err := &rows[i], steps[i], bad[i]
 		i++
 		if err != nil {
@@ -157,7 +161,70 @@ func (m *Model) score(ctx context.Context, reqs []backend.ScoreRequest) (_ []bac
 			return fmt.Errorf("torch score: request %s: %w", r.ID, err)
 		}
 		return nil
-	}, func(q *heads) error { return m.runPack(&shared, &pack, q) })
+	}, func(q *heads) error {
+		if err := m.runPack(&shared, &pack, q); err != nil {
+			return err
+		}
+		m.keep(&shared)
+		return nil
+	})
+}
+
+// KeptPrefix is the most Prefix tokens of a call's shared cache that
+// Score keeps for the next call (takeKept, keep): the judge prompt's
+// preamble, which every call's requests begin with, or a question several
+// calls' responses answer, is then prefilled once for all of them, as
+// vLLM's automatic prefix caching does across requests. For the paper's
+// 1.7B judge in bfloat16 that is at most about 57 MiB held between calls.
+const KeptPrefix = 512
+
+// takeKept hands the prefix cache an earlier call kept to this one, or an
+// empty one when none was kept or the weights changed since (their
+// WeightsStamp differs: an optimizer step, a load into them, other
+// tensors), so that a kept cache never holds keys of other weights. With
+// an adapter attached (which can be switched off, and trained) nothing is
+// kept. It runs while the call holds the engine.
+func (m *Model) takeKept() sharedPrefix {
+	p := m.kept
+	m.kept = sharedPrefix{}
+	if p.cache != nil && (m.keptStamp == 0 || m.weightsStamp() != m.keptStamp) {
+		p.close()
+	}
+	return p
+}
+
+// keep keeps the first KeptPrefix tokens of p, a call's shared cache when
+// it ends without an error, for the next call, in a copy as long as they
+// are (the call's cache has room for whole prompts); p keeps its own.
+func (m *Model) keep(p *sharedPrefix) {
+	stamp := m.weightsStamp()
+	if p.cache == nil || len(p.ids) < MinPrefixReuse || stamp == 0 {
+		return
+	}
+	n := min(len(p.ids), KeptPrefix)
+	if err := p.cache.Truncate(n); err != nil {
+		return
+	}
+	c, err := p.cache.SelectTo([]int64{0}, n)
+	if err != nil {
+		return // nothing kept; the next call prefills afresh
+	}
+	m.kept.close()
+	m.kept, m.keptStamp = sharedPrefix{ids: slices.Clone(p.ids[:n]), cache: c}, stamp
+}
+
+// weightsStamp is the model's parameters' fused.WeightsStamp, or 0 (keep
+// nothing) with an adapter attached.
+func (m *Model) weightsStamp() uint64 {
+	if m.adapter != nil {
+		return 0
+	}
+	ps := m.lm.Parameters()
+	ts := make([]*torch.Tensor, len(ps))
+	for i, p := range ps {
+		ts[i] = p.Tensor
+	}
+	return fused.WeightsStamp(ts)
 }
 
 // packedPasses and naivePackedPasses count the passes that packed several
@@ -343,8 +410,15 @@ type PrefixStep struct {
 // by float rounding (within 1e-6, TestScoreSharesPrefix). The judge
 // benchmark counts the tokens each side runs with this plan.
 func PlanPrefixes(prefixes [][]int) []PrefixStep {
-	steps := make([]PrefixStep, len(prefixes))
-	var held []int // the Prefix tokens the cache holds
+	steps, _ := PlanPrefixesFrom(nil, prefixes)
+	return steps
+}
+
+// PlanPrefixesFrom is PlanPrefixes with the cache holding held (the
+// Prefix tokens an earlier call left in it, KeptPrefix) before the first
+// request, and returns what it holds after the last one too.
+func PlanPrefixesFrom(held []int, prefixes [][]int) (steps []PrefixStep, after []int) {
+	steps = make([]PrefixStep, len(prefixes))
 	for i, p := range prefixes {
 		if p == nil {
 			continue
@@ -366,7 +440,7 @@ func PlanPrefixes(prefixes [][]int) []PrefixStep {
 		steps[i] = PrefixStep{Cached: r, Shared: true, Keep: keep}
 		held = p[:keep]
 	}
-	return steps
+	return steps, held
 }
 
 // commonPrefix is the length of a's and b's longest common prefix.

@@ -53,8 +53,12 @@
 //     request whose Prefix the next one shares beyond what the cache holds
 //     has that part prefilled into the cache first, so that it packs with
 //     them. ScoreNaive packs consecutive requests' full prompts by the same
-//     rule. The head runs once over the final states of up to MaxBatch criteria,
-//     across requests: over the whole vocabulary, or, when every request
+//     rule. A call's cache of Prefix tokens outlives it, up to KeptPrefix
+//     tokens, while the weights stay the same (fused.WeightsStamp): the next
+//     call's requests take the judge prompt's preamble from it, as vLLM's
+//     automatic prefix caching does across requests. The head runs once over
+//     the final states of up to MaxBatch criteria, across requests: over
+//     the whole vocabulary, or, when every request
 //     asks for log-probs among its candidates (AmongCandidates, as the
 //     judge stage does), over the candidates' rows of the weight alone
 //     (model.TokenLogitser), normalized over the distinct candidates. A
@@ -160,6 +164,11 @@ type Model struct {
 	engine  *engineThread // Options.OneThread; nil without
 	mu      sync.RWMutex  // read-held by calls, write-held by Close
 	decoded sync.Map      // token id → decoded text, for log-prob tokens
+	// kept is the prefix cache Score keeps between calls (KeptPrefix),
+	// and keptStamp the weights' stamp when it was kept; only a call
+	// holding the engine touches them.
+	kept      sharedPrefix
+	keptStamp uint64
 }
 
 // Load reads a checkpoint directory and its tokenizer.
@@ -248,6 +257,7 @@ func (m *Model) Close() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.kept.close()
 	if m.lm != nil {
 		closeLM(m.lm, m.adapter)
 		m.lm, m.adapter = nil, nil

@@ -319,6 +319,7 @@ func TestScoreSharesPrefix(t *testing.T) {
 	heads := map[int]int64{64: 1, 2: 5}
 	for _, mb := range []int{64, 2} {
 		m.opt.MaxBatch = mb
+		m.forgetKept() // the counts below are a fresh call's
 		before, beforeHeads := prefixPrefills.Load(), headCalls.Load()
 		got, err := m.Score(ctx, reqs)
 		if err != nil {
