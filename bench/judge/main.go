@@ -253,8 +253,9 @@ func pairs(encode func(string) []int, reqs []backend.ScoreRequest) (naive, reuse
 // work sums cost(from, to) over the positions [from, to) each side runs:
 // every full prompt whole on the naive side; with prefix reuse, as Score
 // splits a request (torchbe.SplitScore) and runs its Prefix tokens
-// (torchbe.PlanPrefixes), the shared tokens after those it takes from the
-// call's cache once per request, and each suffix's tail.
+// (torchbe.PlanPrefixesFrom, from the prefix the previous call kept), the
+// shared tokens after those it takes from the cache once per request, and
+// each suffix's tail.
 func work(encode func(string) []int, reqs []backend.ScoreRequest, cost func(from, to int) int) (naive, reuse int) {
 	fulls := make([][][]int, len(reqs))
 	splits := make([]int, len(reqs))
@@ -269,7 +270,15 @@ func work(encode func(string) []int, reqs []backend.ScoreRequest, cost func(from
 		p, splits[i] = torchbe.SplitScore(encode(r.Prefix), fulls[i])
 		prefixes[i] = fulls[i][0][:p]
 	}
-	for i, step := range torchbe.PlanPrefixes(prefixes) {
+	// Every call after the first starts with the prefix the one before it
+	// kept (torchbe.KeptPrefix): the same requests', in a benchmark.
+	_, after := torchbe.PlanPrefixesFrom(nil, prefixes)
+	kept := after[:min(len(after), torchbe.KeptPrefix)]
+	if len(kept) < torchbe.MinPrefixReuse {
+		kept = nil
+	}
+	steps, _ := torchbe.PlanPrefixesFrom(kept, prefixes)
+	for i, step := range steps {
 		L := splits[i]
 		reuse += cost(step.Cached, L)
 		for _, f := range fulls[i] {
