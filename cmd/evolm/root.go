@@ -29,7 +29,7 @@ var globalFlags = []struct{ name, key, usage string }{
 	{"parallelism", "pipeline.parallelism", "output shards written at once"},
 	{"progress", "pipeline.progress", "auto (a bar on a terminal, log lines otherwise), tty, log or off"},
 	{"fresh", "pipeline.fresh", "forget the stage's committed shards and redo them"},
-	{"mmap-threshold", "torch.mmap_threshold", "host allocations at least this large are mapped on their own and returned to the OS when freed (glibc M_MMAP_THRESHOLD, at most 32MiB), so a CPU run or server does not keep the heap its largest step or prompt grew; 0: glibc's adaptive default"},
+	{"mmap-threshold", "torch.mmap_threshold", "host allocations at least this large are mapped on their own and returned to the OS when freed (glibc M_MMAP_THRESHOLD, at most 32MiB; the heap keeps up to max(16MiB, twice this) free at its top, glibc M_TRIM_THRESHOLD), so a CPU run or server does not keep the heap its largest step or prompt grew; 0: glibc's adaptive default"},
 }
 
 func newRootCmd() *cobra.Command {
