@@ -917,10 +917,13 @@ func (m *Model) packedHidden(cache *model.Cache, rows []packedRow) ([]*torch.Ten
 	if err != nil {
 		return nil, err
 	}
-	flat := s.Reshape(h, int64(B*T), -1)
+	all := slices.Concat(last...)
+	x := s.IndexSelect(s.Reshape(h, int64(B*T), -1), 0, s.To(s.FromInt64(all, int64(len(all))), dev, torch.Int64)) // a copy: the tails' rows, not h
 	out := make([]*torch.Tensor, B)
+	at := int64(0)
 	for b, idx := range last {
-		out[b] = s.IndexSelect(flat, 0, s.To(s.FromInt64(idx, int64(len(idx))), dev, torch.Int64)) // a copy: K rows, not h
+		out[b] = s.Narrow(x, 0, at, int64(len(idx))) // row b's, a view of x
+		at += int64(len(idx))
 	}
 	if err := s.Err(); err != nil {
 		return nil, err
