@@ -942,11 +942,7 @@ func (m *Model) packedHidden(cache *model.Cache, rows []packedRow) ([]*torch.Ten
 func (m *Model) lastHidden(rows [][]int) (*torch.Tensor, error) {
 	s := torch.NewScope()
 	defer s.Close()
-	K := int64(len(rows))
-	T := 0
-	for _, r := range rows {
-		T = max(T, len(r))
-	}
+	K, T := int64(len(rows)), longest(rows)
 	ids, last := rightPad(rows, T)
 	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(ids, K, int64(T)), m.lm.Device(), torch.Int64)}) // (K, T, C)
 	if err != nil {
@@ -1017,7 +1013,7 @@ func (m *Model) scoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 		}
 		if len(full) <= m.opt.MaxBatch { // joins the next pass
 			pack.ids, pack.res = append(pack.ids, r.ID), append(pack.res, headDst{res: res, k: len(full), cands: cands, among: r.AmongCandidates})
-			pack.rows = append(pack.rows, full...)
+			pack.rows, pack.width = append(pack.rows, full...), max(pack.width, longest(full))
 			return nil
 		}
 		for start := 0; start < len(full); start += m.opt.MaxBatch {
@@ -1041,9 +1037,19 @@ func (m *Model) scoreNaive(ctx context.Context, reqs []backend.ScoreRequest) (_ 
 // one pass, up to MaxBatch rows, as Score packs consecutive requests'
 // packed rows (scorePack).
 type naivePack struct {
-	ids  []string
-	res  []headDst // where each request's rows go
-	rows [][]int
+	ids   []string
+	res   []headDst // where each request's rows go
+	rows  [][]int
+	width int // the longest row
+}
+
+// longest is the length of the longest of rows.
+func longest(rows [][]int) int {
+	n := 0
+	for _, r := range rows {
+		n = max(n, len(r))
+	}
+	return n
 }
 
 // naiveFits reports whether full joins p's pass: MaxBatch rows and
@@ -1052,11 +1058,7 @@ func (m *Model) naiveFits(p *naivePack, full [][]int) bool {
 	if len(p.rows) == 0 {
 		return true
 	}
-	T := 0
-	for _, r := range slices.Concat(p.rows, full) {
-		T = max(T, len(r))
-	}
-	n := len(p.rows) + len(full)
+	n, T := len(p.rows)+len(full), max(p.width, longest(full))
 	return n <= m.opt.MaxBatch && n*T <= m.opt.PackTokens
 }
 
@@ -1066,7 +1068,7 @@ func (m *Model) runNaive(p *naivePack, q *heads) error {
 	if len(p.rows) == 0 {
 		return nil
 	}
-	defer func() { p.ids, p.res, p.rows = p.ids[:0], p.res[:0], p.rows[:0] }()
+	defer func() { p.ids, p.res, p.rows, p.width = p.ids[:0], p.res[:0], p.rows[:0], 0 }()
 	if len(p.res) > 1 {
 		naivePackedPasses.Add(1)
 	}
