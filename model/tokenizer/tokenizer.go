@@ -39,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"unicode/utf8"
 )
@@ -61,6 +62,10 @@ type Tokenizer struct {
 	specialSet     map[int]bool
 	vocabSize      int
 	specialsIDs    Specials
+	// cuttable: no added token contains a newline or has single_word,
+	// lstrip or rstrip set, so that text splits at a line start (see
+	// lineCut).
+	cuttable bool
 }
 
 // Specials holds the ids of the tokens the engine and chat template need;
@@ -186,6 +191,12 @@ func Load(r io.Reader) (*Tokenizer, error) {
 		}
 	}
 	t.rawMatch, t.normMatch = newMatcher(rawToks), newMatcher(normToks)
+	t.cuttable = true
+	for _, a := range t.added {
+		if a.SingleWord || a.LStrip || a.RStrip || strings.ContainsAny(a.Content, "\r\n") {
+			t.cuttable = false
+		}
+	}
 	t.idBytes = make([]string, len(t.idToToken))
 	var buf []byte
 	for id, tok := range t.idToToken {
@@ -312,6 +323,58 @@ func (t *Tokenizer) EncodeWithOptions(text string, opt EncodeOptions) []int {
 		})
 	})
 	return ids
+}
+
+// EncodePrefixed returns Encode(prefix) and, for each suffix s,
+// Encode(prefix + s), encoding most of prefix once instead of once per
+// suffix (a judge prompt's question and response, before each criterion).
+// The ids are Encode's: prefix is cut at its last line start (lineCut),
+// where every stage of the pipeline starts afresh, and the part before the
+// cut is encoded once; the part after it is encoded with each suffix.
+func (t *Tokenizer) EncodePrefixed(prefix string, suffixes []string) (prefixIDs []int, full [][]int) {
+	full = make([][]int, len(suffixes))
+	c := 0
+	if utf8.ValidString(prefix) { // else a suffix may complete its last sequence
+		c = t.lineCut(prefix)
+	}
+	head, rest := t.Encode(prefix[:c]), prefix[c:]
+	join := func(tail []int) []int {
+		return append(append(make([]int, 0, len(head)+len(tail)), head...), tail...)
+	}
+	prefixIDs = join(t.Encode(rest))
+	for k, s := range suffixes {
+		full[k] = join(t.Encode(rest + s))
+	}
+	return prefixIDs, full
+}
+
+// lineCut returns the byte offset of s's last line start that is followed
+// by a printable ASCII character ("\n" at c-1, '!'…'~' at c), or 0 when
+// there is none or the tokenizer's added tokens forbid cuts (cuttable).
+// For every text x, Encode(s + x) = Encode(s[:c]) ++ Encode(s[c:] + x):
+//   - added tokens: none contains a newline, so no match spans c; the
+//     matcher's choice at an offset depends on the text from there on only
+//     when no token has single_word, lstrip or rstrip;
+//   - NFC: U+000A composes with nothing, and an ASCII character is a
+//     starter, so normalization does not act across c;
+//   - the split regex: the whitespace run (or the punctuation and its
+//     newlines) that ends in the newline ends at c, since the next
+//     character is neither whitespace nor a newline, and splitNext reads
+//     only the text after the offset it starts from;
+//   - BPE and byte-level mapping work within a piece.
+//
+// s must be valid UTF-8, so that s[:c] is and Encode's repair of invalid
+// UTF-8 in s[c:] + x starts at c.
+func (t *Tokenizer) lineCut(s string) int {
+	if !t.cuttable {
+		return 0
+	}
+	for c := len(s) - 1; c > 0; c-- {
+		if s[c-1] == '\n' && s[c] > ' ' && s[c] < 0x7f {
+			return c
+		}
+	}
+	return 0
 }
 
 // EncodeBatch encodes texts in parallel (GOMAXPROCS workers); out[i] is

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -353,5 +354,63 @@ func TestMergeShortEqualsLong(t *testing.T) {
 		if diff := cmp.Diff(tok.model.mergeShort(p), tok.model.mergeLong(p)); diff != "" {
 			t.Errorf("piece of %d bytes: mergeShort vs mergeLong (-short +long):\n%s", len(p), diff)
 		}
+	}
+}
+
+// TestEncodePrefixed checks EncodePrefixed against Encode of each whole
+// prompt on the real Qwen3 tokenizer: prefixes cut from the corpus and the
+// fuzz set at every line start and elsewhere, each with suffixes that begin
+// with what could act across the cut (combining marks, whitespace,
+// newlines, special tokens, a continued UTF-8 sequence). It also checks that
+// most prefixes were cut, so that the comparison covers the cut, and that a
+// tokenizer whose added tokens forbid cuts encodes whole prompts.
+func TestEncodePrefixed(t *testing.T) {
+	tok, _ := qwen3(t)
+	suffixes := []string{"", "Criterion: the answer is 391.\nAnswer:", "\u0301 accent", " space", "\n\nnext", "\r\n", "<|im_end|>\n<|im_start|>assistant\n", "'ll do", "\xad tail", "\u00a0nbsp", "123"}
+	texts := append(slices.Clone(corpus), fuzzStrings(7, 600)...)
+	var prefixes []string
+	for i, s := range texts {
+		prefixes = append(prefixes, s, s+"\n"+texts[(i+1)%len(texts)], "<question>\n"+s+"\n</question>\n\n<response>\n"+s+"\n</response>\n\n")
+		for j := range min(len(s), 400) {
+			if s[j] == '\n' || j%37 == 0 {
+				prefixes = append(prefixes, s[:j])
+			}
+		}
+	}
+	prefixes = append(prefixes, "x\n\xe4\xb8", "line\n\xff\xfe", "a\n<|im_start|>user\nb")
+	cut := 0
+	for _, p := range prefixes {
+		if tok.lineCut(p) > 0 {
+			cut++
+		}
+		gotP, got := tok.EncodePrefixed(p, suffixes)
+		if diff := cmp.Diff(tok.Encode(p), gotP); diff != "" {
+			t.Fatalf("prefix %+q (-Encode +EncodePrefixed):\n%s", p, diff)
+		}
+		for k, s := range suffixes {
+			if diff := cmp.Diff(tok.Encode(p+s), got[k]); diff != "" {
+				t.Fatalf("prefix %+q, suffix %+q (-Encode +EncodePrefixed):\n%s", p, s, diff)
+			}
+		}
+	}
+	if cut < len(prefixes)/5 {
+		t.Errorf("only %d of %d prefixes were cut: the test does not cover the cut", cut, len(prefixes))
+	}
+	if got := tok.lineCut("a\nb"); got != 2 {
+		t.Errorf(`lineCut("a\nb") = %d, want 2`, got)
+	}
+
+	stripped, err := Load(bytes.NewReader(tinyJSON(t, func(m map[string]any) {
+		m["added_tokens"].([]any)[0].(map[string]any)["lstrip"] = true
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := stripped.lineCut("ab\n<|end|>"); c != 0 {
+		t.Errorf("with an lstrip added token, lineCut = %d, want 0 (no cut)", c)
+	}
+	_, got := stripped.EncodePrefixed("ab\n", []string{"<|end|>c"})
+	if want := stripped.Encode("ab\n<|end|>c"); !slices.Equal(got[0], want) {
+		t.Errorf("lstrip: EncodePrefixed = %v, Encode = %v", got[0], want)
 	}
 }
