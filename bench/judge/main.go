@@ -18,17 +18,19 @@
 // adds N words of context to each question (a Tulu 3 prompt is often a
 // paragraph), which responses to one question share.
 //
-// Fairness: both sides tokenize the same full prompts, batch the criteria
-// of a request the same way (up to the backend's MaxBatch rows, right-padded,
-// per forward pass), pack consecutive requests' rows into one pass by the
-// same rule (up to -pack-tokens positions: the backend's PackTokens, whose
-// default lets the default workload's packed rows share a pass and keeps
-// each naive request's 1,560 positions in a pass of their own, the faster
-// way for them on a CPU) and run the same head, so the one difference
-// measured is the shared prefill. The requests ask, as the judge stage does, for
-// log-probs among the candidates, which needs the head's rows for the
-// candidates only; -vocab asks for log-probs over the whole vocabulary, a
-// full head and log-softmax per criterion on both sides.
+// Fairness: both sides run the same full prompts' ids (prefix reuse
+// tokenizes the shared Prefix's text once, tokenizer.EncodePrefixed, which
+// gives the ids of each prompt encoded whole; the naive side encodes each
+// whole), batch the criteria of a request the same way (up to the backend's
+// MaxBatch rows, right-padded, per forward pass), pack consecutive requests'
+// rows into one pass by the same rule (up to -pack-tokens positions: the
+// backend's PackTokens, whose default lets the default workload's packed
+// rows share a pass and keeps each naive request's 1,560 positions in a pass
+// of their own, the faster way for them on a CPU) and run the same head, so
+// the one difference measured is the prefix's reuse. The requests ask, as
+// the judge stage does, for log-probs among the candidates, which needs the
+// head's rows for the candidates only; -vocab asks for log-probs over the
+// whole vocabulary, a full head and log-softmax per criterion on both sides.
 // Before printing anything, every run checks that the two sides' candidate
 // log-probs agree within -tol (absolute) and fails otherwise. Each of -runs
 // runs times both sides (the mean of -reps calls after a warm-up call, the

@@ -60,16 +60,16 @@ func SplitScore(prefix []int, full [][]int) (P, L int) {
 	return L, L
 }
 
-// tokenizeScore tokenizes Prefix+Suffixes[k] whole and splits them as
-// SplitScore says.
+// tokenizeScore tokenizes Prefix+Suffixes[k], with Encode's ids but the
+// Prefix's text tokenized once (tokenizer.EncodePrefixed), and splits them
+// as SplitScore says.
 func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 	cands, err := m.candidates(r.Candidates)
 	if err != nil {
 		return scoreRow{}, err
 	}
-	full := make([][]int, len(r.Suffixes))
-	for k, suf := range r.Suffixes {
-		full[k] = m.tok.Encode(r.Prefix + suf)
+	prefix, full := m.tok.EncodePrefixed(r.Prefix, r.Suffixes)
+	for k := range full {
 		if len(full[k]) == 0 {
 			return scoreRow{}, fmt.Errorf("suffix %d: prompt encodes to no tokens", k)
 		}
@@ -77,7 +77,7 @@ func (m *Model) tokenizeScore(r *backend.ScoreRequest) (scoreRow, error) {
 			return scoreRow{}, fmt.Errorf("suffix %d: prompt of %d tokens exceeds the context of %d", k, len(full[k]), m.maxLen)
 		}
 	}
-	P, L := SplitScore(m.tok.Encode(r.Prefix), full)
+	P, L := SplitScore(prefix, full)
 	row := scoreRow{prefix: full[0][:P], extra: full[0][P:L], cands: cands, among: r.AmongCandidates}
 	for _, f := range full {
 		row.tails = append(row.tails, f[L:])
@@ -976,11 +976,13 @@ func rightPad(rows [][]int, T int) (ids, last []int64) {
 
 // ScoreNaive answers like Score without prefix reuse: it runs full forward
 // passes over Prefix+Suffix[k], the suffixes batched as Score batches them
-// (up to MaxBatch rows per forward pass, right-padded, consecutive
-// requests' rows in one pass as Score packs consecutive requests, and the
-// head over up to MaxBatch queued rows across requests), so that the only
-// difference between the two is the shared prefill. It is the baseline of
-// the judge benchmark and the reference Score is tested against.
+// (up to MaxBatch rows per forward pass, right-padded, consecutive requests'
+// rows in one pass as Score packs consecutive requests, and the head over up
+// to MaxBatch queued rows across requests), so that the only difference
+// between the two is the prefix's reuse: its shared prefill, and its text
+// tokenized once (each full prompt here is encoded whole, to the same ids).
+// It is the baseline of the judge benchmark and the reference Score is
+// tested against.
 func (m *Model) ScoreNaive(ctx context.Context, reqs []backend.ScoreRequest) ([]backend.ScoreResponse, error) {
 	return onEngine(ctx, m, func() ([]backend.ScoreResponse, error) { return m.scoreNaive(ctx, reqs) })
 }
