@@ -2,7 +2,9 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
+	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/torch"
 )
 
@@ -105,32 +107,19 @@ func (c *Cache) SelectTo(rows []int64, maxLen int) (*Cache, error) {
 		}
 	}
 	out := &Cache{len: c.len, batch: len(rows), maxLen: maxLen, cfg: c.cfg}
-	s := torch.NewScope()
-	defer s.Close()
 	if len(c.k) == 0 {
 		return out, nil
 	}
-	dev, err := torch.DeviceOf(c.k[0])
-	if err != nil {
-		return nil, fmt.Errorf("kv cache select: %w", err)
-	}
-	idx := s.To(s.FromInt64(rows, int64(len(rows))), dev, torch.Int64)
-	shape := []int64{int64(len(rows)), int64(c.cfg.NumKeyValueHeads), int64(maxLen), int64(c.cfg.HeadDim)}
-	expand := func(src *torch.Tensor) *torch.Tensor {
-		buf := s.Zeros(shape, s.DType(src), dev)
-		if c.len > 0 {
-			s.Copy_(s.Narrow(buf, 2, 0, int64(c.len)), s.IndexSelect(s.Narrow(src, 2, 0, int64(c.len)), 0, idx))
-		}
-		return s.Keep(buf)
-	}
-	for l := range c.k {
-		out.k = append(out.k, expand(c.k[l]))
-		out.v = append(out.v, expand(c.v[l]))
-	}
+	s := torch.NewScope()
+	defer s.Close()
+	bufs := fused.SelectRows(s, slices.Concat(c.k, c.v), rows, int64(c.len), int64(maxLen)) // every layer's keys, then values
 	if err := s.Err(); err != nil {
-		out.Close()
 		return nil, fmt.Errorf("kv cache select: %w", err)
 	}
+	for _, b := range bufs {
+		s.Keep(b)
+	}
+	out.k, out.v = slices.Clip(bufs[:len(c.k)]), bufs[len(c.k):]
 	return out, nil
 }
 

@@ -928,6 +928,44 @@ extern "C" char* evolm_fused_argmax(void* x, void** out) {
 // query's position, −MaxFloat32 after), then the keys of another branch and
 // the padding keys before the query blocked over it; TestAttnBiasEqualsOps
 // checks the result against the ops bit for bit.
+extern "C" char* evolm_fused_select_rows(void** src, int64_t n, const int64_t* rows, int64_t nrows,
+                                        int64_t len, int64_t max_len, void** out) {
+  return guard([&] {
+    TORCH_CHECK(src != nullptr && out != nullptr && n >= 0 && nrows >= 0 && len >= 0 && max_len >= len,
+                "select rows: bad arguments");
+    bool same = true;
+    for (int64_t r = 0; r < nrows; r++) same = same && rows[r] == rows[0];
+    at::Tensor idx;
+    std::vector<at::Tensor> ys;
+    ys.reserve(n);
+    for (int64_t i = 0; i < n; i++) {
+      at::Tensor x = handle(src[i]);
+      TORCH_CHECK(x.defined() && x.dim() == 4 && x.size(2) >= len, "select rows: buffer ", i,
+                  " must be (B, nkv, ≥ ", len, ", hs), got ", x.sizes());
+      for (int64_t r = 0; r < nrows; r++) {
+        TORCH_CHECK(rows[r] >= 0 && rows[r] < x.size(0), "select rows: row ", rows[r], " out of range [0, ",
+                    x.size(0), ")");
+      }
+      at::Tensor y = at::empty({nrows, x.size(1), max_len, x.size(3)}, x.options());
+      if (len > 0 && nrows > 0) {
+        at::Tensor part = x.narrow(2, 0, len);
+        if (same) {
+          part = part.narrow(0, rows[0], 1).expand({nrows, -1, -1, -1});
+        } else {
+          if (!idx.defined()) {
+            idx = at::from_blob(const_cast<int64_t*>(rows), {nrows}, at::kLong).to(x.device());
+          }
+          part = part.index_select(0, idx.device() == x.device() ? idx : idx.to(x.device()));
+        }
+        y.narrow(2, 0, len).copy_(part);
+      }
+      if (max_len > len) y.narrow(2, len, max_len - len).zero_();
+      ys.push_back(std::move(y));
+    }
+    for (int64_t i = 0; i < n; i++) out[i] = new at::Tensor(std::move(ys[i]));
+  });
+}
+
 extern "C" char* evolm_fused_attn_bias(int64_t B, int64_t T, int64_t past, void* mask,
                                        void* branches, void** out) {
   return guard([&] {

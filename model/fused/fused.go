@@ -267,6 +267,35 @@ func AttnBias(s *torch.Scope, B, T, past int64, mask, branches *torch.Tensor) *t
 	return s.AdoptHandle("attn bias", out)
 }
 
+// SelectRows copies positions [0, n) of the rows rows of each buffer in
+// src (B, nkv, ≥ n, hs) into a new (len(rows), nkv, maxLen, hs) buffer, with
+// zeros after them, owned by s: model.Cache.SelectTo's copy of every
+// layer's keys and values in one call, where the tensor ops take five a
+// buffer (a row taken for every new row is broadcast, not gathered).
+func SelectRows(s *torch.Scope, src []*torch.Tensor, rows []int64, n, maxLen int64) []*torch.Tensor {
+	if s.Err() != nil || len(src) == 0 {
+		return nil
+	}
+	hs := make([]unsafe.Pointer, 2*len(src))
+	for i, x := range src {
+		hs[i] = torch.Handle(x)
+	}
+	var rp *C.int64_t
+	if len(rows) > 0 {
+		rp = (*C.int64_t)(unsafe.Pointer(&rows[0]))
+	}
+	if msg := C.evolm_fused_select_rows(&hs[0], C.int64_t(len(src)), rp, C.int64_t(len(rows)), C.int64_t(n), C.int64_t(maxLen), &hs[len(src)]); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		s.Fail(fmt.Errorf("fused %s", C.GoString(msg)))
+		return nil
+	}
+	out := make([]*torch.Tensor, len(src))
+	for i := range out {
+		out[i] = s.AdoptHandle("select rows", hs[len(src)+i])
+	}
+	return out
+}
+
 // ArgmaxVectorized reports whether Argmax takes the vectorized scan on this
 // CPU (x86-64 with AVX2) for contiguous float32 CPU rows.
 func ArgmaxVectorized() bool { return C.evolm_fused_argmax_vectorized() == 1 }

@@ -59,6 +59,13 @@ char* evolm_fused_forward(const evolm_fused_config* cfg, void** weights, void* x
 char* evolm_fused_attn_bias(int64_t B, int64_t T, int64_t past, void* mask, void* branches,
                             void** out);
 
+// evolm_fused_select_rows is model.Cache.SelectTo's copy, for the n
+// buffers src (B, nkv, ≥ len, hs) in one call: out[i] receives a new
+// (nrows, nkv, max_len, hs) buffer whose row r holds positions [0, len) of
+// row rows[r] of src[i], and zeros after them.
+char* evolm_fused_select_rows(void** src, int64_t n, const int64_t* rows, int64_t nrows, int64_t len,
+                              int64_t max_len, void** out);
+
 // evolm_fused_argmax is torch.argmax(x, -1) for x (B, V): the first index
 // of each row's maximum (of its first NaN, if any), as a new (B) int64
 // tensor in *out. A contiguous CPU float32 x takes a vectorized two-pass

@@ -3,6 +3,7 @@ package llama_test
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/evolm/evolm/model"
@@ -137,6 +138,32 @@ func TestCacheSelect(t *testing.T) {
 			}
 			if worst > 1e-5 {
 				t.Errorf("%s: row %d (from %d): max diff %.3g from the full forward", name, i, r, worst)
+			}
+		}
+	}
+	// One row taken for every new row (broadcast, not gathered): each holds
+	// its filled positions, and zeros after them.
+	twice, err := cache.SelectTo([]int64{1, 1}, cache.Len()+3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer twice.Close()
+	srcK, srcV := cache.Buffers()
+	gotK, gotV := twice.Buffers()
+	n := int64(cache.Len())
+	for l := range srcK {
+		for _, kv := range [][2]*torch.Tensor{{srcK[l], gotK[l]}, {srcV[l], gotV[l]}} {
+			want, _ := torch.Float32s(s.Contiguous(s.Narrow(s.Narrow(kv[0], 0, 1, 1), 2, 0, n)))
+			for r := range int64(2) {
+				row := s.Narrow(kv[1], 0, r, 1)
+				got, _ := torch.Float32s(s.Contiguous(s.Narrow(row, 2, 0, n)))
+				if !slices.Equal(got, want) {
+					t.Fatalf("SelectTo([1 1]): layer %d row %d differs from row 1 of the cache", l, r)
+				}
+				rest, _ := torch.Float32s(s.Contiguous(s.Narrow(row, 2, n, 3)))
+				if slices.ContainsFunc(rest, func(x float32) bool { return x != 0 }) {
+					t.Fatalf("SelectTo([1 1]): layer %d row %d: positions after the filled ones are not zero", l, r)
+				}
 			}
 		}
 	}
