@@ -195,19 +195,23 @@ func (m *Model) takeKept() sharedPrefix {
 }
 
 // keep keeps the first KeptPrefix tokens of p, a call's shared cache when
-// it ends without an error, for the next call, in a copy as long as they
-// are (the call's cache has room for whole prompts); p keeps its own.
+// it ends without an error, for the next call, in a cache as long as they
+// are: a copy where p's has room for more (whole prompts), else p's own,
+// which p gives up.
 func (m *Model) keep(p *sharedPrefix) {
 	stamp := m.weightsStamp()
 	if p.cache == nil || len(p.ids) < MinPrefixReuse || stamp == 0 {
 		return
 	}
 	n := min(len(p.ids), KeptPrefix)
-	if err := p.cache.Truncate(n); err != nil {
+	err := p.cache.Truncate(n)
+	if err != nil {
 		return
 	}
-	c, err := p.cache.SelectTo([]int64{0}, n)
-	if err != nil {
+	c := p.cache
+	if c.Batch() == 1 && c.MaxLen() == n { // already a cache of their length (the kept one, unextended): hand it on
+		p.cache = nil
+	} else if c, err = p.cache.SelectTo([]int64{0}, n); err != nil {
 		return // nothing kept; the next call prefills afresh
 	}
 	m.kept.close()
