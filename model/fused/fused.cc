@@ -24,6 +24,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -498,6 +499,81 @@ void scale_mask_row(float* __restrict__ a, const float* __restrict__ m, float sc
   }
 }
 
+// MaskSpec is eager attention's additive mask for a pass of T queries
+// after past cached keys (Tk = past + T keys), as model/llama's mask
+// defines it: 0 where key j is visible to query i and −MaxFloat32 where it
+// is blocked, that is where j > past + i, where the padding mask (B, Tk) is
+// 0, or where branches (B, T) tags key j with a branch that is neither 0
+// (the trunk; cached keys are trunk) nor query i's. row writes any row's
+// leading keys, so that the mask need not be stored: bias stores it whole
+// (evolm_fused_attn_bias), and scale_mask_ writes each row where a query
+// block needs it. Both write the same values, one row at a time.
+struct MaskSpec {
+  int64_t B, T, past, Tk;
+  at::Tensor pad, br;      // contiguous CPU int64, or undefined
+  const int64_t* pm = nullptr;
+  const int64_t* bm = nullptr;
+  std::vector<int64_t> first;  // first[b]: row b's first key of a branch (Tk if none)
+  static constexpr float lowest = -3.4028234663852886e38f;  // −MaxFloat32
+
+  MaskSpec(int64_t B, int64_t T, int64_t past, const at::Tensor& mask, const at::Tensor& branches)
+      : B(B), T(T), past(past), Tk(past + T) {
+    TORCH_CHECK(B >= 0 && T >= 0 && past >= 0, "attn mask: bad arguments");
+    if (mask.defined()) {
+      pad = mask.to(at::kLong).contiguous();
+      TORCH_CHECK(pad.device().is_cpu() && pad.dim() == 2 && pad.size(0) == B && pad.size(1) == Tk,
+                  "attn bias: the mask must be a CPU (", B, ", ", Tk, ") tensor, got ", pad.sizes());
+      pm = pad.data_ptr<int64_t>();
+    }
+    if (branches.defined()) {
+      br = branches.to(at::kLong).contiguous();
+      TORCH_CHECK(br.device().is_cpu() && br.dim() == 2 && br.size(0) == B && br.size(1) == T,
+                  "attn bias: branches must be a CPU (", B, ", ", T, ") tensor, got ", br.sizes());
+      bm = br.data_ptr<int64_t>();
+    }
+    // The trunk before a row's first branch key needs no look.
+    first.assign(B, Tk);
+    for (int64_t b = 0; bm != nullptr && b < B; b++) {
+      for (int64_t i = 0; i < T; i++) {
+        if (bm[b * T + i] != 0) {
+          first[b] = past + i;
+          break;
+        }
+      }
+    }
+  }
+
+  // rows is the mask's batch: one row for the whole batch when nothing
+  // differs by row, as the ops broadcast it.
+  int64_t rows() const { return (pm != nullptr || bm != nullptr) ? B : 1; }
+
+  // row writes keys [0, n) (n ≤ Tk) of query i's row of batch row b.
+  void row(float* o, int64_t n, int64_t b, int64_t i) const {
+    const int64_t vis = std::min(past + i + 1, n);  // keys [0, vis) are not in the future
+    std::fill(o, o + vis, 0.0f);
+    std::fill(o + vis, o + n, lowest);
+    if (bm != nullptr) {  // a key of a branch other than the trunk and the query's own
+      const int64_t qb = bm[b * T + i];
+      const int64_t* kb = bm + b * T - past;  // kb[j] for j >= past; the cache is trunk
+      for (int64_t j = first[b]; j < vis; j++) o[j] = (kb[j] != 0 && kb[j] != qb) ? lowest : o[j];
+    }
+    if (pm != nullptr) {  // padding keys
+      const int64_t* kp = pm + b * Tk;
+      for (int64_t j = 0; j < vis; j++) o[j] = kp[j] == 0 ? lowest : o[j];
+    }
+  }
+
+  // bias is the whole (rows, 1, T, Tk) float32 mask.
+  at::Tensor bias() const {
+    at::Tensor bias = at::empty({rows(), 1, T, Tk}, at::kFloat);
+    float* o = bias.data_ptr<float>();
+    parallel_rows(rows() * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(Tk, 1)), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; r++) row(o + r * Tk, Tk, r / T, r % T);
+    });
+    return bias;
+  }
+};
+
 // scale_bias_ is eagerAttention's att.mul_(scale), att.to(float32) and
 // att.add_(bias) on the scores att (B, nh, n, keys), with bias (B or 1, 1,
 // n, keys): for contiguous float32 scores, one pass (mul_ takes the scale
@@ -521,6 +597,37 @@ void scale_bias_(at::Tensor& att, double scale, const at::Tensor& bias) {
   parallel_rows(att.numel() / keys, elementwise_grain(keys), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
       scale_mask_row(ap + r * keys, bp + (r / (H * n)) * bb + (r % n) * bi, s, keys);
+    }
+  });
+}
+
+// mask_row_calls counts scale_mask_'s runs (evolm_fused_mask_row_calls).
+std::atomic<int64_t> mask_row_calls{0};
+
+// scale_mask_ is scale_bias_ over the rows [q0, q0 + n) of m's mask, its
+// leading keys (att (B, nh, n, keys) is a query block's scores): each mask
+// row is written where the block needs it, once for every head, instead of
+// read from a stored bias of B · T · Tk floats. The same kernel adds the
+// same values, so the bits are scale_bias_'s over m.bias(). Scores it does
+// not take go through the stored bias.
+void scale_mask_(at::Tensor& att, double scale, const MaskSpec& m, int64_t q0) {
+  if (!att.is_cpu() || att.scalar_type() != at::kFloat || !att.is_contiguous() || att.dim() != 4 ||
+      att.size(0) != m.B || att.size(3) > m.Tk || q0 < 0 || q0 + att.size(2) > m.T || att.numel() == 0) {
+    scale_bias_(att, scale, m.bias().narrow(2, q0, att.size(2)).narrow(3, 0, att.size(3)));
+    return;
+  }
+  elementwise_calls[2]++;
+  mask_row_calls++;
+  const int64_t H = att.size(1), n = att.size(2), keys = att.size(3);
+  const float s = static_cast<float>(scale);
+  float* ap = att.data_ptr<float>();
+  const bool per_row = m.rows() > 1;
+  parallel_rows(m.B * n, elementwise_grain(keys * H), [&](int64_t r0, int64_t r1) {
+    std::vector<float> mask(keys);
+    for (int64_t r = r0; r < r1; r++) {
+      const int64_t b = r / n, i = r % n;
+      m.row(mask.data(), keys, per_row ? b : 0, q0 + i);
+      for (int64_t h = 0; h < H; h++) scale_mask_row(ap + ((b * H + h) * n + i) * keys, mask.data(), s, keys);
     }
   });
 }
@@ -610,6 +717,7 @@ struct Stack {
   const evolm_fused_config* cfg;
   void** w;
   at::Tensor cos, sin, bias, sdpa_bias;
+  const MaskSpec* mask;  // eager without a stored bias: the mask, row by row
   void** kc;
   void** vc;
   int64_t past;
@@ -658,28 +766,36 @@ struct Stack {
   // (grouped_bmm) where libtorch would run MKL's batched GEMM, and are
   // repeated to the nh query heads otherwise.
   at::Tensor eager(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T) const {
-    auto block = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    // add_mask is scale_bias_ for the block of queries from q0 on.
+    auto add_mask = [&](at::Tensor& att, int64_t q0, const at::Tensor& bias) {
+      if (mask != nullptr) {
+        scale_mask_(att, cfg->attn_scale, *mask, q0);
+      } else {
+        scale_bias_(att, cfg->attn_scale, bias);
+      }
+    };
+    auto block = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t q0,
                      const at::Tensor& bias) {
       if (at::Tensor att = grouped_bmm(q, k, true); att.defined()) {
-        scale_bias_(att, cfg->attn_scale, bias);
+        add_mask(att, q0, bias);
         att = at::softmax(att, -1, at::kFloat);
         if (at::Tensor y = grouped_bmm(att, v, false); y.defined()) return y;
         return at::matmul(att, repeat_kv(v, q.size(1) / v.size(1)));
       }
       const int64_t groups = q.size(1) / k.size(1);
       at::Tensor att = at::matmul(q, repeat_kv(k, groups).transpose(2, 3));
-      scale_bias_(att, cfg->attn_scale, bias);
+      add_mask(att, q0, bias);
       att = at::softmax(att, -1, at::kFloat).to(v.scalar_type());
       return at::matmul(att, repeat_kv(v, groups));
     };
     int64_t blk = cfg->attn_block;
-    if (blk <= 0 || T <= blk) return block(q, k, v, bias);
+    if (blk <= 0 || T <= blk) return block(q, k, v, 0, bias);
     int64_t past = k.size(2) - T;
     std::vector<at::Tensor> ys;
     for (int64_t q0 = 0; q0 < T; q0 += blk) {
       int64_t n = std::min(blk, T - q0), keys = past + q0 + n;
-      ys.push_back(block(q.narrow(2, q0, n), k.narrow(2, 0, keys), v.narrow(2, 0, keys),
-                         bias.narrow(2, q0, n).narrow(3, 0, keys)));
+      ys.push_back(block(q.narrow(2, q0, n), k.narrow(2, 0, keys), v.narrow(2, 0, keys), q0,
+                         mask != nullptr ? at::Tensor() : bias.narrow(2, q0, n).narrow(3, 0, keys)));
     }
     return at::cat(ys, 2);
   }
@@ -792,6 +908,8 @@ at::Tensor packed_weight(const at::Tensor& w) {
 }  // namespace
 
 extern "C" int64_t evolm_fused_grouped_calls(void) { return grouped_calls.load(); }
+
+extern "C" int64_t evolm_fused_mask_row_calls(void) { return mask_row_calls.load(); }
 
 extern "C" int64_t evolm_fused_variance_lanes(void) { return variance_lanes(); }
 
@@ -969,66 +1087,15 @@ extern "C" char* evolm_fused_select_rows(void** src, int64_t n, const int64_t* r
 extern "C" char* evolm_fused_attn_bias(int64_t B, int64_t T, int64_t past, void* mask,
                                        void* branches, void** out) {
   return guard([&] {
-    TORCH_CHECK(out != nullptr && B >= 0 && T >= 0 && past >= 0,
-                "attn bias: bad arguments");
-    const int64_t Tk = past + T;
-    at::Tensor pad, br;
-    if (mask != nullptr) {
-      pad = handle(mask).to(at::kLong).contiguous();
-      TORCH_CHECK(pad.device().is_cpu() && pad.dim() == 2 && pad.size(0) == B && pad.size(1) == Tk,
-                  "attn bias: the mask must be a CPU (", B, ", ", Tk, ") tensor, got ", pad.sizes());
-    }
-    if (branches != nullptr) {
-      br = handle(branches).to(at::kLong).contiguous();
-      TORCH_CHECK(br.device().is_cpu() && br.dim() == 2 && br.size(0) == B && br.size(1) == T,
-                  "attn bias: branches must be a CPU (", B, ", ", T, ") tensor, got ", br.sizes());
-    }
-    // One mask row for the whole batch when nothing differs by row, as the
-    // ops broadcast it.
-    const int64_t rows = (pad.defined() || br.defined()) ? B : 1;
-    at::Tensor bias = at::empty({rows, 1, T, Tk}, at::kFloat);
-    float* o = bias.data_ptr<float>();
-    const int64_t* pm = pad.defined() ? pad.data_ptr<int64_t>() : nullptr;
-    const int64_t* bm = br.defined() ? br.data_ptr<int64_t>() : nullptr;
-    const float lowest = -3.4028234663852886e38f;  // −MaxFloat32
-    // first[b]: row b's first key of a branch (Tk if none); the trunk
-    // before it needs no look.
-    std::vector<int64_t> first(B, Tk);
-    for (int64_t b = 0; bm != nullptr && b < B; b++) {
-      for (int64_t i = 0; i < T; i++) {
-        if (bm[b * T + i] != 0) {
-          first[b] = past + i;
-          break;
-        }
-      }
-    }
-    parallel_rows(rows * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(Tk, 1)),
-                     [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; r++) {
-        const int64_t b = r / T, i = r % T;
-        float* row = o + r * Tk;
-        const int64_t vis = past + i + 1;  // keys [0, vis) are not in the future
-        std::fill(row, row + vis, 0.0f);
-        std::fill(row + vis, row + Tk, lowest);
-        if (bm != nullptr) {  // a key of a branch other than the trunk and the query's own
-          const int64_t qb = bm[b * T + i];
-          const int64_t* kb = bm + b * T - past;  // kb[j] for j >= past; the cache is trunk
-          for (int64_t j = first[b]; j < vis; j++)
-            row[j] = (kb[j] != 0 && kb[j] != qb) ? lowest : row[j];
-        }
-        if (pm != nullptr) {  // padding keys
-          const int64_t* kp = pm + b * Tk;
-          for (int64_t j = 0; j < vis; j++) row[j] = kp[j] == 0 ? lowest : row[j];
-        }
-      }
-    });
-    *out = new at::Tensor(std::move(bias));
+    TORCH_CHECK(out != nullptr, "attn bias: bad arguments");
+    *out = new at::Tensor(MaskSpec(B, T, past, handle(mask), handle(branches)).bias());
   });
 }
 
 extern "C" char* evolm_fused_forward(const evolm_fused_config* cfg, void** weights, void* x,
-                                     void* cos, void* sin, void* bias, void* blocked,
-                                     void** k_cache, void** v_cache, int64_t past, void** out) {
+                                     void* cos, void* sin, void* bias, void* blocked, void* mask,
+                                     void* branches, void** k_cache, void** v_cache, int64_t past,
+                                     void** out) {
   return guard([&] {
     TORCH_CHECK(cfg != nullptr && weights != nullptr && x != nullptr && cos != nullptr &&
                     sin != nullptr && out != nullptr,
@@ -1043,9 +1110,10 @@ extern "C" char* evolm_fused_forward(const evolm_fused_config* cfg, void** weigh
     // nothing reads.
     TORCH_CHECK(!at::GradMode::is_enabled(), "fused forward: inference only (grad is on)");
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    Stack st{cfg, weights, handle(cos), handle(sin), handle(bias), at::Tensor(),
+    Stack st{cfg, weights, handle(cos), handle(sin), handle(bias), at::Tensor(), nullptr,
              k_cache, v_cache, past};
     at::Tensor h = handle(x);
+    std::optional<MaskSpec> spec;
     if (cfg->sdpa) {
       // Attention.Forward's SDPA bias (the same in every layer).
       TORCH_CHECK(blocked != nullptr, "fused forward: sdpa needs the blocked mask");
@@ -1053,8 +1121,10 @@ extern "C" char* evolm_fused_forward(const evolm_fused_config* cfg, void** weigh
       if (h.scalar_type() == at::kBFloat16) lowest = -3.3895313892515355e38;
       if (h.scalar_type() == at::kHalf) lowest = -65504;
       st.sdpa_bias = at::zeros({1}, h.options()).masked_fill(handle(blocked), lowest);
-    } else {
-      TORCH_CHECK(bias != nullptr, "fused forward: eager attention needs the bias");
+    } else if (bias == nullptr) {
+      TORCH_CHECK(h.dim() == 3, "fused forward: x must be (B, T, C), got ", h.sizes());
+      spec.emplace(h.size(0), h.size(1), past, handle(mask), handle(branches));
+      st.mask = &*spec;
     }
     for (int64_t l = 0; l < cfg->layers; l++) h = st.layer(l, h);
     at::Tensor y = rms(h, handle(weights[cfg->layers * EVOLM_FUSED_PER_LAYER]), cfg->norm_eps);

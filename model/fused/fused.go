@@ -137,6 +137,11 @@ func ElementwiseCalls() (rms, rope, scaleBias, variance int64) {
 	return int64(c[0]), int64(c[1]), int64(c[2]), int64(c[3])
 }
 
+// MaskRowCalls is how many times Forward's eager attention has written a
+// query block's mask rows from Mask's Pad and Branches instead of reading a
+// stored bias. For tests that must know it ran.
+func MaskRowCalls() int64 { return int64(C.evolm_fused_mask_row_calls()) }
+
 // GroupedCalls is how many times Forward's eager attention has run one of
 // its products over the un-repeated keys or values, in place of repeating
 // them to the query heads first (fused.cc's grouped_bmm; two a query
@@ -168,18 +173,28 @@ type Config struct {
 	AttnBlock int64
 }
 
+// Mask is a pass's attention mask: Bias, the (B or 1, 1, T, Tk) float32
+// additive mask (eager attention), or Blocked, the bool mask (SDPA), or,
+// for eager attention on the CPU with Bias nil, what AttnBias builds the
+// bias from: Pad (B, Tk) and Branches (B, T), integer CPU tensors, either
+// or both nil. The shim then writes each row of that bias where a query
+// block needs it, once for all its heads, instead of reading it from a
+// stored B·T·Tk floats, and adds the same values (the bits are the same).
+type Mask struct {
+	Bias, Blocked, Pad, Branches *torch.Tensor
+}
+
 // Forward runs the decoder layers and the final norm on x (B, T, C), the
 // embedded tokens, and returns the hidden states (B, T, C), owned by s.
 // weights holds cfg.Layers*PerLayer handles (see the slot constants), then
 // the final norm's. cos and sin are the (B, 1, T, hs) float32 rotary tables;
-// bias the (B or 1, 1, T, Tk) float32 additive mask (eager) or blocked the
-// bool mask (SDPA). k and v are the cache's per-layer (B, nkv, MaxLen, hs)
-// buffers, or nil for a pass without a cache; with them the pass writes
+// mask the attention's. k and v are the cache's per-layer (B, nkv, MaxLen,
+// hs) buffers, or nil for a pass without a cache; with them the pass writes
 // positions [past, past+T) and attends over [0, past+T) (the caller checks
 // the capacity and advances the cache). Grad must be off: the ops run
 // below autograd's dispatch keys, and the shim refuses otherwise. Errors are
 // recorded on s.
-func Forward(s *torch.Scope, cfg Config, weights []*torch.Tensor, x, cos, sin, bias, blocked *torch.Tensor, k, v []*torch.Tensor, past int64) *torch.Tensor {
+func Forward(s *torch.Scope, cfg Config, weights []*torch.Tensor, x, cos, sin *torch.Tensor, mask Mask, k, v []*torch.Tensor, past int64) *torch.Tensor {
 	if s.Err() != nil {
 		return nil
 	}
@@ -216,7 +231,8 @@ func Forward(s *torch.Scope, cfg Config, weights []*torch.Tensor, x, cos, sin, b
 	}
 	var out unsafe.Pointer
 	msg := C.evolm_fused_forward(&c, &hs[0], torch.Handle(x), torch.Handle(cos), torch.Handle(sin),
-		torch.Handle(bias), torch.Handle(blocked), kc, vc, C.int64_t(past), &out)
+		torch.Handle(mask.Bias), torch.Handle(mask.Blocked), torch.Handle(mask.Pad), torch.Handle(mask.Branches),
+		kc, vc, C.int64_t(past), &out)
 	if msg != nil {
 		defer C.free(unsafe.Pointer(msg))
 		s.Fail(fmt.Errorf("fused forward: %s", C.GoString(msg)))

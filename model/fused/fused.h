@@ -40,13 +40,17 @@ typedef struct {
 //   cos, sin  (B, 1, T, hs) float32 rotary tables for the T positions;
 //   bias      (B or 1, 1, T, Tk) float32 additive mask (eager; else NULL);
 //   blocked   (B or 1, 1, T, Tk) bool, true where a key is hidden (sdpa; else NULL);
+//   mask, branches  eager with bias NULL: the padding mask (B, Tk) and the
+//             branches (B, T), CPU integer tensors or NULL, from which the
+//             pass writes each row of evolm_fused_attn_bias's mask where a
+//             query block needs it instead of reading a stored one (CPU);
 //   k_cache, v_cache  per layer (B, nkv, MaxLen, hs) buffers, or both NULL
 //             for a pass without a cache; the pass writes positions
 //             [past, past+T) and attends over [0, past+T).
 // *out receives a new handle to the (B, T, C) hidden states.
 char* evolm_fused_forward(const evolm_fused_config* cfg, void** weights, void* x, void* cos,
-                          void* sin, void* bias, void* blocked, void** k_cache, void** v_cache,
-                          int64_t past, void** out);
+                          void* sin, void* bias, void* blocked, void* mask, void* branches,
+                          void** k_cache, void** v_cache, int64_t past, void** out);
 
 // evolm_fused_attn_bias writes the eager attention's float32 additive mask
 // for a pass of T queries after past cached keys (Tk = past + T keys): 0
@@ -81,6 +85,11 @@ int evolm_fused_argmax_vectorized(void);
 // tail, [1] the rotary embedding, [2] attention's scale and mask, [3]
 // RMSNorm's variance (of the [0] runs, those that summed it themselves).
 void evolm_fused_elementwise_calls(int64_t* counts);
+
+// evolm_fused_mask_row_calls reports how many times eager attention wrote
+// a query block's mask rows from the padding mask and branches instead of
+// reading a stored bias.
+int64_t evolm_fused_mask_row_calls(void);
 
 // evolm_fused_grouped_calls reports how many times eager attention ran one
 // of its products over the un-repeated keys or values.

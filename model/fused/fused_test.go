@@ -95,7 +95,7 @@ func TestForwardRefusesGrad(t *testing.T) {
 			h := s.FromFloat32(x, 1, 2, 4)
 			rope := s.Zeros([]int64{1, 1, 2, 4}, torch.Float32, torch.CPU)
 			bias := s.Zeros([]int64{1, 1, 2, 2}, torch.Float32, torch.CPU)
-			y := fused.Forward(s, fused.Config{NormEps: 1e-6, AttnScale: 0.5}, []*torch.Tensor{w}, h, rope, rope, bias, nil, nil, nil, 0)
+			y := fused.Forward(s, fused.Config{NormEps: 1e-6, AttnScale: 0.5}, []*torch.Tensor{w}, h, rope, rope, fused.Mask{Bias: bias}, nil, nil, 0)
 			if grad {
 				if err := s.Err(); err == nil || !strings.Contains(err.Error(), "inference only (grad is on)") {
 					t.Fatalf("grad on: error %v, want the shim's refusal", err)

@@ -53,7 +53,23 @@ func repeatKV(s *torch.Scope, x *torch.Tensor, groups int64) *torch.Tensor {
 // −MaxFloat32 rounds to −MaxFloat32 for any score below 2^103), and the add
 // is vectorized where libtorch 2.1's CPU masked_fill is a scalar loop: 9% of
 // a `small` prefill (docs/engine-speed.md).
-type mask struct{ blocked, bias *torch.Tensor }
+type mask struct {
+	blocked, bias *torch.Tensor
+	// lazy: eager attention on the CPU, whose bias fused.AttnBias builds
+	// from pad (B, Tk) and branches (B, T) (either may be nil) only where a
+	// path needs it stored (stored); the fused path writes it row by row.
+	lazy          bool
+	pad, branches *torch.Tensor
+	B, T, past    int64
+}
+
+// stored returns mk with its bias built, for the paths that read it whole.
+func (mk mask) stored(s *torch.Scope) mask {
+	if mk.lazy && mk.bias == nil {
+		mk.bias = fused.AttnBias(s, mk.B, mk.T, mk.past, mk.pad, mk.branches)
+	}
+	return mk
+}
 
 // Forward maps x (B, T, C) to (B, T, C).
 func (a *Attention) Forward(s *torch.Scope, x *torch.Tensor, r rope, mk mask, cache *model.Cache) *torch.Tensor {
@@ -225,9 +241,14 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 	r := m.newRope(s, pos)
 
 	mk := m.attnMask(s, b, B, T, past)
+	checkpointed := m.checkpoint && b.Cache == nil && torch.GradEnabled()
+	fusedPass := !checkpointed && m.fusable()
+	if !fusedPass {
+		mk = mk.stored(s)
+	}
 
 	x := m.Model.EmbedTokens.Forward(s, ids) // (B, T, C)
-	if m.checkpoint && b.Cache == nil && torch.GradEnabled() {
+	if checkpointed {
 		// The deferred backward recomputes the layers after this scope is
 		// gone: keep what they read.
 		s.Hold(r.cos)
@@ -240,7 +261,7 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 			return m.Model.Layers[i].Forward(ls, x, r, mk, nil) // (B, T, C)
 		})
 		x = m.Model.Norm.Forward(s, x) // (B, T, C)
-	} else if m.fusable() {
+	} else if fusedPass {
 		x = m.fusedLayers(s, x, r, mk, b.Cache, past, T) // (B, T, C), the final norm included
 	} else {
 		for i := range m.Model.Layers {
@@ -260,8 +281,11 @@ func (m *ForCausalLM) hidden(parent *torch.Scope, b model.Batch) (*torch.Tensor,
 }
 
 // attnMask builds a pass's mask. Eager attention on the CPU reads only the
-// bias, which the shim writes in one pass (fused.AttnBias); elsewhere
-// maskOps builds blocked and, for eager attention, the bias from it.
+// bias, which the shim writes from the padding mask and the branches: in
+// one pass where a path reads it stored (fused.AttnBias, mask.stored), or
+// row by row as the fused pass's query blocks need it (fused.Mask);
+// elsewhere maskOps builds blocked and, for eager attention, the bias from
+// it.
 // TestAttnBiasEqualsOps checks that the two give the same bias.
 func (m *ForCausalLM) attnMask(s *torch.Scope, b model.Batch, B, T, past int64) mask {
 	var pad, br *torch.Tensor
@@ -273,7 +297,7 @@ func (m *ForCausalLM) attnMask(s *torch.Scope, b model.Batch, B, T, past int64) 
 	}
 	eager := m.cfg.AttnImplementation != model.AttnSDPA
 	if eager && m.dev == torch.CPU {
-		return mask{bias: fused.AttnBias(s, B, T, past, pad, br)}
+		return mask{lazy: true, pad: pad, branches: br, B: B, T: T, past: past}
 	}
 	return maskOps(s, m.dev, pad, br, B, T, past, eager)
 }

@@ -101,5 +101,5 @@ func (m *ForCausalLM) fusedLayers(s *torch.Scope, x *torch.Tensor, r rope, mk ma
 		HeadDim: int64(m.cfg.HeadDim), NormEps: m.Model.Norm.Eps, AttnScale: m.cfg.AttnScale,
 		SDPA: m.cfg.AttnImplementation == model.AttnSDPA, AttnBlock: AttnBlock,
 	}
-	return fused.Forward(s, cfg, w, x, r.cos, r.sin, mk.bias, mk.blocked, k, v, past)
+	return fused.Forward(s, cfg, w, x, r.cos, r.sin, fused.Mask{Bias: mk.bias, Blocked: mk.blocked, Pad: mk.pad, Branches: mk.branches}, k, v, past)
 }

@@ -170,3 +170,85 @@ func forwardNoGrad(t *testing.T, m model.CausalLM, rc refCase) []float32 {
 	}
 	return out
 }
+
+// TestFusedMaskRowsEqualStoredBias: on the CPU the fused path's eager
+// attention writes each row of the mask where a query block needs it
+// (fused.Mask's Pad and Branches) instead of reading the stored bias
+// (fused.AttnBias) that the plain path reads. Over a pass after cached
+// positions of three query blocks holding a trunk and branches (packed
+// score rows), with left padding in one row and right padding in another,
+// the two paths agree bit for bit, and the fused one wrote mask rows.
+func TestFusedMaskRowsEqualStoredBias(t *testing.T) {
+	defer llama.SetFused(llama.SetFused(true))
+	const B, past, T, V = 2, 20, 300, 1001
+	cfg := &model.Config{Architectures: []string{"Qwen3ForCausalLM"}, HiddenSize: 64, IntermediateSize: 64, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 16, VocabSize: V, TieWordEmbeddings: true,
+		MaxPositionEmbeddings: 512, InitializerRange: 0.3, RMSNormEps: 1e-6, RopeTheta: 1e6}
+	m := modeltest.Random(t, cfg, 5)
+	defer m.Close()
+	// Row 0: 3 left-padding keys in the cached part, a trunk to 200, then
+	// branches of 40 tokens; row 1: a trunk to 150, branches of 30, then
+	// right padding (branch 0, after every real token).
+	ids := make([]int64, 0, B*(past+T))
+	pos, brs := make([]int64, 0, B*T), make([]int64, 0, B*T)
+	mask := make([]int64, 0, B*(past+T))
+	for b := range B {
+		trunk, width, n := 200, 40, 2
+		if b == 1 {
+			trunk, width, n = 150, 30, 4
+		}
+		for i := range past + T {
+			ids = append(ids, int64((b*(past+T)+i)*7919+3)%V)
+			mask = append(mask, int64(min(1, max(0, i-2+b*3)))) // row 0: keys 0–2 padding
+		}
+		for i := range T {
+			j := i - trunk
+			switch {
+			case j < 0:
+				pos, brs = append(pos, int64(past+i)), append(brs, 0)
+			case j < n*width:
+				pos, brs = append(pos, int64(past+trunk+j%width)), append(brs, int64(1+j/width))
+			default: // right padding
+				pos, brs = append(pos, int64(past+i)), append(brs, 0)
+			}
+		}
+	}
+	run := func() []float32 {
+		cache, err := model.NewCache(m, B, past+T)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cache.Close()
+		s := torch.NewScope()
+		defer s.Close()
+		var out []float32
+		err = torch.NoGrad(func() error {
+			all := s.FromInt64(ids, B, past+T)
+			if _, err := m.Forward(s, model.Batch{IDs: s.Narrow(all, 1, 0, past), Mask: s.Narrow(s.FromInt64(mask, B, past+T), 1, 0, past), Cache: cache}); err != nil {
+				return err
+			}
+			logits, err := m.Forward(s, model.Batch{IDs: s.Narrow(all, 1, past, T), Positions: s.FromInt64(pos, B, T),
+				Branches: s.FromInt64(brs, B, T), Mask: s.FromInt64(mask, B, past+T), Cache: cache})
+			if err != nil {
+				return err
+			}
+			out, err = torch.Float32s(logits)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	llama.SetFused(false)
+	plain := run()
+	llama.SetFused(true)
+	rows := fused.MaskRowCalls()
+	got := run()
+	if fused.MaskRowCalls() == rows {
+		t.Errorf("the fused path read a stored bias: it wrote no mask rows")
+	}
+	if d := bitDiff(plain, got); d != 0 {
+		t.Errorf("the fused path's mask rows differ from the stored bias in %d logits (of %d)", d, len(plain))
+	}
+}
