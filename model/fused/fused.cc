@@ -1037,15 +1037,6 @@ extern "C" char* evolm_fused_argmax(void* x, void** out) {
   });
 }
 
-// evolm_fused_attn_bias is model/llama's mask, the bias half (hidden, the
-// lines that build blocked and then bias from it), written in one pass over
-// the output where the tensor ops take eight: libtorch 2.1's CPU masked_fill
-// is a scalar loop and its broadcast int64 comparisons are not much faster,
-// which cost a packed judge pass of tiny (486 tokens) 0.87 ms of its 6.8
-// (docs/engine-speed.md §20). Each row is the causal fill (0 up to the
-// query's position, −MaxFloat32 after), then the keys of another branch and
-// the padding keys before the query blocked over it; TestAttnBiasEqualsOps
-// checks the result against the ops bit for bit.
 extern "C" char* evolm_fused_select_rows(void** src, int64_t n, const int64_t* rows, int64_t nrows,
                                         int64_t len, int64_t max_len, void** out) {
   return guard([&] {
@@ -1084,6 +1075,15 @@ extern "C" char* evolm_fused_select_rows(void** src, int64_t n, const int64_t* r
   });
 }
 
+// evolm_fused_attn_bias is model/llama's mask, the bias half (hidden, the
+// lines that build blocked and then bias from it), written in one pass over
+// the output where the tensor ops take eight: libtorch 2.1's CPU masked_fill
+// is a scalar loop and its broadcast int64 comparisons are not much faster,
+// which cost a packed judge pass of tiny (486 tokens) 0.87 ms of its 6.8
+// (docs/engine-speed.md §20). Each row is MaskSpec::row's: the causal fill
+// (0 up to the query's position, −MaxFloat32 after), then the keys of
+// another branch and the padding keys before the query blocked over it;
+// TestAttnBiasEqualsOps checks the result against the ops bit for bit.
 extern "C" char* evolm_fused_attn_bias(int64_t B, int64_t T, int64_t past, void* mask,
                                        void* branches, void** out) {
   return guard([&] {
