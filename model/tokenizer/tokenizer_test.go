@@ -393,6 +393,7 @@ func TestEncodePrefixed(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("%d prefixes × %d suffixes, %d of the prefixes cut", len(prefixes), len(suffixes), cut)
 	if cut < len(prefixes)/5 {
 		t.Errorf("only %d of %d prefixes were cut: the test does not cover the cut", cut, len(prefixes))
 	}
