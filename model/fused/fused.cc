@@ -514,6 +514,7 @@ struct MaskSpec {
   const int64_t* pm = nullptr;
   const int64_t* bm = nullptr;
   std::vector<int64_t> first;  // first[b]: row b's first key of a branch (Tk if none)
+  mutable at::Tensor stored_;  // stored()
   static constexpr float lowest = -3.4028234663852886e38f;  // −MaxFloat32
 
   MaskSpec(int64_t B, int64_t T, int64_t past, const at::Tensor& mask, const at::Tensor& branches)
@@ -563,6 +564,14 @@ struct MaskSpec {
     }
   }
 
+  // stored is bias(), built on first use and kept: what scale_mask_ reads
+  // for scores it does not take (another dtype), block after block and
+  // layer after layer of one pass.
+  const at::Tensor& stored() const {
+    if (!stored_.defined()) stored_ = bias();
+    return stored_;
+  }
+
   // bias is the whole (rows, 1, T, Tk) float32 mask.
   at::Tensor bias() const {
     at::Tensor bias = at::empty({rows(), 1, T, Tk}, at::kFloat);
@@ -609,11 +618,11 @@ std::atomic<int64_t> mask_row_calls{0};
 // row is written where the block needs it, once for every head, instead of
 // read from a stored bias of B · T · Tk floats. The same kernel adds the
 // same values, so the bits are scale_bias_'s over m.bias(). Scores it does
-// not take go through the stored bias.
+// not take go through the stored bias (m.stored(), built once a pass).
 void scale_mask_(at::Tensor& att, double scale, const MaskSpec& m, int64_t q0) {
   if (!att.is_cpu() || att.scalar_type() != at::kFloat || !att.is_contiguous() || att.dim() != 4 ||
       att.size(0) != m.B || att.size(3) > m.Tk || q0 < 0 || q0 + att.size(2) > m.T || att.numel() == 0) {
-    scale_bias_(att, scale, m.bias().narrow(2, q0, att.size(2)).narrow(3, 0, att.size(3)));
+    scale_bias_(att, scale, m.stored().narrow(2, q0, att.size(2)).narrow(3, 0, att.size(3)));
     return;
   }
   elementwise_calls[2]++;
