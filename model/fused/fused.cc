@@ -630,13 +630,17 @@ void scale_mask_(at::Tensor& att, double scale, const MaskSpec& m, int64_t q0) {
   const int64_t H = att.size(1), n = att.size(2), keys = att.size(3);
   const float s = static_cast<float>(scale);
   float* ap = att.data_ptr<float>();
-  const bool per_row = m.rows() > 1;
-  parallel_rows(m.B * n, elementwise_grain(keys * H), [&](int64_t r0, int64_t r1) {
+  // A mask row that does not differ by batch row (rows() == 1) is written
+  // once for every batch row's heads.
+  const int64_t rows = m.rows(), per = m.B / rows;  // batch rows per mask row
+  parallel_rows(rows * n, elementwise_grain(keys * H * per), [&](int64_t r0, int64_t r1) {
     std::vector<float> mask(keys);
     for (int64_t r = r0; r < r1; r++) {
-      const int64_t b = r / n, i = r % n;
-      m.row(mask.data(), keys, per_row ? b : 0, q0 + i);
-      for (int64_t h = 0; h < H; h++) scale_mask_row(ap + ((b * H + h) * n + i) * keys, mask.data(), s, keys);
+      const int64_t mb = r / n, i = r % n;
+      m.row(mask.data(), keys, mb, q0 + i);
+      for (int64_t b = mb * per; b < (mb + 1) * per; b++) {
+        for (int64_t h = 0; h < H; h++) scale_mask_row(ap + ((b * H + h) * n + i) * keys, mask.data(), s, keys);
+      }
     }
   });
 }
