@@ -7,10 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 
+	"github.com/evolm/evolm/method/grpo"
 	"github.com/evolm/evolm/model"
-	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
-	"github.com/evolm/evolm/stages/grpo"
+	"github.com/evolm/evolm/serving/backend"
 )
 
 // Spec sizes the benchmark batch.

@@ -1,5 +1,5 @@
 // Command grpo-bench times one GRPO optimizer step of evolm's in-process
-// trainer (stages/grpo.Trainer.TrainStep) on one checkpoint and one fixed
+// trainer (stages/learner.Trainer.TrainStep) on one checkpoint and one fixed
 // batch; compare.py in this directory runs it side by side with the same step
 // written in PyTorch + HF transformers, on the same checkpoint, batch and
 // thread count, and prints the ratio.
@@ -31,9 +31,9 @@ import (
 
 	"github.com/evolm/evolm/bench/internal/stat"
 	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/learner"
 	_ "github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/torch"
-	"github.com/evolm/evolm/stages/grpo"
 )
 
 func main() {
@@ -90,14 +90,14 @@ type StepStats struct {
 
 // newTrainer loads dir as the policy and builds the trainer of the compared
 // step: the paper's defaults with micro micro-batches.
-func newTrainer(dir string, micro int) (*grpo.Trainer, error) {
+func newTrainer(dir string, micro int) (*learner.Trainer, error) {
 	m, err := model.Load(dir, model.LoadOptions{})
 	if err != nil {
 		return nil, err
 	}
-	cfg := grpo.DefaultTrainerConfig()
+	cfg := learner.DefaultTrainerConfig()
 	cfg.MicroBatch = micro
-	tr, err := grpo.NewTrainer(m, nil, cfg, model.SaveOptions{})
+	tr, err := learner.NewTrainer(m, nil, cfg, model.SaveOptions{})
 	if err != nil {
 		m.Close()
 		return nil, err
@@ -106,7 +106,7 @@ func newTrainer(dir string, micro int) (*grpo.Trainer, error) {
 }
 
 // step runs one timed TrainStep.
-func step(ctx context.Context, tr *grpo.Trainer, b *Batch) (StepStats, error) {
+func step(ctx context.Context, tr *learner.Trainer, b *Batch) (StepStats, error) {
 	samples := b.Samples()
 	t0 := time.Now()
 	st, err := tr.TrainStep(ctx, samples)

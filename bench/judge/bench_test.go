@@ -8,8 +8,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/evolm/evolm/model"
-	"github.com/evolm/evolm/model/backend"
-	"github.com/evolm/evolm/model/torchbe"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/torchbe"
 )
 
 // BenchmarkYesNo compares yes/no judging with prefix reuse against the same

@@ -72,13 +72,13 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/bench/internal/stat"
+	"github.com/evolm/evolm/method/prompts"
 	"github.com/evolm/evolm/model"
-	"github.com/evolm/evolm/model/backend"
-	"github.com/evolm/evolm/model/openai"
-	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torch"
-	"github.com/evolm/evolm/model/torchbe"
-	"github.com/evolm/evolm/stages/prompts"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/openai"
+	"github.com/evolm/evolm/serving/server"
+	"github.com/evolm/evolm/serving/torchbe"
 )
 
 type config struct {
@@ -421,7 +421,7 @@ type side struct {
 // /v1/evolm/score extension, and what stops both.
 func served(m *torchbe.Model, coalesce, inFlight int) (scoreFunc, func(), error) {
 	// BatchRunners as `evolm serve`'s --engine-calls default.
-	h, err := serve.NewHandler(serve.Config{Generator: m, Model: "judge", MaxBatch: coalesce, BatchRunners: 4, Logger: slog.New(slog.DiscardHandler)})
+	h, err := server.NewHandler(server.Config{Generator: m, Model: "judge", MaxBatch: coalesce, BatchRunners: 4, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, nil, err
 	}

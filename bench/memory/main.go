@@ -1,5 +1,5 @@
 // Command memory-bench measures the peak resident memory and the time of one
-// GRPO step of evolm's in-process learner (stages/grpo.Trainer.TrainStep,
+// GRPO step of evolm's in-process learner (stages/learner.Trainer.TrainStep,
 // reference log-probs included) on a random model of a preset shape, and
 // prints evolm plan's estimate of the same configuration beside it. One
 // configuration per process, so the peak (VmHWM) is that configuration's:
@@ -28,13 +28,13 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/model"
-	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/generate"
+	"github.com/evolm/evolm/model/learner"
 	_ "github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/model/plan"
 	"github.com/evolm/evolm/model/torch"
-	"github.com/evolm/evolm/stages/grpo"
+	"github.com/evolm/evolm/serving/backend"
 )
 
 // Result is one measured configuration.
@@ -144,12 +144,12 @@ func run(preset string, layers, seq, promptLen, micro int, mode string, beta flo
 	if res.RSSModel, err = status("VmRSS"); err != nil {
 		return Result{}, err
 	}
-	tc := grpo.DefaultTrainerConfig()
+	tc := learner.DefaultTrainerConfig()
 	tc.LoRA = lc
 	tc.Loss.Beta = beta
 	tc.MicroBatch = micro
 	tc.GradCheckpointing = ckpt
-	tr, err := grpo.NewTrainer(m, nil, tc, model.SaveOptions{})
+	tr, err := learner.NewTrainer(m, nil, tc, model.SaveOptions{})
 	if err != nil {
 		return Result{}, err
 	}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evolm/evolm/model/backend"
-	"github.com/evolm/evolm/model/serve"
-	"github.com/evolm/evolm/model/serve/servetest"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/server"
+	"github.com/evolm/evolm/serving/server/servertest"
 )
 
 // latencyGenerator is the test double behind the local server: each call
@@ -44,11 +44,11 @@ func (g latencyGenerator) Generate(ctx context.Context, reqs []backend.GenerateR
 
 func startLocal(tb testing.TB, delay time.Duration) string {
 	tb.Helper()
-	h, err := serve.NewHandler(serve.Config{Generator: latencyGenerator{delay}, Model: "local", Logger: slog.New(slog.DiscardHandler)})
+	h, err := server.NewHandler(server.Config{Generator: latencyGenerator{delay}, Model: "local", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return "http://" + servetest.Start(tb, h, serve.ServerOptions{Grace: 10 * time.Second}) + "/v1"
+	return "http://" + servertest.Start(tb, h, server.ServerOptions{Grace: 10 * time.Second}) + "/v1"
 }
 
 func TestRunPrintsTable(t *testing.T) {

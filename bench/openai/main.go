@@ -26,8 +26,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/evolm/evolm/model/backend"
-	"github.com/evolm/evolm/model/openai"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/openai"
 )
 
 type config struct {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/model/modeltest"
-	"github.com/evolm/evolm/model/serve"
-	"github.com/evolm/evolm/model/serve/servetest"
-	"github.com/evolm/evolm/model/torchbe"
+	"github.com/evolm/evolm/serving/server"
+	"github.com/evolm/evolm/serving/server/servertest"
+	"github.com/evolm/evolm/serving/torchbe"
 )
 
 // BenchmarkThroughputTorch serves a tiny random Qwen3 checkpoint with the
@@ -32,12 +32,12 @@ func BenchmarkThroughputTorch(b *testing.B) {
 	}
 	b.Cleanup(m.Close)
 	for _, batch := range []int{1, 64} {
-		h, err := serve.NewHandler(serve.Config{Generator: m, Model: "tiny", RenderChat: m.RenderChat, MaxBatch: batch, BatchRunners: 4,
+		h, err := server.NewHandler(server.Config{Generator: m, Model: "tiny", RenderChat: m.RenderChat, MaxBatch: batch, BatchRunners: 4,
 			Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			b.Fatal(err)
 		}
-		url := "http://" + servetest.Start(b, h, serve.ServerOptions{Grace: 10 * time.Second}) + "/v1"
+		url := "http://" + servertest.Start(b, h, server.ServerOptions{Grace: 10 * time.Second}) + "/v1"
 		for _, k := range []int{1, 4, 16, 64} {
 			b.Run(fmt.Sprintf("batch=%d/inflight=%d", batch, k), func(b *testing.B) {
 				cfg := config{endpoints: []string{url}, model: "tiny", requests: b.N, maxTokens: 16,

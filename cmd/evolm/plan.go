@@ -8,7 +8,7 @@ import (
 
 	"github.com/evolm/evolm/model/plan"
 	"github.com/evolm/evolm/pipeline"
-	"github.com/evolm/evolm/stages/runplan"
+	"github.com/evolm/evolm/serving/runplan"
 )
 
 // planFallbacks are stages.run keys the plan reads that this build may not

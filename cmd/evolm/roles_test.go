@@ -14,13 +14,13 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/model/modeltest"
-	"github.com/evolm/evolm/model/serve"
-	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/server"
+	"github.com/evolm/evolm/serving/torchbe"
 )
 
 // recordingGenerator is a test double around a real engine: it passes every
@@ -79,7 +79,7 @@ func TestRolesAreDefinedOnce(t *testing.T) {
 	urls := map[string]string{}
 	for _, name := range []string{"policy-srv", "judge-srv"} {
 		rec := &recordingGenerator{Generator: m, seen: map[[2]float64]int{}}
-		h, err := serve.NewHandler(serve.Config{Generator: rec, Scorer: m, Model: name, RenderChat: m.RenderChat, MaxBatch: 1})
+		h, err := server.NewHandler(server.Config{Generator: rec, Scorer: m, Model: name, RenderChat: m.RenderChat, MaxBatch: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/evolm/evolm/model/openai"
-	"github.com/evolm/evolm/model/serve"
-	"github.com/evolm/evolm/model/torchbe"
+	"github.com/evolm/evolm/serving/openai"
+	"github.com/evolm/evolm/serving/server"
+	"github.com/evolm/evolm/serving/torchbe"
 )
 
 // newServeCmd is `evolm serve`: the torch engine behind an OpenAI-compatible
@@ -83,7 +83,7 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 			defer m.Close()
 			loader := &torchLoader{opt: o, base: o.Dir}
 			defer loader.close()
-			h, err := serve.NewHandler(serve.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, Root: o.Dir,
+			h, err := server.NewHandler(server.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, Root: o.Dir,
 				MaxTopLogprobs: topLP, MaxBatch: maxBatch, BatchRunners: runners, MaxBodyBytes: bodyMax,
 				BodyTimeout: bodyTO, APIKey: apiKey, Loader: loader, RuntimeLoRA: loraOn})
 			if err != nil {
@@ -98,7 +98,7 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 					"addr", ln.Addr().String())
 			}
 			slog.Info("serving", "model", m.ID(), "addr", "http://"+ln.Addr().String()+"/v1", "auth", apiKey != "")
-			return serve.ServeWith(cmd.Context(), ln, h, serve.ServerOptions{Grace: grace, ReadHeaderTimeout: hdrTO, IdleTimeout: idleTO})
+			return server.ServeWith(cmd.Context(), ln, h, server.ServerOptions{Grace: grace, ReadHeaderTimeout: hdrTO, IdleTimeout: idleTO})
 		},
 	}
 	f := cmd.Flags()
@@ -177,7 +177,7 @@ type torchLoader struct {
 	models []*torchbe.Model // loaded and not yet freed, for shutdown
 }
 
-func (l *torchLoader) load(opt torchbe.Options) (*serve.Engine, error) {
+func (l *torchLoader) load(opt torchbe.Options) (*server.Engine, error) {
 	m, err := loadServed(opt)
 	if err != nil {
 		return nil, err
@@ -185,7 +185,7 @@ func (l *torchLoader) load(opt torchbe.Options) (*serve.Engine, error) {
 	l.mu.Lock()
 	l.models = append(l.models, m)
 	l.mu.Unlock()
-	return &serve.Engine{Generator: m, Scorer: m, RenderChat: m.RenderChat, Close: func() {
+	return &server.Engine{Generator: m, Scorer: m, RenderChat: m.RenderChat, Close: func() {
 		m.Close()
 		l.mu.Lock()
 		l.models = slices.DeleteFunc(l.models, func(x *torchbe.Model) bool { return x == m })
@@ -193,7 +193,7 @@ func (l *torchLoader) load(opt torchbe.Options) (*serve.Engine, error) {
 	}}, nil
 }
 
-func (l *torchLoader) LoadAdapter(path string) (*serve.Engine, error) {
+func (l *torchLoader) LoadAdapter(path string) (*server.Engine, error) {
 	opt := l.opt
 	l.mu.Lock()
 	opt.Dir = l.base
@@ -202,7 +202,7 @@ func (l *torchLoader) LoadAdapter(path string) (*serve.Engine, error) {
 	return l.load(opt)
 }
 
-func (l *torchLoader) LoadWeights(path, format string) (*serve.Engine, error) {
+func (l *torchLoader) LoadWeights(path, format string) (*server.Engine, error) {
 	switch format {
 	case "", "auto", "safetensors":
 	default:

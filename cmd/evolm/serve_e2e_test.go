@@ -28,7 +28,7 @@ import (
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
-	"github.com/evolm/evolm/model/serve/servetest"
+	"github.com/evolm/evolm/serving/server/servertest"
 )
 
 // TestServeHelperProcess is not a test: run with EVOLM_SERVE_HELPER set to
@@ -104,7 +104,7 @@ func tinyCheckpoint(t *testing.T) string {
 }
 
 // server is a running `evolm serve` child.
-type server struct {
+type serveProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	addr   string // host:port
@@ -116,7 +116,7 @@ type server struct {
 // startServe runs `evolm serve --model <tiny> --addr 127.0.0.1:0 args…` in a
 // child process (capped at asExtra bytes of address space above its start
 // when > 0) and waits for it to listen.
-func startServe(t *testing.T, asExtra uint64, env []string, args ...string) *server {
+func startServe(t *testing.T, asExtra uint64, env []string, args ...string) *serveProc {
 	t.Helper()
 	full := append([]string{"serve", "--model", tinyCheckpoint(t), "--addr", "127.0.0.1:0", "--threads", "1"}, args...)
 	spec, _ := json.Marshal(full)
@@ -126,7 +126,7 @@ func startServe(t *testing.T, asExtra uint64, env []string, args ...string) *ser
 		cmd.Env = append(cmd.Env, fmt.Sprintf("EVOLM_SERVE_HELPER_AS=%d", asExtra))
 	}
 	cmd.Env = append(cmd.Env, env...)
-	s := &server{cmd: cmd, exited: make(chan error, 1)}
+	s := &serveProc{cmd: cmd, exited: make(chan error, 1)}
 	var err error
 	if s.stdin, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -175,14 +175,14 @@ func startServe(t *testing.T, asExtra uint64, env []string, args ...string) *ser
 	return s
 }
 
-func (s *server) output() string {
+func (s *serveProc) output() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stderr.String()
 }
 
 // alive fails the test when the server process has exited.
-func (s *server) alive(t *testing.T) {
+func (s *serveProc) alive(t *testing.T) {
 	t.Helper()
 	select {
 	case err := <-s.exited:
@@ -211,7 +211,7 @@ func (a answer) message() string {
 	return ""
 }
 
-func (s *server) post(t *testing.T, ctx context.Context, path string, body any, hdr ...string) (answer, error) {
+func (s *serveProc) post(t *testing.T, ctx context.Context, path string, body any, hdr ...string) (answer, error) {
 	t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
@@ -232,7 +232,7 @@ func (s *server) post(t *testing.T, ctx context.Context, path string, body any, 
 	return a, nil
 }
 
-func (s *server) mustPost(t *testing.T, path string, body any, hdr ...string) answer {
+func (s *serveProc) mustPost(t *testing.T, path string, body any, hdr ...string) answer {
 	t.Helper()
 	a, err := s.post(t, context.Background(), path, body, hdr...)
 	if err != nil {
@@ -333,10 +333,10 @@ func TestServeBodyLimits(t *testing.T) {
 		t.Errorf("70 MB body: %d %q, want 413", a.status, a.message())
 	}
 	// The deadlines guard against a hang; they are not a latency check.
-	if st := servetest.StalledBody(t, servetest.RawConn(t, s.addr, 2*time.Minute)); st != http.StatusRequestTimeout {
+	if st := servertest.StalledBody(t, servertest.RawConn(t, s.addr, 2*time.Minute)); st != http.StatusRequestTimeout {
 		t.Errorf("slow-loris body: %d, want 408", st)
 	}
-	h := servetest.RawConn(t, s.addr, 2*time.Minute)
+	h := servertest.RawConn(t, s.addr, 2*time.Minute)
 	fmt.Fprintf(h, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
 	if _, err := io.ReadAll(h); err != nil {
 		t.Errorf("slow-loris headers: %v, want the connection closed", err)

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/model/modeltest"
-	"github.com/evolm/evolm/model/serve"
 	"github.com/evolm/evolm/model/torch"
-	"github.com/evolm/evolm/model/torchbe"
+	"github.com/evolm/evolm/serving/server"
+	"github.com/evolm/evolm/serving/torchbe"
 )
 
 // TestServedCallsLeaveConnectionThreads: a model loaded as `evolm serve`
@@ -28,7 +28,7 @@ func TestServedCallsLeaveConnectionThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	h, err := serve.NewHandler(serve.Config{Generator: m, Model: "tiny", MaxBatch: 1, Logger: slog.New(slog.DiscardHandler)})
+	h, err := server.NewHandler(server.Config{Generator: m, Model: "tiny", MaxBatch: 1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	_ "github.com/evolm/evolm/stages/eval"
 	_ "github.com/evolm/evolm/stages/export"
 	_ "github.com/evolm/evolm/stages/judge"
-	_ "github.com/evolm/evolm/stages/loop"
 	_ "github.com/evolm/evolm/stages/replay"
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
+	_ "github.com/evolm/evolm/stages/run"
 
 	// The in-process engine behind roles whose backend is torch.
-	_ "github.com/evolm/evolm/stages/roles/torchrole"
+	_ "github.com/evolm/evolm/serving/roles/torchrole"
 )

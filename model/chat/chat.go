@@ -27,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/evolm/evolm/internal/thinking"
 )
 
 // Roles the template knows.
@@ -127,7 +129,7 @@ func Render(msgs []Message, opt Options) (string, error) {
 			if m.ReasoningContent != nil {
 				reasoning = *m.ReasoningContent
 			} else if strings.Contains(m.Content, "</think>") {
-				th := SplitThinking(m.Content)
+				th := thinking.Split(m.Content)
 				content, reasoning = th.Answer, th.Reasoning
 			}
 			if i > lastQuery && (i == len(msgs)-1 || reasoning != "") {
@@ -181,39 +183,3 @@ func toolArguments(raw json.RawMessage) (string, error) {
 	}
 	return PyJSON(raw)
 }
-
-// Thinking is a completion split at its reasoning.
-type Thinking struct {
-	Reasoning string // text inside <think>…</think>, without surrounding newlines
-	Answer    string // text after the last </think>, leading newlines dropped
-	// Closed is false when a <think> was opened and never closed (the
-	// generation stopped mid-thought): Answer is then the text before it.
-	Closed bool
-}
-
-// SplitThinking separates reasoning from the answer exactly as the Qwen3
-// template does for assistant turns: the answer is what follows the last
-// </think>, the reasoning what precedes the first </think> after its last
-// <think>. A completion with no think tags is all answer; one whose <think>
-// was never closed (generation stopped mid-thought) has Closed false and, as
-// its answer, the text before the <think>. With thinking on, the generation
-// prompt ends right before the model's own "<think>".
-func SplitThinking(completion string) Thinking {
-	if strings.Contains(completion, "</think>") {
-		parts := strings.Split(completion, "</think>")
-		before := strings.Split(strings.TrimRight(parts[0], "\n"), "<think>")
-		return Thinking{
-			Reasoning: strings.TrimLeft(before[len(before)-1], "\n"),
-			Answer:    strings.TrimLeft(parts[len(parts)-1], "\n"),
-			Closed:    true,
-		}
-	}
-	if j := strings.Index(completion, "<think>"); j >= 0 {
-		return Thinking{Reasoning: strings.Trim(completion[j+len("<think>"):], "\n"), Answer: completion[:j]}
-	}
-	return Thinking{Answer: completion, Closed: true}
-}
-
-// StripThinking returns the completion without its thinking: the answer
-// that SplitThinking finds.
-func StripThinking(completion string) string { return SplitThinking(completion).Answer }

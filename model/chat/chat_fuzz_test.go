@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/evolm/evolm/internal/thinking"
 )
 
 // FuzzRender renders fuzzed conversations: no panic, every user turn's
@@ -77,6 +79,6 @@ func FuzzRender(f *testing.F) {
 				t.Fatalf("PyJSON(%s) = %s changes the value: %v != %v", args, py, got, want)
 			}
 		}
-		_ = SplitThinking(assistant)
+		_ = thinking.Split(assistant)
 	})
 }

@@ -20,11 +20,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/internal/lmstage"
-	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/roles"
 )
 
 // TrendName is the trend stage's registered name.
@@ -158,7 +159,7 @@ func LoadTrendPrompts(ctx context.Context, mem memory.Allocator, files []string,
 	if order == OrderSeeded {
 		keys := make(map[string]int64, len(ps))
 		for _, p := range ps {
-			keys[p.ID] = lmstage.DeriveSeed(seed, "trend-order", p.ID)
+			keys[p.ID] = rules.DeriveSeed(seed, "trend-order", p.ID)
 		}
 		slices.SortStableFunc(ps, func(a, b TrendPrompt) int {
 			return cmp.Or(cmp.Compare(keys[a.ID], keys[b.ID]), cmp.Compare(a.ID, b.ID))

@@ -14,8 +14,8 @@ import (
 
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
+	_ "github.com/evolm/evolm/serving/roles/torchrole"
 	"github.com/evolm/evolm/stages/analyze"
-	_ "github.com/evolm/evolm/stages/roles/torchrole"
 )
 
 // TestE2ETrendTinyCheckpoints runs `evolm analyze trend` on two tiny random

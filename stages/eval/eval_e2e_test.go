@@ -19,8 +19,8 @@ import (
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
+	_ "github.com/evolm/evolm/serving/roles/torchrole"
 	"github.com/evolm/evolm/stages/eval"
-	_ "github.com/evolm/evolm/stages/roles/torchrole"
 )
 
 const jbJSONL = `{"pair_id": "p1", "original_id": 1, "source": "mmlu-pro-law", "question": "2+2?", "response_model": "m", "response_A": "4", "response_B": "5", "label": "A>B"}

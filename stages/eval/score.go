@@ -7,13 +7,13 @@ import (
 	"strconv"
 
 	"github.com/evolm/evolm/datasets"
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/method/prompts"
+	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/internal/lmstage"
+	"github.com/evolm/evolm/serving/roles"
 	"github.com/evolm/evolm/stages/judge"
-	"github.com/evolm/evolm/stages/prompts"
-	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/rubrics"
-	"github.com/evolm/evolm/stages/rules"
 )
 
 // ScoreRequest asks for a score of each completion of one prompt.

@@ -3,17 +3,18 @@ package eval
 import (
 	"context"
 	"fmt"
-	"github.com/apache/arrow-go/v18/arrow"
 	"log/slog"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/evolm/evolm/datasets"
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/method/prompts"
+	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/internal/lmstage"
+	"github.com/evolm/evolm/serving/roles"
 	"github.com/evolm/evolm/stages/judge"
-	"github.com/evolm/evolm/stages/prompts"
-	"github.com/evolm/evolm/stages/roles"
-	"github.com/evolm/evolm/stages/rules"
 )
 
 // Name is the stage's registered name.

@@ -3,11 +3,11 @@ package judge
 import (
 	"context"
 
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/method/prompts"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/internal/lmstage"
-	"github.com/evolm/evolm/stages/prompts"
-	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/serving/roles"
 )
 
 // Options configure a Judge used outside the stage: by the co-evolution

@@ -20,17 +20,17 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/evolm/evolm/internal/lmstage"
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model/modeltest"
-	"github.com/evolm/evolm/model/serve"
-	"github.com/evolm/evolm/model/torchbe"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
+	_ "github.com/evolm/evolm/serving/roles/torchrole"
+	"github.com/evolm/evolm/serving/server"
+	"github.com/evolm/evolm/serving/torchbe"
 	_ "github.com/evolm/evolm/stages/dedup"
-	"github.com/evolm/evolm/stages/internal/lmstage"
 	_ "github.com/evolm/evolm/stages/judge"
-	_ "github.com/evolm/evolm/stages/roles/torchrole"
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
 )
@@ -294,7 +294,7 @@ func TestE2EModelStages(t *testing.T) {
 	// extension (exact). Allowing every alternative as top log-probs keeps
 	// the completions fallback exact too, even for a random model whose
 	// " yes" is nowhere near the top 20.
-	h, err := serve.NewHandler(serve.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, MaxTopLogprobs: vocab, MaxBatch: 1,
+	h, err := server.NewHandler(server.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, MaxTopLogprobs: vocab, MaxBatch: 1,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

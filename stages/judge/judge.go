@@ -51,14 +51,14 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/evolm/evolm/model/backend"
-	"github.com/evolm/evolm/model/chat"
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/internal/thinking"
+	"github.com/evolm/evolm/method/prompts"
+	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/internal/lmstage"
-	"github.com/evolm/evolm/stages/prompts"
-	"github.com/evolm/evolm/stages/roles"
-	"github.com/evolm/evolm/stages/rules"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/roles"
 )
 
 // Name is the stage's name.
@@ -385,7 +385,7 @@ func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][
 				out = append(out, row)
 				continue
 			}
-			jb := job{row: row, question: r.Question, answer: chat.StripThinking(r.Text)}
+			jb := job{row: row, question: r.Question, answer: thinking.Strip(r.Text)}
 			all := rub.ScoringLevels
 			if all == nil {
 				// A version-1 rubrics file kept no levels: read them from the

@@ -10,11 +10,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/evolm/evolm/model/backend"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/roles"
 )
 
 // fakeJudgeBackend is a test double: generative replies are looked up by

@@ -9,10 +9,10 @@ import (
 	"github.com/evolm/evolm/pipeline"
 	_ "github.com/evolm/evolm/stages/dedup"
 	_ "github.com/evolm/evolm/stages/judge"
-	_ "github.com/evolm/evolm/stages/loop"
 	"github.com/evolm/evolm/stages/presets"
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
+	_ "github.com/evolm/evolm/stages/run"
 )
 
 func TestPresetsLoadAndBuildEveryStage(t *testing.T) {

@@ -32,19 +32,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/apache/arrow-go/v18/arrow"
 	"os"
 	"path/filepath"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/serving/roles"
 	"github.com/evolm/evolm/stages/eval"
 	"github.com/evolm/evolm/stages/export"
-	"github.com/evolm/evolm/stages/internal/lmstage"
 	"github.com/evolm/evolm/stages/judge"
-	"github.com/evolm/evolm/stages/roles"
 	"github.com/evolm/evolm/stages/rubrics"
-	"github.com/evolm/evolm/stages/rules"
 )
 
 // Name is the stage's registered name.

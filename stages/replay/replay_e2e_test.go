@@ -14,9 +14,9 @@ import (
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
+	_ "github.com/evolm/evolm/serving/roles/torchrole"
 	"github.com/evolm/evolm/stages/export/synthrun"
 	"github.com/evolm/evolm/stages/replay"
-	_ "github.com/evolm/evolm/stages/roles/torchrole"
 )
 
 // TestE2EReplayTinyJudge replays the synthetic run's pairs (test data) with a

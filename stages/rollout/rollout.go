@@ -15,7 +15,7 @@
 //     system turn of its own. The backend applies the chat template.
 //   - Row identity and seeds: rollout_id = <prompt_id>/<phase>/<step>/policy/<j>;
 //     the prompt's request seed derives from `seed`, the prompt id, phase,
-//     step and role (lmstage.DeriveSeed) and sample j records seed+j, the
+//     step and role (rules.DeriveSeed) and sample j records seed+j, the
 //     seed the torch engine (and `evolm serve`) samples it with. Reruns and
 //     both backends therefore sample the same rows.
 //   - A row the backend could not generate is written with finish_reason
@@ -33,12 +33,12 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/evolm/evolm/model/backend"
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/method/prompts"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/internal/lmstage"
-	"github.com/evolm/evolm/stages/prompts"
-	"github.com/evolm/evolm/stages/roles"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/roles"
 )
 
 // Name is the stage's name.

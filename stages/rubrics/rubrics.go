@@ -32,12 +32,12 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/method/prompts"
+	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/internal/lmstage"
-	"github.com/evolm/evolm/stages/prompts"
-	"github.com/evolm/evolm/stages/roles"
-	"github.com/evolm/evolm/stages/rules"
+	"github.com/evolm/evolm/serving/roles"
 )
 
 // Name is the stage's name.

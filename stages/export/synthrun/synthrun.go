@@ -25,9 +25,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/rules"
 )
 
 // Stage is the provenance stage name of every synthetic shard.

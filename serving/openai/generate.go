@@ -1,0 +1,292 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/evolm/evolm/serving/backend"
+)
+
+// Generate implements backend.Generator.
+func (c *Client) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+	if err := backend.CheckRequests(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
+		return nil, fmt.Errorf("openai generate: %w", err)
+	}
+	out, err := eachRow(ctx, c, reqs, func(ctx context.Context, r *backend.GenerateRequest, led *ledger) (backend.GenerateResponse, error) {
+		res, err := c.generateOne(ctx, r)
+		if err != nil {
+			return res, err
+		}
+		return res, led.commit(res.ID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("openai generate: %w", err)
+	}
+	return out, nil
+}
+
+// eachRow answers every request with row, as many at a time as
+// Client.group allows, and returns the answers in request order. The ledger
+// is shared by the rows; the first error cancels the others and is returned.
+func eachRow[Q, A any](ctx context.Context, c *Client, reqs []Q, row func(context.Context, *Q, *ledger) (A, error)) ([]A, error) {
+	out := make([]A, len(reqs))
+	led := newLedger(len(reqs))
+	g, gctx := c.group(ctx)
+	for i := range reqs {
+		g.Go(func() error {
+			a, err := row(gctx, &reqs[i], led)
+			if err != nil {
+				return err
+			}
+			out[i] = a
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *Client) generateOne(ctx context.Context, r *backend.GenerateRequest) (backend.GenerateResponse, error) {
+	n := r.Samples()
+	res := backend.GenerateResponse{ID: r.ID, Model: c.cfg.Model, PromptTokens: -1}
+	var err error
+	if len(r.Messages) > 0 {
+		err = c.chat(ctx, r, n, &res)
+	} else {
+		err = c.complete(ctx, r, n, &res)
+	}
+	if err != nil {
+		f, ferr := rowFailure(err)
+		if ferr != nil {
+			return res, ferr
+		}
+		res.Failure, res.Completions = f, nil
+	}
+	return res, nil
+}
+
+func sampling(r *backend.GenerateRequest) (maxTok *int, temp, topP *float64, topK *int, seed *int64) {
+	mt, t := r.MaxTokens, r.Temperature
+	maxTok, temp = &mt, &t
+	if r.TopP > 0 && r.TopP < 1 {
+		p := r.TopP
+		topP = &p
+	}
+	if r.TopK > 0 {
+		k := r.TopK
+		topK = &k
+	}
+	if r.Seed != nil {
+		s := *r.Seed
+		seed = &s
+	}
+	return
+}
+
+func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int, res *backend.GenerateResponse) error {
+	body := CompletionRequest{Model: c.cfg.Model, Prompt: Strings{r.Prompt}, N: &n, Stop: r.Stop, ReturnTokensAsTokenIDs: c.cfg.TokenIDs}
+	body.MaxTokens, body.Temperature, body.TopP, body.TopK, body.Seed = sampling(r)
+	wantLP := r.LogProbs || r.TopLogProbs > 0
+	// With n > 1 the usage block only has the total, so ask for log-probs
+	// anyway to learn each sample's token count.
+	if wantLP || n > 1 || c.cfg.TokenIDs {
+		k := r.TopLogProbs
+		body.Logprobs = &k
+	}
+	var resp CompletionResponse
+	if err := c.call(ctx, r.ID, "/completions", body, checked(c, &resp)); err != nil {
+		return err
+	}
+	return finish(res, &resp, n, func(ch CompletionChoice) (backend.Completion, error) {
+		comp := backend.Completion{Index: ch.Index, Text: ch.Text, FinishReason: backend.FinishReason(ch.FinishReason), Tokens: -1}
+		var lps []backend.TokenLogProb
+		if ch.Logprobs != nil {
+			var err error
+			if lps, err = fromCompletionLogprobs(ch.Logprobs); err != nil {
+				return comp, err
+			}
+		}
+		c.tokenIDs(&comp, lps)
+		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
+	})
+}
+
+// checked decodes an answer into resp and checks its version
+// (Config.CheckModel).
+func checked[C any](c *Client, resp *Response[C]) func([]byte) error {
+	dec := decodeInto(resp)
+	return func(b []byte) error {
+		if err := dec(b); err != nil {
+			return err
+		}
+		return c.checkVersion(resp.Model, resp.Metadata)
+	}
+}
+
+// tokenIDs reads the "token_id:<id>" tokens of return_tokens_as_token_ids
+// (Config.TokenIDs) into comp.TokenIDs and each log-prob's TokenID; a
+// server that ignored the field (plain token text) leaves them unset.
+func (c *Client) tokenIDs(comp *backend.Completion, lps []backend.TokenLogProb) {
+	if !c.cfg.TokenIDs || lps == nil {
+		return
+	}
+	ids := make([]int, len(lps))
+	for i := range lps {
+		id, ok := ParseTokenIDString(lps[i].Token)
+		if !ok {
+			return
+		}
+		ids[i] = id
+	}
+	for i := range lps {
+		lps[i].TokenID = ids[i]
+	}
+	comp.TokenIDs = ids
+}
+
+func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, res *backend.GenerateResponse) error {
+	msgs := make([]ChatMessage, len(r.Messages))
+	for i, m := range r.Messages {
+		msgs[i] = ChatMessage(m)
+	}
+	body := ChatRequest{Model: c.cfg.Model, Messages: msgs, N: &n, Stop: r.Stop, ReturnTokensAsTokenIDs: c.cfg.TokenIDs}
+	body.MaxTokens, body.Temperature, body.TopP, body.TopK, body.Seed = sampling(r)
+	wantLP := r.LogProbs || r.TopLogProbs > 0
+	if wantLP || n > 1 || c.cfg.TokenIDs {
+		body.Logprobs = true
+		if r.TopLogProbs > 0 {
+			k := r.TopLogProbs
+			body.TopLogprobs = &k
+		}
+	}
+	var resp ChatResponse
+	if err := c.call(ctx, r.ID, "/chat/completions", body, checked(c, &resp)); err != nil {
+		return err
+	}
+	return finish(res, &resp, n, func(ch ChatChoice) (backend.Completion, error) {
+		comp := backend.Completion{Index: ch.Index, Text: ch.Message.Content, FinishReason: backend.FinishReason(ch.FinishReason), Tokens: -1}
+		var lps []backend.TokenLogProb
+		if ch.Logprobs != nil {
+			lps = make([]backend.TokenLogProb, len(ch.Logprobs.Content))
+			for i, t := range ch.Logprobs.Content {
+				lps[i] = backend.TokenLogProb{Token: t.Token, TokenID: -1, LogProb: fromWireLogprob(t.Logprob)}
+				if r.TopLogProbs > 0 {
+					lps[i].Top = make([]backend.TopLogProb, len(t.TopLogprobs))
+					for j, a := range t.TopLogprobs {
+						lps[i].Top[j] = backend.TopLogProb{Token: a.Token, LogProb: fromWireLogprob(a.Logprob)}
+					}
+				}
+			}
+		}
+		c.tokenIDs(&comp, lps)
+		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
+	})
+}
+
+// keepLogprobs counts a choice's tokens from its log-probs (present: the
+// choice has a log-prob block) and keeps them in comp when they were asked
+// for (want); asked for but missing is an error.
+func keepLogprobs(comp *backend.Completion, lps []backend.TokenLogProb, present, want bool) error {
+	if !present {
+		if want {
+			return errors.New("log-probs asked for but missing")
+		}
+		return nil
+	}
+	comp.Tokens = len(lps)
+	if want {
+		comp.LogProbs = lps
+	}
+	return nil
+}
+
+// finish stores resp's model and prompt tokens in res and its choices,
+// converted by conv and checked by collect, as res's completions; a
+// malformed answer is res's failure instead.
+func finish[C any](res *backend.GenerateResponse, resp *Response[C], n int, conv func(C) (backend.Completion, error)) error {
+	if resp.Model != "" {
+		res.Model = resp.Model
+	}
+	u := resp.Usage
+	if u != nil {
+		res.PromptTokens = u.PromptTokens
+	}
+	comps, err := collect(resp.Choices, n, conv)
+	if err != nil {
+		res.Failure = &backend.RowFailure{Reason: backend.FailureMalformed, Message: err.Error()}
+		return nil
+	}
+	if n == 1 && u != nil && comps[0].Tokens < 0 {
+		comps[0].Tokens = u.CompletionTokens
+	}
+	res.Completions = comps
+	return nil
+}
+
+// collect converts choices and checks that their indices are exactly 0..n-1.
+func collect[C any](choices []C, n int, conv func(C) (backend.Completion, error)) ([]backend.Completion, error) {
+	if len(choices) != n {
+		return nil, fmt.Errorf("%d choices, want %d", len(choices), n)
+	}
+	out := make([]backend.Completion, n)
+	seen := make([]bool, n)
+	for _, ch := range choices {
+		comp, err := conv(ch)
+		idx := comp.Index
+		if err != nil {
+			return nil, fmt.Errorf("choice %d: %w", idx, err)
+		}
+		if idx < 0 || idx >= n || seen[idx] {
+			return nil, fmt.Errorf("choice index %d out of range or repeated (n = %d)", idx, n)
+		}
+		switch comp.FinishReason {
+		case backend.FinishStop, backend.FinishLength:
+		default:
+			return nil, fmt.Errorf("choice %d: finish_reason %q", idx, comp.FinishReason)
+		}
+		seen[idx] = true
+		out[idx] = comp
+	}
+	return out, nil
+}
+
+func fromCompletionLogprobs(lp *CompletionLogprobs) ([]backend.TokenLogProb, error) {
+	if len(lp.TokenLogprobs) != len(lp.Tokens) {
+		return nil, fmt.Errorf("%d tokens but %d token_logprobs", len(lp.Tokens), len(lp.TokenLogprobs))
+	}
+	if lp.TopLogprobs != nil && len(lp.TopLogprobs) != len(lp.Tokens) {
+		return nil, fmt.Errorf("%d tokens but %d top_logprobs", len(lp.Tokens), len(lp.TopLogprobs))
+	}
+	out := make([]backend.TokenLogProb, len(lp.Tokens))
+	for i, tok := range lp.Tokens {
+		v := math.Inf(-1)
+		if p := lp.TokenLogprobs[i]; p != nil {
+			v = fromWireLogprob(*p)
+		}
+		out[i] = backend.TokenLogProb{Token: tok, TokenID: -1, LogProb: v}
+		if lp.TopLogprobs != nil && len(lp.TopLogprobs[i]) > 0 {
+			out[i].Top = topFromMap(lp.TopLogprobs[i])
+		}
+	}
+	return out, nil
+}
+
+// topFromMap orders a legacy top_logprobs map, most likely first.
+func topFromMap(m map[string]float64) []backend.TopLogProb {
+	top := make([]backend.TopLogProb, 0, len(m))
+	for tok, v := range m {
+		top = append(top, backend.TopLogProb{Token: tok, LogProb: fromWireLogprob(v)})
+	}
+	sort.Slice(top, func(a, b int) bool {
+		if top[a].LogProb != top[b].LogProb {
+			return top[a].LogProb > top[b].LogProb
+		}
+		return top[a].Token < top[b].Token
+	})
+	return top
+}

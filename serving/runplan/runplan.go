@@ -1,0 +1,334 @@
+// Package runplan builds the memory plan (model/plan) of `evolm run` from
+// the merged config: the roles' models and devices (roles.*) and the
+// learner's keys (stages.run). `evolm plan` prints it; the loop calls Refuse
+// at start, before any model is loaded, and stops with the plan when the
+// configuration cannot fit its device.
+//
+// What it reads:
+//
+//   - model shapes: each role's config.json (roles.<role>.model is an HF
+//     checkpoint directory) or, when the directory has none, a preset name
+//     (the directory's base name, case-insensitive: models/Qwen3-8B is the
+//     qwen3-8b preset, model.Presets);
+//   - element size: roles.<role>.dtype, or its default (float32 on CPU,
+//     bfloat16 on CUDA);
+//   - the judge counts on the policy's device when it runs in process
+//     (backend torch) on the same device; a rubric generator with a model of
+//     its own (two-model ablation) is a second trained model there;
+//   - stages.run: micro_batch, beta, and the learner keys lora_rank (0: full
+//     fine-tuning), lora_targets, grad_checkpointing, each with its default
+//     when this build does not register it yet;
+//   - sequence lengths: a prompt of Options.PromptTokens tokens; the policy
+//     generates roles.policy.max_tokens; the rubric generator sees the
+//     question alone and writes roles.rubric_generator.max_tokens; question
+//     back-translation reads a whole answer and writes up to the policy's
+//     budget; the judge reads the question, an answer and the rubric (at
+//     most 2,048 tokens as rebuilt) and writes up to its max_tokens. The
+//     learner's sequence is the longest sequence it trains on; the
+//     generation batch is the engine's max_batch rows of the longest
+//     generated sequence.
+package runplan
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/evolm/evolm/model"
+	_ "github.com/evolm/evolm/model/llama" // the architectures config.json names
+
+	"github.com/evolm/evolm/model/plan"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/serving/roles"
+)
+
+// Section is the loop's config section.
+const Section = "stages.run"
+
+// Keys of stages.run the plan reads.
+const (
+	KeyMicroBatch        = "micro_batch"
+	KeyBeta              = "beta"
+	KeyLoRARank          = "lora_rank"
+	KeyLoRAAlpha         = "lora_alpha"
+	KeyLoRADropout       = "lora_dropout"
+	KeyLoRATargets       = "lora_targets"
+	KeyGradCheckpointing = "grad_checkpointing"
+	KeyZeRO              = "zero_stage"
+)
+
+// Defaults of the stages.run keys, used when the key is not registered.
+var Defaults = map[string]any{
+	KeyMicroBatch:        8,
+	KeyBeta:              0.001,
+	KeyLoRARank:          0,
+	KeyLoRAAlpha:         16.0,
+	KeyLoRADropout:       0.0,
+	KeyLoRATargets:       []string{"q", "k", "v", "o", "gate", "up", "down"},
+	KeyGradCheckpointing: false,
+	KeyZeRO:              0,
+}
+
+// judgeRubricTokens bounds the rubric as the judge reads it.
+const judgeRubricTokens = 2048
+
+// DefaultPromptTokens is the prompt length the plan assumes.
+const DefaultPromptTokens = 1024
+
+// Options adjusts the plan.
+type Options struct {
+	// PromptTokens is the length of one prompt (DefaultPromptTokens if 0).
+	PromptTokens int
+	// Capacity is the device memory in bytes to check against; 0 queries
+	// the policy's device (free CUDA memory, or MemAvailable on CPU).
+	Capacity int64
+	// Set overrides stages.run keys (by key), for keys this build does not
+	// register.
+	Set map[string]any
+	// WorldSize is the number of data-parallel learner ranks (evolm plan
+	// --nproc); 0 reads torchrun's WORLD_SIZE, else 1. With zero_stage ≥ 1 a
+	// rank holds 1/WorldSize of the AdamW state and master weights, and with
+	// zero_stage 2 of the gradients too (plus those in flight).
+	WorldSize int
+}
+
+// reader reads stages.run keys: o.Set, then the config, then Defaults.
+type reader struct {
+	sec *pipeline.Config
+	set map[string]any
+}
+
+func (r reader) get(key string) any {
+	if v, ok := r.set[key]; ok {
+		return v
+	}
+	if r.sec.Has(key) {
+		return r.sec.Get(key)
+	}
+	return Defaults[key]
+}
+
+func (r reader) int(key string) int {
+	switch v := r.get(key).(type) {
+	case int:
+		return v
+	case int64:
+		return int(v)
+	case float64:
+		return int(v)
+	}
+	n, _ := Defaults[key].(int)
+	return n
+}
+
+func (r reader) float(key string) float64 {
+	switch v := r.get(key).(type) {
+	case float64:
+		return v
+	case int:
+		return float64(v)
+	}
+	f, _ := Defaults[key].(float64)
+	return f
+}
+
+func (r reader) bool(key string) bool {
+	b, ok := r.get(key).(bool)
+	if !ok {
+		b, _ = Defaults[key].(bool)
+	}
+	return b
+}
+
+func (r reader) strings(key string) []string {
+	s, ok := r.get(key).([]string)
+	if !ok {
+		s, _ = Defaults[key].([]string)
+	}
+	return s
+}
+
+// ShapeOf resolves a role's model to a shape: its config.json, or a preset
+// named by the directory's base name.
+func ShapeOf(modelPath string) (plan.Shape, string, error) {
+	if modelPath == "" {
+		return plan.Shape{}, "", fmt.Errorf("no model set")
+	}
+	if _, err := os.Stat(filepath.Join(modelPath, "config.json")); err == nil {
+		cfg, err := model.ReadConfig(modelPath)
+		if err != nil {
+			return plan.Shape{}, "", err
+		}
+		return plan.ShapeOf(cfg), filepath.Join(modelPath, "config.json"), nil
+	}
+	name := strings.ToLower(filepath.Base(filepath.Clean(modelPath)))
+	if _, ok := model.Presets[name]; ok {
+		cfg, err := model.PresetConfig("qwen3", name, model.QwenVocabSize)
+		if err != nil {
+			return plan.Shape{}, "", err
+		}
+		return plan.ShapeOf(cfg), "preset " + name, nil
+	}
+	return plan.Shape{}, "", fmt.Errorf("%s: no config.json there, and %q is not a preset (%s)", modelPath, name, strings.Join(model.PresetNames(), ", "))
+}
+
+// elemBytes is the parameter element size of a role: its dtype, or float32
+// on CPU and bfloat16 on CUDA.
+func elemBytes(c roles.Config) (int, error) {
+	switch strings.ToLower(c.DType) {
+	case "":
+		if isCUDA(c.Device) {
+			return 2, nil
+		}
+		return 4, nil
+	case "bfloat16", "bf16", "float16", "fp16", "half":
+		return 2, nil
+	case "float32", "fp32", "float":
+		return 4, nil
+	}
+	return 0, fmt.Errorf("%s.%s = %q: want float32, bfloat16 or float16", roles.Section(c.Role), roles.KeyDType, c.DType)
+}
+
+func isCUDA(dev string) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(dev)), "cuda")
+}
+
+// sameDevice compares devices with cuda = cuda:0.
+func sameDevice(a, b string) bool {
+	norm := func(d string) string {
+		d = strings.ToLower(strings.TrimSpace(d))
+		if d == "cuda" {
+			return "cuda:0"
+		}
+		if d == "" {
+			return "cpu"
+		}
+		return d
+	}
+	return norm(a) == norm(b)
+}
+
+// Sources says where each model shape of a plan came from.
+type Sources struct {
+	Policy, RubricGenerator, Judge string
+	Device                         string
+}
+
+// Input builds the plan input of `evolm run` from the merged config (any
+// view of it).
+func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
+	var src Sources
+	pol, err := roles.Read(cfg, roles.Policy)
+	if err != nil {
+		return plan.Input{}, src, err
+	}
+	rub, err := roles.Read(cfg, roles.RubricGenerator)
+	if err != nil {
+		return plan.Input{}, src, err
+	}
+	jud, err := roles.Read(cfg, roles.Judge)
+	if err != nil {
+		return plan.Input{}, src, err
+	}
+	r := reader{sec: cfg.At(Section), set: o.Set}
+	P := o.PromptTokens
+	if P <= 0 {
+		P = DefaultPromptTokens
+	}
+	in := plan.Input{Beta: r.float(KeyBeta), MicroBatch: r.int(KeyMicroBatch), GradCheckpointing: r.bool(KeyGradCheckpointing),
+		CUDA: isCUDA(pol.Device), GenRows: pol.MaxBatch, ZeROStage: r.int(KeyZeRO), WorldSize: o.WorldSize}
+	if in.WorldSize <= 0 {
+		if n, err := strconv.Atoi(os.Getenv("WORLD_SIZE")); err == nil && n > 0 {
+			in.WorldSize = n
+		}
+	}
+	if rank := r.int(KeyLoRARank); rank > 0 {
+		in.LoRA = plan.LoRA{Rank: rank, Targets: r.strings(KeyLoRATargets), Dropout: r.float(KeyLoRADropout)}
+	}
+	src.Device = pol.Device
+	if in.Policy, src.Policy, err = ShapeOf(pol.Model); err != nil {
+		return in, src, fmt.Errorf("%s.%s: %w", roles.Section(roles.Policy), roles.KeyModel, err)
+	}
+	if in.ParamBytes, err = elemBytes(pol); err != nil {
+		return in, src, err
+	}
+	// Trained sequences: an answer (prompt + policy max_tokens) and a rubric
+	// (the generator sees the question alone: prompt + rubric max_tokens).
+	// Generated sequences also include question back-translation, whose
+	// prompt holds a whole answer: prompt + 2·policy max_tokens.
+	policySeq := P + pol.Sampling.MaxTokens
+	rubricSeq := P + rub.Sampling.MaxTokens
+	inferSeq := P + 2*pol.Sampling.MaxTokens
+	in.SeqLen, in.GenTokens = max(policySeq, rubricSeq), max(policySeq, rubricSeq, inferSeq)
+	if rub.Shared {
+		src.RubricGenerator = "the policy's model (shared)"
+	} else if rub.Backend == roles.BackendTorch && sameDevice(rub.Device, pol.Device) {
+		sh, from, err := ShapeOf(rub.Model)
+		if err != nil {
+			return in, src, fmt.Errorf("%s.%s: %w", roles.Section(roles.RubricGenerator), roles.KeyModel, err)
+		}
+		in.RubricGenerator, src.RubricGenerator = &sh, from
+	} else {
+		src.RubricGenerator = "on another device"
+	}
+	if jud.Backend == roles.BackendTorch && sameDevice(jud.Device, pol.Device) {
+		sh, from, err := ShapeOf(jud.Model)
+		if err != nil {
+			return in, src, fmt.Errorf("%s.%s: %w", roles.Section(roles.Judge), roles.KeyModel, err)
+		}
+		if in.JudgeBytes, err = elemBytes(jud); err != nil {
+			return in, src, err
+		}
+		in.Judge, src.Judge = &sh, from
+		in.JudgeRows = jud.MaxBatch
+		// The judge reads the question, an answer (thinking stripped, at
+		// most the policy's budget) and the rubric rebuilt from its parsed
+		// criteria (at most 2,048 tokens for 10 criteria with levels), and
+		// writes up to its own budget.
+		in.JudgeTok = P + pol.Sampling.MaxTokens + min(rub.Sampling.MaxTokens, judgeRubricTokens) + jud.Sampling.MaxTokens
+	} else if jud.Backend == roles.BackendTorch {
+		src.Judge = "in process on " + jud.Device
+	} else {
+		src.Judge = "served (" + jud.Backend + ")"
+	}
+	return in, src, nil
+}
+
+// ForRun estimates the plan of `evolm run` and checks it against the
+// device: o.Capacity, or the free memory of the policy's device. A device
+// whose memory cannot be read leaves the plan unchecked (Capacity 0).
+func ForRun(cfg *pipeline.Config, o Options) (plan.Plan, Sources, error) {
+	in, src, err := Input(cfg, o)
+	if err != nil {
+		return plan.Plan{}, src, err
+	}
+	p := plan.Estimate(in)
+	capacity := o.Capacity
+	if capacity <= 0 {
+		if capacity, err = plan.Available(src.Device); err != nil {
+			return p, src, nil
+		}
+	}
+	return p.Check(capacity), src, nil
+}
+
+// Refuse is what `evolm run` calls at start, before loading a model: nil
+// when the plan fits the policy's device, when the device's memory cannot be
+// read, or when a model's shape cannot be read (a checkpoint directory that
+// does not exist: loading the model reports that, naming the key);
+// otherwise an error that holds the whole plan.
+func Refuse(cfg *pipeline.Config) error {
+	p, _, err := ForRun(cfg, Options{})
+	if err != nil {
+		return nil
+	}
+	if p.Fits() {
+		return nil
+	}
+	var b strings.Builder
+	p.Fprint(&b)
+	return fmt.Errorf("this configuration does not fit the device (evolm plan estimates %s, %s available); lower stages.run.micro_batch or roles.policy.max_batch, turn on grad_checkpointing or LoRA, or serve the judge:\n%s",
+		plan.GiB(p.Total), plan.GiB(p.Capacity), b.String())
+}

@@ -1,0 +1,81 @@
+package runplan_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model"
+	"github.com/evolm/evolm/model/plan"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/serving/runplan"
+	_ "github.com/evolm/evolm/stages/dedup" // the preset configures it
+	_ "github.com/evolm/evolm/stages/rollout"
+	_ "github.com/evolm/evolm/stages/rubrics"
+	_ "github.com/evolm/evolm/stages/run" // registers stages.run and the roles
+)
+
+// TestPaperInput: the paper preset's models resolve to the qwen3-8b and
+// qwen3-1.7b presets by name, in bf16 on CUDA with the judge in process;
+// the sequences follow the roles' max_tokens; the learner keys take their
+// defaults, or the values set over the config.
+func TestPaperInput(t *testing.T) {
+	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{File: testutil.Root(t) + "/stages/presets/paper.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, src, err := runplan.Input(cfg, runplan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8, _ := model.PresetConfig("qwen3", "qwen3-8b", model.QwenVocabSize)
+	q17, _ := model.PresetConfig("qwen3", "qwen3-1.7b", model.QwenVocabSize)
+	if in.Policy != plan.ShapeOf(q8) || in.Judge == nil || *in.Judge != plan.ShapeOf(q17) || in.RubricGenerator != nil {
+		t.Errorf("shapes: policy %+v, judge %v, rubric generator %v", in.Policy, in.Judge, in.RubricGenerator)
+	}
+	if src.Policy != "preset qwen3-8b" || !strings.Contains(src.RubricGenerator, "shared") {
+		t.Errorf("sources %+v", src)
+	}
+	// Budgets of 16,384 tokens per role: an answer or a rubric is trained at
+	// 1024 + 16384; back-translation generates from a whole answer,
+	// 1024 + 2·16384; the judge reads question, answer and a rubric of at
+	// most 2,048 tokens and writes 16,384.
+	const budget = 16384
+	if !in.CUDA || in.ParamBytes != 2 || in.JudgeBytes != 2 || in.SeqLen != 1024+budget || in.GenTokens != 1024+2*budget || in.JudgeTok != 1024+budget+2048+budget {
+		t.Errorf("input %+v", in)
+	}
+	if in.MicroBatch != 4 || in.Beta != 0.001 || in.LoRA.Rank != 0 || !in.GradCheckpointing || in.GenRows != 64 {
+		t.Errorf("learner %+v", in)
+	}
+	in, _, err = runplan.Input(cfg, runplan.Options{PromptTokens: 10, Set: map[string]any{runplan.KeyLoRARank: 64, runplan.KeyGradCheckpointing: true, runplan.KeyLoRATargets: []string{"q", "v"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.LoRA.Rank != 64 || len(in.LoRA.Targets) != 2 || !in.GradCheckpointing || in.SeqLen != 10+budget {
+		t.Errorf("with overrides: %+v", in)
+	}
+	// A model that is neither a checkpoint nor a preset name is an error naming the key.
+	if _, _, err := runplan.ShapeOf("models/NoSuchModel"); err == nil || !strings.Contains(err.Error(), "not a preset") {
+		t.Errorf("unknown model: %v", err)
+	}
+}
+
+// TestRefuse: a plan larger than the capacity is refused with the plan in
+// the error.
+func TestRefuse(t *testing.T) {
+	cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{File: testutil.Root(t) + "/stages/presets/paper.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := runplan.ForRun(cfg, runplan.Options{Capacity: 80 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Fits() {
+		t.Fatalf("full fine-tuning of Qwen3-8B fits 80 GiB: %s", plan.GiB(p.Total))
+	}
+	p, _, err = runplan.ForRun(cfg, runplan.Options{Capacity: 1 << 50})
+	if err != nil || !p.Fits() {
+		t.Fatalf("1 PiB: fits %v, %v", p.Fits(), err)
+	}
+}

@@ -1,0 +1,189 @@
+package run
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/pipelinetest"
+	"github.com/evolm/evolm/schemas"
+)
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	base := map[string]any{"roles.policy.model": "p", "roles.judge.model": "j"}
+	tests := []struct {
+		name string
+		set  map[string]any
+		want string // substring of the error
+	}{
+		{"K = 0", map[string]any{KeyK: 0}, "stages.run.k"},
+		{"alpha above 1", map[string]any{KeyAlpha: 1.5}, "stages.run.alpha"},
+		{"alpha below 0", map[string]any{KeyAlpha: -0.1}, "stages.run.alpha"},
+		{"unknown strategy", map[string]any{KeyStrategies: []string{"temporal", "random_pairs"}}, `unknown strategy "random_pairs"`},
+		{"no strategy weight", map[string]any{KeyWTemporal: 0.0, KeyWBacktranslate: 0.0, KeyWRubricGuided: 0.0}, "stages.run.weight_temporal"},
+		{"one sample is no group", map[string]any{KeySamples: 1}, "stages.run.samples"},
+		{"bad window", map[string]any{KeyMinAge: 50, KeyMaxAge: 20}, "stages.run.temporal_min_age"},
+		{"openai judge without endpoints", map[string]any{"roles.judge.backend": "openai"}, "roles.judge.endpoints"},
+		{"openai policy", map[string]any{"roles.policy.backend": "openai", "roles.policy.endpoints": []string{"http://x/v1"}}, "roles.policy.backend"},
+		{"shared rubric generator with its own device", map[string]any{"roles.rubric_generator.device": "cuda"}, "roles.rubric_generator.device"},
+		{"no policy model", map[string]any{"roles.policy.model": ""}, "roles.policy.model"},
+		{"epsilon at 1", map[string]any{KeyEpsilon: 1.0}, "stages.run.epsilon"},
+		{"top_p above 1", map[string]any{"roles.rubric_generator.top_p": 1.5}, "roles.rubric_generator.top_p"},
+		{"bad rubric reward", map[string]any{KeyRubricReward: "hinge"}, "rubric_reward"},
+		{"alpha NaN", map[string]any{KeyAlpha: "NaN"}, "stages.run.alpha"},
+		{"no skipped update allowed", map[string]any{KeyMaxSkippedUpdates: 0}, "stages.run.max_skipped_updates"},
+		{"huge skipped updates", map[string]any{KeyMaxSkippedUpdates: 100000}, "stages.run.max_skipped_updates"},
+		{"unknown age clock", map[string]any{KeyTemporalAge: "wall_clock"}, "stages.run.temporal_age"},
+		{"unknown fallback", map[string]any{KeyTemporalFallback: "random"}, "stages.run.temporal_fallback"},
+		{"unknown adv std", map[string]any{KeyAdvStd: "mad"}, "stages.run.adv_std"},
+		{"too many refill rounds", map[string]any{KeyActiveRounds: 1000}, "stages.run.active_sampling_rounds"},
+		{"LoRA on an unknown module", map[string]any{KeyLoRARank: 8, KeyLoRATargets: []string{"q", "lm_head"}}, "stages.run.lora_targets"},
+		{"LoRA dropout 1", map[string]any{KeyLoRARank: 8, KeyLoRADropout: 1.0}, "stages.run.lora_dropout"},
+		{"LoRA dropout with checkpointing", map[string]any{KeyLoRARank: 8, KeyLoRADropout: 0.05, KeyGradCheckpointing: true}, "stages.run.lora_dropout"},
+		{"pack length 0", map[string]any{KeyPackLength: 0}, "stages.run.pack_length"},
+		{"unknown R_format", map[string]any{KeyRubricFormat: "loose"}, "stages.run.rubric_format"},
+		{"huge micro batch", map[string]any{KeyMicroBatch: 1 << 20}, "stages.run.micro_batch"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			vals := map[string]any{}
+			for k, v := range base {
+				vals[k] = v
+			}
+			for k, v := range tc.set {
+				vals[k] = v
+			}
+			cfg, err := pipeline.StageConfig(Name, vals)
+			if err == nil {
+				_, err = FromConfig(cfg)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigDefaultsArePaper(t *testing.T) {
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.policy.model": "p", "roles.judge.model": "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []float64{float64(c.K), float64(c.Samples), float64(c.PromptsPerStep), c.Trainer.LR, c.Trainer.Loss.Beta, c.Trainer.Loss.Epsilon,
+		c.Alpha, c.Policy.Sampling.Temperature, c.RubricGen.Sampling.Temperature, c.Judge.Sampling.Temperature, c.InferTemp, float64(c.CheckpointEvery), float64(c.ReplaySize), float64(c.MinAge), float64(c.MaxAge)}
+	want := []float64{50, 8, 64, 1e-6, 0.001, 0.2, 0.7, 1.0, 0.6, 0.6, 0.3, 25, 2048, 20, 100}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("default %d = %v, want %v (the paper)", i, got[i], want[i])
+		}
+	}
+	for _, s := range schemas.Strategies {
+		if c.Weights[s] != 1 {
+			t.Errorf("weight of %s = %v, want 1 (1:1:1)", s, c.Weights[s])
+		}
+	}
+	for s, want := range map[int]string{0: "policy", 49: "policy", 50: "rubric", 99: "rubric", 100: "policy"} {
+		if got := c.Phase(s); got != want {
+			t.Errorf("Phase(%d) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+func TestUnusedStrategiesGetZeroWeight(t *testing.T) {
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.policy.model": "p", "roles.judge.model": "j", KeyStrategies: []string{"backtranslate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Weights[schemas.StrategyTemporal] != 0 || c.Weights[schemas.StrategyRubricGuided] != 0 || c.Weights[schemas.StrategyBacktranslate] != 1 {
+		t.Errorf("weights = %v", c.Weights)
+	}
+}
+
+func TestQuestionTextShowsTheConversation(t *testing.T) {
+	single := schemas.Prompt{Prompt: "What is 2+2?", Messages: []schemas.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "What is 2+2?"}}}
+	if got := questionText(&single); got != "What is 2+2?" {
+		t.Errorf("single turn: %q", got)
+	}
+	multi := schemas.Prompt{Prompt: "Make it shorter.", Messages: []schemas.Message{
+		{Role: "user", Content: "Write a haiku about rain."}, {Role: "assistant", Content: "Rain on the tin roof"}, {Role: "user", Content: "Make it shorter."}}}
+	got := questionText(&multi)
+	for _, want := range []string{"Write a haiku about rain.", "[assistant]\nRain on the tin roof", "to be answered:\nMake it shorter."} {
+		if !strings.Contains(got, want) {
+			t.Errorf("multi-turn question %q lacks %q", got, want)
+		}
+	}
+}
+
+// TestPolicyIndexCountsPolicySteps: the temporal strategy's policy_steps
+// clock numbers policy steps only (K = 2: steps 0, 1, 4, 5, 8 are policy
+// steps 0, 1, 2, 3, 4); a rubric step maps to the policy steps before it.
+func TestPolicyIndexCountsPolicySteps(t *testing.T) {
+	c := &Config{K: 2}
+	want := map[int64]int64{0: 0, 1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 4, 7: 4, 8: 4, 9: 5}
+	for step, idx := range want {
+		if got := c.PolicyIndex(step); got != idx {
+			t.Errorf("PolicyIndex(%d) = %d, want %d", step, got, idx)
+		}
+	}
+	for s := 0; s < 40; s++ {
+		if c.Phase(s) == schemas.PhasePolicy && c.PolicyIndex(int64(s+1)) != c.PolicyIndex(int64(s))+1 {
+			t.Errorf("policy step %d: the next step's index is not one more", s)
+		}
+	}
+}
+
+// TestRunRefusesAPlanOverTheDevice: full fine-tuning of Qwen3-8B (its
+// preset shape, from the directory name) in float32 on this CPU cannot fit
+// the machine's memory, so the loop refuses it before loading anything,
+// with the plan and the way out; memory_check false lets it through.
+func TestRunRefusesAPlanOverTheDevice(t *testing.T) {
+	vals := map[string]any{"roles.policy.model": "models/Qwen3-8B", "roles.judge.model": "models/Qwen3-1.7B"}
+	cfg, err := pipeline.StageConfig(Name, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newFromConfig(cfg)
+	if err == nil {
+		t.Fatal("an 8B full fine-tuning plan on this CPU was accepted")
+	}
+	for _, want := range []string{"does not fit", "stages.run.memory_check", "micro_batch"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal lacks %q:\n%v", want, err)
+		}
+	}
+	vals[KeyMemoryCheck] = false
+	if cfg, err = pipeline.StageConfig(Name, vals); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newFromConfig(cfg); err != nil {
+		t.Errorf("memory_check false: %v", err)
+	}
+}
+
+// TestRubricPhaseSamplingFollowsTheRole: unset, the rubric phase samples
+// candidate rubrics with roles.rubric_generator's temperature and top_p;
+// set, with the stages.run values (the paper preset's 1.0 / 0.95).
+func TestRubricPhaseSamplingFollowsTheRole(t *testing.T) {
+	base := map[string]any{"roles.policy.model": "p", "roles.judge.model": "j",
+		"roles.rubric_generator.temperature": 0.4, "roles.rubric_generator.top_p": 0.8}
+	c := pipelinetest.FromConfig(t, Name, base, FromConfig)
+	if s := c.rubricPhaseSampling(); s.Temperature != 0.4 || s.TopP != 0.8 {
+		t.Errorf("unset: temperature %v, top_p %v; want the role's 0.4, 0.8", s.Temperature, s.TopP)
+	}
+	base[KeyRubricPhaseTemp], base[KeyRubricPhaseTopP] = 1.0, 0.95
+	c = pipelinetest.FromConfig(t, Name, base, FromConfig)
+	if s := c.rubricPhaseSampling(); s.Temperature != 1.0 || s.TopP != 0.95 {
+		t.Errorf("set: temperature %v, top_p %v; want 1.0, 0.95", s.Temperature, s.TopP)
+	}
+	if c.RubricGen.Sampling.Temperature != 0.4 {
+		t.Errorf("the policy phase's rubric temperature changed to %v", c.RubricGen.Sampling.Temperature)
+	}
+}

@@ -1,0 +1,434 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/evolm/evolm/internal/lmstage"
+	"github.com/evolm/evolm/internal/thinking"
+	"github.com/evolm/evolm/method/grpo"
+	"github.com/evolm/evolm/method/pairs"
+	"github.com/evolm/evolm/method/rules"
+	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/stages/judge"
+	"github.com/evolm/evolm/stages/rollout"
+	"github.com/evolm/evolm/stages/rubrics"
+)
+
+var (
+	rolePolicy = pipeline.Partition{Key: "role", Value: schemas.RolePolicy}
+	roleRubric = pipeline.Partition{Key: "role", Value: schemas.RoleRubricGenerator}
+)
+
+// policyStep: one rubric per prompt (frozen generator), n answers per
+// prompt, judged under it, GRPO on the policy. With active sampling, groups
+// whose rewards all tie are replaced by groups of new prompts (refill
+// rounds, grpo.FillGroups) until prompts_per_step groups carry a signal.
+func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, error) {
+	phase := schemas.PhasePolicy
+	m := schemas.StepMetrics{Step: int64(step), Phase: phase}
+	rounds := 0
+	if l.cfg.ActiveSampling {
+		rounds = l.cfg.ActiveRounds
+	}
+	var gs groupStats
+	var out policyRound // every row sampled, over all rounds
+	sample := func(ctx context.Context, round, n int) ([]*policyGroup, error) {
+		batch := l.batch(step)
+		if round > 0 {
+			batch = l.refill(step, round, n)
+		}
+		r, err := l.policyRound(ctx, step, round, batch, &gs)
+		if err != nil {
+			return nil, err
+		}
+		out.append(r)
+		return r.groups, nil
+	}
+	kept, _, refills, err := grpo.FillGroups(ctx, l.cfg.PromptsPerStep, rounds, sample, func(g *policyGroup) bool { return len(g.samples) > 0 })
+	if err != nil {
+		return m, err
+	}
+	m.RefillPrompts, m.RefillRounds, m.GroupsTrained = int64(refills.Prompts), int64(refills.Rounds), int64(len(kept))
+	if refills.Rounds > 0 {
+		l.env.Log.Debug("active sampling", "step", step, "refill_rounds", refills.Rounds, "refill_prompts", refills.Prompts,
+			"groups_with_signal", len(kept), "want", l.cfg.PromptsPerStep)
+	}
+	lengthEntropy(out.rolls, &m)
+	m.JudgeMissingRate = missingRate(out.js)
+	m.FormatRate = out.formatRate()
+	gs.fill(&m)
+	var samples []backend.TrainSample
+	for _, g := range kept {
+		samples = append(samples, g.samples...)
+	}
+	if err := l.update(ctx, l.policy, samples, &m); err != nil {
+		return m, fmt.Errorf("policy update: %w", err)
+	}
+
+	// One answer per prompt of the step's own batch enters the replay
+	// buffer (refill prompts are extra draws, not the data stream).
+	for _, g := range out.groups {
+		if g.round != 0 {
+			continue
+		}
+		if r := g.rolls[0]; r.Error == nil {
+			l.buf.Add(schemas.ReplayEntry{Step: int64(step), PromptID: g.prompt.PromptID, Question: g.question,
+				Answer: thinking.Strip(r.Text), RolloutID: r.RolloutID})
+		}
+	}
+
+	if err := write(l, schemas.Rollouts, out.rubRolls, step, phase, roleRubric); err != nil {
+		return m, err
+	}
+	if err := write(l, schemas.Rollouts, out.rolls, step, phase, rolePolicy); err != nil {
+		return m, err
+	}
+	if err := write(l, schemas.Rubrics, out.rubs, step, phase); err != nil {
+		return m, err
+	}
+	return m, write(l, schemas.Judgments, out.js, step, phase)
+}
+
+// policyGroup is one prompt of a policy step: its rollouts and the GRPO
+// samples of its members (none when the group carries no signal).
+type policyGroup struct {
+	round    int
+	prompt   schemas.Prompt
+	question string
+	rolls    []schemas.Rollout
+	samples  []backend.TrainSample
+}
+
+// policyRound is what one sampling round of a policy step produced.
+type policyRound struct {
+	groups   []*policyGroup
+	rubRolls []schemas.Rollout
+	rubs     []schemas.Rubric
+	rolls    []schemas.Rollout
+	js       []schemas.Judgment
+}
+
+func (r *policyRound) append(o policyRound) {
+	r.groups = append(r.groups, o.groups...)
+	r.rubRolls = append(r.rubRolls, o.rubRolls...)
+	r.rubs = append(r.rubs, o.rubs...)
+	r.rolls = append(r.rolls, o.rolls...)
+	r.js = append(r.js, o.js...)
+}
+
+func (r *policyRound) formatRate() *float64 {
+	if len(r.rubs) == 0 {
+		return nil
+	}
+	ok := 0
+	for _, rb := range r.rubs {
+		if rb.FormatOK {
+			ok++
+		}
+	}
+	fr := float64(ok) / float64(len(r.rubs))
+	return &fr
+}
+
+// refill returns the n prompts of refill round round of step: a seeded draw
+// from the whole prompt set, a function of (seed, step, round) only, so a
+// resumed run draws the same ones and the data position stays step·P.
+func (l *loop) refill(step, round, n int) []schemas.Prompt {
+	rng := rand.New(rand.NewPCG(uint64(l.cfg.Seed)^0x5eed_ac71_7e00_0000, uint64(step)<<8|uint64(round)))
+	out := make([]schemas.Prompt, n)
+	for i := range out {
+		out[i] = l.prompts[rng.IntN(len(l.prompts))]
+	}
+	return out
+}
+
+// policyRound samples one rubric per prompt, n answers per prompt, judges
+// them, and computes each group's advantages (a missing score gets its
+// group's mean) into gs.
+func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas.Prompt, gs *groupStats) (policyRound, error) {
+	var out policyRound
+	phase := schemas.PhasePolicy
+	ids := make([]string, len(batch))
+	questions := make([]string, len(batch))
+	for i := range batch {
+		ids[i], questions[i] = batch[i].PromptID, questionText(&batch[i])
+	}
+	// Duplicate prompts within a step (possible when the stream wraps inside
+	// a step, or in refills) would share row ids: key items by position and
+	// round as well.
+	keys := make([]string, len(batch))
+	for i := range batch {
+		keys[i] = rules.ItemKey(ids[i], round, i)
+	}
+
+	// 1. The rubric generator writes one rubric per prompt.
+	ritems, err := l.rubricItems(keys, questions)
+	if err != nil {
+		return out, err
+	}
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.Backend, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
+	if err != nil {
+		return out, fmt.Errorf("rubrics: %w", err)
+	}
+	rubs, byItem := l.parseRubrics(rubRolls)
+
+	// 2. The policy samples n answers per prompt.
+	system, err := l.set.Policy()
+	if err != nil {
+		return out, err
+	}
+	pitems := make([]lmstage.Item, len(batch))
+	for i := range batch {
+		pitems[i] = lmstage.Item{ID: keys[i], Messages: rollout.Conversation(&batch[i], system)}
+	}
+	rolls, err := lmstage.Sample(ctx, l.policy.Backend, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
+	if err != nil {
+		return out, fmt.Errorf("rollouts: %w", err)
+	}
+
+	// 3. The judge scores each answer under its prompt's rubric.
+	resps := make([]judge.Response, len(rolls))
+	for i, r := range rolls {
+		resps[i] = judge.Response{ID: r.RolloutID, ItemID: r.PromptID, Question: questions[i/l.cfg.Samples], HasQuestion: true, Text: r.Text, Failed: r.Error}
+	}
+	js, err := l.judgeStep(ctx, phase, step, resps, byItem)
+	if err != nil {
+		return out, err
+	}
+	score := map[string]float64{}
+	for _, j := range js {
+		if j.Score != nil {
+			score[j.ResponseID] = *j.Score
+		}
+	}
+
+	// 4. Group advantages and the GRPO samples of each group.
+	for i := range batch {
+		group := rolls[i*l.cfg.Samples : (i+1)*l.cfg.Samples]
+		rewards := make([]float64, len(group))
+		for k, r := range group {
+			rewards[k] = math.NaN()
+			if s, ok := score[r.RolloutID]; ok {
+				rewards[k] = s
+			}
+			if l.cfg.NonStopPenalty && r.FinishReason == "length" {
+				rewards[k] = l.cfg.NonStopValue
+			}
+		}
+		ts, err := gs.group(l.policy, pitems[i].Messages, group, rewards, grpo.FillGroupMean, l.cfg.AdvStd.Unbiased())
+		if err != nil {
+			return out, err
+		}
+		out.groups = append(out.groups, &policyGroup{round: round, prompt: batch[i], question: questions[i], rolls: group, samples: ts})
+	}
+	out.rubRolls, out.rubs, out.rolls, out.js = rubRolls, rubs, rolls, js
+	return out, nil
+}
+
+// judgeStep runs the judge on a step's responses. A step whose judge calls
+// all failed on the backend (an unreachable server, a model id the server
+// does not serve) is an error, not a step of zero rewards.
+func (l *loop) judgeStep(ctx context.Context, phase string, step int, resps []judge.Response, byItem map[string][]schemas.Rubric) ([]schemas.Judgment, error) {
+	j := l.newJudge(phase, step)
+	js, _, err := j.Judge(ctx, resps, byItem)
+	if err != nil {
+		return nil, fmt.Errorf("judge: %w", err)
+	}
+	if rows, failed, first := j.Failures().Counts(); rows > 0 && failed == rows {
+		return nil, fmt.Errorf("judge: all %d judge calls of step %d (%s phase) failed on the backend (roles.judge: %s %s); first error: %s: %w",
+			rows, step, phase, l.cfg.Judge.Backend, l.cfg.Judge.Model, first, pipeline.ErrAllRowsFailed)
+	}
+	return js, nil
+}
+
+// rubricStep: pairs from the three strategies, n rubrics per pair, judged
+// on a+ and a−, GRPO on the rubric generator.
+func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, error) {
+	phase := schemas.PhaseRubric
+	m := schemas.StepMetrics{Step: int64(step), Phase: phase}
+	batch := l.batch(step)
+	items := make([]pairs.Item, len(batch))
+	for i := range batch {
+		items[i] = pairs.Item{PromptID: batch[i].PromptID, Question: questionText(&batch[i])}
+	}
+	pcfg := pairs.DefaultConfig(l.cfg.Policy.Sampling.MaxTokens)
+	pcfg.Weights = l.cfg.Weights
+	pcfg.Window = pairs.Window{MinAge: l.cfg.MinAge, MaxAge: l.cfg.MaxAge}
+	pcfg.WidenStep = l.cfg.Widen
+	pcfg.Age, pcfg.Fallback, pcfg.PolicyIndex = l.cfg.TemporalAge, l.cfg.TemporalFallback, l.cfg.PolicyIndex
+	pcfg.Policy, pcfg.Infer, pcfg.Rubric = l.cfg.Policy.Sampling, l.cfg.Policy.Sampling, l.cfg.rubricPhaseSampling()
+	pcfg.Infer.Temperature = l.cfg.InferTemp
+	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.Model, l.ckpt
+	pcfg.RubricFormat = l.cfg.RubricFormat
+	pb := &pairs.Builder{Policy: l.policy.Backend, RubricGen: l.rubric.Backend, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
+	built, err := pb.Build(ctx, int64(step), items)
+	if err != nil {
+		return m, err
+	}
+	ps := built.Pairs
+
+	// The rubric generator samples n rubrics per pair.
+	ids := make([]string, len(ps))
+	questions := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i], questions[i] = p.PairID, p.Question
+	}
+	ritems, err := l.rubricItems(ids, questions)
+	if err != nil {
+		return m, err
+	}
+	n := l.cfg.RubricSamples
+	spec := l.spec(l.cfg.RubricGen, phase, step, n)
+	spec.Sampling = l.cfg.rubricPhaseSampling()
+	rubRolls, err := lmstage.Sample(ctx, l.rubric.Backend, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
+	if err != nil {
+		return m, fmt.Errorf("rubrics: %w", err)
+	}
+	lengthEntropy(rubRolls, &m)
+	rubs, byItem := l.parseRubrics(rubRolls)
+	fr := policyRound{rubs: rubs}
+	m.FormatRate = fr.formatRate()
+
+	// The judge scores a+ and a− under every rubric of their pair.
+	resps := make([]judge.Response, 0, 2*len(ps))
+	for _, p := range ps {
+		resps = append(resps, judge.PairResponses(&p)...)
+	}
+	js, err := l.judgeStep(ctx, phase, step, resps, byItem)
+	if err != nil {
+		return m, err
+	}
+	m.JudgeMissingRate = missingRate(js)
+	score := map[string]float64{} // judgment id → score
+	for _, j := range js {
+		if j.Score != nil {
+			score[j.JudgmentID] = *j.Score
+		}
+	}
+
+	// Rewards per rubric. A rubric the judge could not apply (no usable
+	// criteria: the generator's own failure) earns 0 — no margin, no format
+	// credit; a rubric whose pair the judge failed to score (judge-side
+	// failure) is dropped (rubric_missing_reward drop, README.md, "The method")
+	// or gets its group's mean (fill_mean, the official code).
+	var gs groupStats
+	var samples []backend.TrainSample
+	perStrategy := map[string][]float64{}
+	counts := map[string]int64{}
+	for i, p := range ps {
+		counts[p.Strategy]++
+		group := rubRolls[i*n : (i+1)*n]
+		rewards := make([]float64, n)
+		for k := range group {
+			rub := rubs[i*n+k]
+			if !rules.Usable(byItem[p.PairID][k]) {
+				rewards[k] = 0
+				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], 0)
+				continue
+			}
+			sp, okp := score[rules.JudgmentID(rules.ChosenID(p.PairID), rub.RubricID)]
+			sm, okm := score[rules.JudgmentID(rules.RejectedID(p.PairID), rub.RubricID)]
+			rewards[k] = math.NaN()
+			if !okp || !okm {
+				continue
+			}
+			if r, ok := grpo.RubricPairReward(l.cfg.RubricReward, l.cfg.Alpha, sp, sm, rub.FormatOK); ok {
+				rewards[k] = r
+				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], r)
+			}
+		}
+		ts, err := gs.group(l.rubric, ritems[i].Messages, group, rewards, l.cfg.RubricMissing, l.cfg.AdvStd.Unbiased())
+		if err != nil {
+			return m, err
+		}
+		if len(ts) > 0 {
+			m.GroupsTrained++
+		}
+		samples = append(samples, ts...)
+	}
+	gs.fill(&m)
+	mean := func(xs []float64) *float64 {
+		if len(xs) == 0 {
+			return nil
+		}
+		s := 0.0
+		for _, x := range xs {
+			s += x
+		}
+		s /= float64(len(xs))
+		return &s
+	}
+	m.RewardTemporal = mean(perStrategy[schemas.StrategyTemporal])
+	m.RewardBacktranslate = mean(perStrategy[schemas.StrategyBacktranslate])
+	m.RewardRubricGuided = mean(perStrategy[schemas.StrategyRubricGuided])
+	m.CountTemporal = counts[schemas.StrategyTemporal]
+	m.CountBacktranslate = counts[schemas.StrategyBacktranslate]
+	m.CountRubricGuided = counts[schemas.StrategyRubricGuided]
+	if err := l.update(ctx, l.rubric, samples, &m); err != nil {
+		return m, fmt.Errorf("rubric generator update: %w", err)
+	}
+
+	var polRolls []schemas.Rollout
+	for _, r := range built.Rollouts {
+		if r.Role == schemas.RolePolicy {
+			polRolls = append(polRolls, r)
+		} else {
+			rubRolls = append(rubRolls, r)
+		}
+	}
+	if err := write(l, schemas.Pairs, ps, step, phase); err != nil {
+		return m, err
+	}
+	if err := write(l, schemas.Rollouts, polRolls, step, phase, rolePolicy); err != nil {
+		return m, err
+	}
+	if err := write(l, schemas.Rollouts, rubRolls, step, phase, roleRubric); err != nil {
+		return m, err
+	}
+	if err := write(l, schemas.Rubrics, rubs, step, phase); err != nil {
+		return m, err
+	}
+	return m, write(l, schemas.Judgments, js, step, phase)
+}
+
+// parseRubrics turns rubric generations into rubrics rows and the rubrics
+// the judge applies per item (rules.JudgingRubric: the invalid_rubric rule
+// shared with eval and replay).
+func (l *loop) parseRubrics(rolls []schemas.Rollout) ([]schemas.Rubric, map[string][]schemas.Rubric) {
+	rubs := make([]schemas.Rubric, len(rolls))
+	byItem := map[string][]schemas.Rubric{}
+	for i := range rolls {
+		rubs[i] = rubrics.FromRolloutAs(&rolls[i], l.cfg.RubricFormat)
+		byItem[rubs[i].ItemID] = append(byItem[rubs[i].ItemID], rules.JudgingRubric(rubs[i], l.cfg.InvalidRubric))
+	}
+	return rubs, byItem
+}
+
+// questionText is what the rubric generator and the judge see as the
+// question: the prompt itself, or for a multi-turn prompt the whole
+// conversation, so that a rubric for "make it shorter" knows what "it" is.
+// (The policy always answers the conversation as messages.)
+func questionText(p *schemas.Prompt) string {
+	var turns []schemas.Message
+	for _, m := range p.Messages {
+		if m.Role != "system" {
+			turns = append(turns, m)
+		}
+	}
+	if len(turns) <= 1 {
+		return p.Prompt
+	}
+	var b strings.Builder
+	b.WriteString("The conversation so far:\n")
+	for _, m := range turns[:len(turns)-1] {
+		fmt.Fprintf(&b, "\n[%s]\n%s\n", m.Role, m.Content)
+	}
+	fmt.Fprintf(&b, "\nThe user's last message, to be answered:\n%s", turns[len(turns)-1].Content)
+	return b.String()
+}
