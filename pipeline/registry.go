@@ -93,6 +93,10 @@ type Spec struct {
 	// where they live now, e.g. "policy_model" → "roles.policy.model". A
 	// config that still sets one fails with an error naming both.
 	Moved map[string]string `json:"moved,omitempty"`
+	// FieldsFunc, when set, gives the stage's fields each time its spec is
+	// looked up, in place of Fields: for keys whose enums come from another
+	// registry (a reward by name, a fleet backend). Checked by RegistryErr.
+	FieldsFunc func() []Field `json:"-"`
 	// New builds the stage from its config section (stages.<name>), already
 	// merged and type-checked against Fields. It checks cross-field rules and
 	// returns an error naming the key on a bad value.
@@ -108,6 +112,19 @@ type SectionSpec struct {
 	Summary string  `json:"summary"` // one line
 	Flag    string  `json:"flag"`    // flag prefix, e.g. "policy" (--policy-model)
 	Fields  []Field `json:"fields"`
+	// FieldsFunc, when set, gives the section's fields each time the section
+	// is looked up, in place of Fields: for a section whose keys come from
+	// another registry (a model role's keys from the backends registered by
+	// then). Its fields are checked by RegistryErr.
+	FieldsFunc func() []Field `json:"-"`
+}
+
+// resolve returns sec with Fields from FieldsFunc, when it has one.
+func (sec SectionSpec) resolve() SectionSpec {
+	if sec.FieldsFunc != nil {
+		sec.Fields = sec.FieldsFunc()
+	}
+	return sec
 }
 
 var (
@@ -154,10 +171,19 @@ func RegisterSection(sec SectionSpec) {
 }
 
 // LookupSection returns a registered section.
-func LookupSection(name string) (SectionSpec, bool) { return lookupIn(sections, name) }
+func LookupSection(name string) (SectionSpec, bool) {
+	sec, ok := lookupIn(sections, name)
+	return sec.resolve(), ok
+}
 
 // Sections returns every registered section, sorted by name.
-func Sections() []SectionSpec { return sortedIn(sections) }
+func Sections() []SectionSpec {
+	out := sortedIn(sections)
+	for i := range out {
+		out[i] = out[i].resolve()
+	}
+	return out
+}
 
 // lookupIn returns the entry of a registry map, under the registry's lock.
 func lookupIn[V any](m map[string]V, name string) (V, bool) {
@@ -188,21 +214,59 @@ func (sec SectionSpec) validate() error {
 	if !nameRE.MatchString(sec.Flag) {
 		return fmt.Errorf("section %q: flag prefix %q: want %s", sec.Name, sec.Flag, nameRE)
 	}
+	if sec.FieldsFunc != nil {
+		return nil // checked by RegistryErr, once every registry is filled
+	}
 	return validateFields("section "+sec.Name, sec.Fields, nil)
 }
 
-// RegistryErr returns the errors of every rejected Register call, or nil.
+// RegistryErr returns the errors of every rejected Register call, or nil,
+// and those of a section's FieldsFunc fields.
 func RegistryErr() error {
 	regMu.RLock()
-	defer regMu.RUnlock()
-	return errors.Join(regErrs...)
+	errs := slices.Clone(regErrs)
+	regMu.RUnlock()
+	for _, sec := range Sections() {
+		if sec.FieldsFunc == nil {
+			continue
+		}
+		if err := validateFields("section "+sec.Name, sec.Fields, nil); err != nil {
+			errs = append(errs, fmt.Errorf("register section: %w", err))
+		}
+	}
+	for _, s := range Specs() {
+		if s.FieldsFunc == nil {
+			continue
+		}
+		if err := s.validateFields(); err != nil {
+			errs = append(errs, fmt.Errorf("register stage: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Lookup returns the registered spec of a stage.
-func Lookup(name string) (Spec, bool) { return lookupIn(registry, name) }
+func Lookup(name string) (Spec, bool) {
+	s, ok := lookupIn(registry, name)
+	return s.resolve(), ok
+}
 
 // Specs returns every registered spec, sorted by name.
-func Specs() []Spec { return sortedIn(registry) }
+func Specs() []Spec {
+	out := sortedIn(registry)
+	for i := range out {
+		out[i] = out[i].resolve()
+	}
+	return out
+}
+
+// resolve returns s with Fields from FieldsFunc, when it has one.
+func (s Spec) resolve() Spec {
+	if s.FieldsFunc != nil {
+		s.Fields = s.FieldsFunc()
+	}
+	return s
+}
 
 func (s Spec) validate() error {
 	if !nameRE.MatchString(s.Name) {
@@ -211,6 +275,14 @@ func (s Spec) validate() error {
 	if s.New == nil {
 		return fmt.Errorf("stage %q: nil New", s.Name)
 	}
+	if s.FieldsFunc != nil {
+		return nil // checked by RegistryErr, once every registry is filled
+	}
+	return s.validateFields()
+}
+
+// validateFields checks the spec's fields and the keys it names.
+func (s Spec) validateFields() error {
 	seen := map[string]bool{}
 	if err := validateFields(fmt.Sprintf("stage %q", s.Name), s.Fields, seen); err != nil {
 		return err

@@ -12,7 +12,4 @@ import (
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
 	_ "github.com/evolm/evolm/stages/run"
-
-	// The in-process engine behind roles whose backend is torch.
-	_ "github.com/evolm/evolm/serving/roles/torchrole"
 )

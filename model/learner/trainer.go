@@ -38,22 +38,9 @@ type TrainerConfig struct {
 	GradCheckpointing bool
 	// DP, when set, makes the learner one rank of a data-parallel group:
 	// every rank is given the same (global) batch, trains the micro-batches
-	// of its block (MicroBlock) and the step equals the one-process step
+	// of its block (backend.RankBlock) and the step equals the one-process step
 	// over the whole batch (model/train, DataParallel). nil: one process.
 	DP *train.DataParallel
-}
-
-// MicroBlock returns the micro-batches [start, end) of m that rank trains
-// of world: contiguous blocks, the first m mod world ranks one longer, so
-// that concatenated in rank order they are the one-process order.
-func MicroBlock(m, rank, world int) (start, end int) {
-	q, r := m/world, m%world
-	start = rank*q + min(rank, r)
-	end = start + q
-	if rank < r {
-		end++
-	}
-	return start, end
 }
 
 // DefaultTrainerConfig returns the paper's defaults (README.md, "The method").
@@ -67,7 +54,7 @@ func DefaultTrainerConfig() TrainerConfig {
 }
 
 // Trainer is the GRPO learner of the in-process engine (with a tokenizer,
-// stages/roles/torchrole makes it a backend.Trainer). In full
+// serving/torchbe makes it a backend.Trainer). In full
 // fine-tuning it trains Policy in place with AdamW and keeps Ref, a frozen
 // copy made at construction, for the k3 KL term. With LoRA it trains
 // Adapter, attached to the frozen Policy, and the reference is Policy with
@@ -211,7 +198,7 @@ func (t *Trainer) trainStep(ctx context.Context, batch []backend.TrainSample) (b
 	if dp := t.cfg.DP; dp != nil {
 		// Packing and micro-batching are of the global batch; this rank
 		// computes its block of micro-batches only.
-		a, b := MicroBlock(len(mbs), dp.Group.Rank(), dp.Group.WorldSize())
+		a, b := backend.RankBlock(len(mbs), dp.Group.Rank(), dp.Group.WorldSize())
 		mbs = mbs[a:b]
 		if packW != nil {
 			packW = packW[a:b]

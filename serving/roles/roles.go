@@ -30,16 +30,26 @@
 //
 // # Backends
 //
-// Open dispatches on the role's backend. `openai` (model/openai) is built
-// in; `torch`, the in-process engine, is registered by package
-// stages/roles/torchrole, which binaries (cmd/evolm) and tests that run
-// models in process import for its side effect. Keeping the engine out of
-// this package keeps it out of everything that only composes roles.
+// A role runs on the backend its section names. Backends register
+// themselves (Register, a BackendSpec) from init(): their keys in the role
+// sections, their opener, and what else they can do — train a role in
+// process, generate for a trained role on a fleet of servers, join a
+// data-parallel group, keep weights on a device. The `backend` key's
+// values, the sections' keys and flags, --help, the memory planner and
+// `evolm run` all come from the registry. The two built in:
+//
+//   - torch (serving/torchbe): in process on libtorch; it trains roles and
+//     opens process groups;
+//   - openai (serving/openai): any OpenAI-compatible server (vLLM, SGLang,
+//     `evolm serve`); it also generates for a trained role on a fleet whose
+//     weights follow the learner's.
+//
+// cmd/evolm links both (backends.go). Keeping the engines out of this
+// package keeps them out of everything that only composes roles.
 package roles
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -47,7 +57,6 @@ import (
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
-	"github.com/evolm/evolm/serving/openai"
 )
 
 // Role names: the last component of each section.
@@ -60,7 +69,8 @@ const (
 // Names lists the roles in the order they are documented.
 var Names = []string{Policy, RubricGenerator, Judge}
 
-// Backend names.
+// Backend names of the built-in backends. BackendTorch is every role's
+// default.
 const (
 	BackendTorch  = "torch"
 	BackendOpenAI = "openai"
@@ -91,10 +101,20 @@ const (
 	KeyTopLogprobs = "top_logprobs" // judge only
 )
 
-// engineKeys are the keys that choose and run a model; a shared rubric
-// generator takes them from the policy.
-var engineKeys = []string{KeyBackend, KeyEndpoints, KeyDevice, KeyDType, KeyThreads, KeyMaxBatch, KeyThinking,
-	KeyInFlight, KeyTimeout, KeyAttempts}
+// engineKeys are the keys that choose and run a model: the backend, and
+// every key a registered backend declares. A shared rubric generator takes
+// them from the policy.
+func engineKeys(role string) []string {
+	keys := []string{KeyBackend}
+	seen := map[string]bool{KeyBackend: true}
+	for _, f := range backendFields(role) {
+		if !seen[f.Key] {
+			seen[f.Key] = true
+			keys = append(keys, f.Key)
+		}
+	}
+	return keys
+}
 
 // Section returns the config section of a role: "roles.<role>".
 func Section(role string) string { return "roles." + role }
@@ -141,12 +161,14 @@ var variantDesc = map[string]string{
 	Judge:           "official: system message with instructions and worked examples, the whole rubric with its scoring levels (as the official EVOLM code); evolm: evolm's first prompt, criteria and weights only",
 }
 
+// fields returns a role section's keys: the common ones, then each
+// registered backend's (BackendSpec.Fields), each key once.
 func fields(role string) []pipeline.Field {
 	var (
 		temp      = map[string]float64{Policy: 1.0, RubricGenerator: 0.6, Judge: 0.6}[role]
 		maxTokens = map[string]int{Policy: 1024, RubricGenerator: 2048, Judge: 1024}[role]
 		modelDesc = map[string]string{
-			Policy:          "torch: HF checkpoint directory (also the KL reference of `evolm run`); openai: the served model name",
+			Policy:          "torch: HF checkpoint directory (also the KL reference of 'evolm run'); openai: the served model name",
 			RubricGenerator: "empty: the policy's model plays the rubric generator (shared-model design); set: a model of its own (two-model ablation)",
 			Judge:           "torch: the frozen judge's checkpoint directory; openai: the served model name",
 		}[role]
@@ -156,21 +178,15 @@ func fields(role string) []pipeline.Field {
 	for _, n := range templates[role] {
 		names = append(names, string(n))
 	}
+	var summaries []string
+	for _, b := range Backends() {
+		summaries = append(summaries, b.Name+" ("+b.Summary+")")
+	}
 	zero, one := pipeline.Bound(0), pipeline.Bound(1)
 	fs := []pipeline.Field{
-		{Key: KeyBackend, Type: pipeline.TypeString, Default: BackendTorch, Enum: []string{BackendTorch, BackendOpenAI},
-			Description: "torch (in process) or openai (OpenAI-compatible endpoints: vLLM, SGLang, `evolm serve`)"},
+		{Key: KeyBackend, Type: pipeline.TypeString, Default: BackendTorch, Enum: BackendNames(),
+			Description: "the engine the role runs on: " + strings.Join(summaries, "; ")},
 		{Key: KeyModel, Type: pipeline.TypeString, Default: "", Description: modelDesc, Example: example},
-		{Key: KeyEndpoints, Type: pipeline.TypeStrings, Default: []string{},
-			Description: "openai: base URLs of the servers", Example: []string{"http://127.0.0.1:8000/v1"}},
-		{Key: KeyDevice, Type: pipeline.TypeString, Default: "cpu", Description: "torch: cpu, cuda or cuda:N"},
-		{Key: KeyDType, Type: pipeline.TypeString, Default: "", Description: "torch: parameter dtype; empty: float32 on CPU, bfloat16 on CUDA"},
-		{Key: KeyThreads, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(4096), Description: "torch: libtorch intra-op threads; 0: libtorch's default"},
-		{Key: KeyMaxBatch, Type: pipeline.TypeInt, Default: 64, Min: one, Max: pipeline.Bound(1 << 16), Description: "torch: most sequences decoded or scored together"},
-		{Key: KeyThinking, Type: pipeline.TypeBool, Default: false, Description: "torch: render chats with Qwen3 thinking disabled (enable_thinking=False)"},
-		{Key: KeyInFlight, Type: pipeline.TypeInt, Default: 16, Min: one, Max: pipeline.Bound(1 << 16), Description: "openai: most requests in flight over all endpoints"},
-		{Key: KeyTimeout, Type: pipeline.TypeDuration, Default: "10m", Min: zero, ExclusiveMin: true, Description: "openai: timeout of one HTTP attempt"},
-		{Key: KeyAttempts, Type: pipeline.TypeInt, Default: 6, Min: one, Max: pipeline.Bound(100), Description: "openai: attempts per request (retries on 429, 5xx, timeouts)"},
 		{Key: KeyBatchRows, Type: pipeline.TypeInt, Default: 64, Min: one, Max: pipeline.Bound(1 << 20), Description: "requests handed to the backend per call"},
 		{Key: KeyTemperature, Type: pipeline.TypeFloat, Default: temp, Min: zero, Description: "sampling temperature; 0 is greedy"},
 		{Key: KeyTopP, Type: pipeline.TypeFloat, Default: 1.0, Min: zero, ExclusiveMin: true, Max: one, Description: "nucleus mass; 1 disables it"},
@@ -184,13 +200,29 @@ func fields(role string) []pipeline.Field {
 			Description: variantDesc[role]},
 	}
 	if role == Judge {
-		fs = append(fs,
-			pipeline.Field{Key: KeyMode, Type: pipeline.TypeString, Default: schemas.JudgeGenerative, Enum: []string{schemas.JudgeGenerative, schemas.JudgeYesNo},
-				Description: "generative: one JSON verdict per (response, rubric); yesno: P(yes) per criterion from next-token log-probs"},
-			pipeline.Field{Key: KeyTopLogprobs, Type: pipeline.TypeInt, Default: 20, Min: zero, Max: pipeline.Bound(1 << 18),
-				Description: "openai yesno: alternatives asked per scored position (vLLM caps it at 20); a candidate outside them has no mass"})
+		fs = append(fs, pipeline.Field{Key: KeyMode, Type: pipeline.TypeString, Default: schemas.JudgeGenerative, Enum: []string{schemas.JudgeGenerative, schemas.JudgeYesNo},
+			Description: "generative: one JSON verdict per (response, rubric); yesno: P(yes) per criterion from next-token log-probs"})
 	}
-	return fs
+	return append(fs, backendFields(role)...)
+}
+
+// backendFields returns the registered backends' keys of a role section,
+// each once (the first backend, by name, that declares it).
+func backendFields(role string) []pipeline.Field {
+	var out []pipeline.Field
+	seen := map[string]bool{}
+	for _, b := range Backends() {
+		if b.Fields == nil {
+			continue
+		}
+		for _, f := range b.Fields(role) {
+			if !seen[f.Key] {
+				seen[f.Key] = true
+				out = append(out, f)
+			}
+		}
+	}
+	return out
 }
 
 // Flag returns a role's flag prefix: policy, rubric-generator, judge.
@@ -203,7 +235,7 @@ func init() {
 		Judge:           "the frozen judge: scores answers under rubrics",
 	}
 	for _, r := range Names {
-		pipeline.RegisterSection(pipeline.SectionSpec{Name: Section(r), Summary: summary[r], Flag: Flag(r), Fields: fields(r)})
+		pipeline.RegisterSection(pipeline.SectionSpec{Name: Section(r), Summary: summary[r], Flag: Flag(r), FieldsFunc: func() []pipeline.Field { return fields(r) }})
 	}
 }
 
@@ -233,6 +265,9 @@ type Config struct {
 	// Shared is true for a rubric generator without a model of its own: the
 	// policy's model (and engine settings) plays it.
 	Shared bool
+	// Engine is the section that holds the role's engine keys (the policy's
+	// for a shared rubric generator): a backend reads its own keys there.
+	Engine *pipeline.Config
 	// Callers is how many goroutines will call the backend at once: a
 	// stage's shard workers (pipeline.MapShards runs up to the run's
 	// parallelism, one per shard). 0 and 1 mean one. It is not a config
@@ -259,7 +294,7 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 	}
 	engine := sec
 	if role == RubricGenerator && sec.String(KeyModel) == "" {
-		for _, k := range engineKeys {
+		for _, k := range engineKeys(role) {
 			// A saved config (evolm run's config.yaml) repeats every
 			// default; only a value that differs from it would be ignored.
 			if !isDefault(RubricGenerator, k, sec.Get(k)) {
@@ -274,8 +309,11 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 	c.Device, c.DType, c.Threads, c.MaxBatch = engine.String(KeyDevice), engine.String(KeyDType), engine.Int(KeyThreads), engine.Int(KeyMaxBatch)
 	c.DisableThinking, c.MaxInFlight = engine.Bool(KeyThinking), engine.Int(KeyInFlight)
 	c.RequestTimeout, c.MaxAttempts = engine.Duration(KeyTimeout), engine.Int(KeyAttempts)
-	if c.Backend == BackendOpenAI && len(c.Endpoints) == 0 {
-		return c, engine.Errorf(KeyEndpoints, "the openai backend needs at least one endpoint")
+	c.Engine = engine
+	if b, ok := Lookup(c.Backend); ok && b.Check != nil {
+		if err := b.Check(c, engine); err != nil {
+			return c, err
+		}
 	}
 	for i, s := range c.Sampling.Stop {
 		if s == "" {
@@ -395,43 +433,6 @@ func (b *Backend) Close() {
 		b.close()
 		b.close = nil
 	}
-}
-
-// Opener opens a role's engine.
-type Opener func(c Config, log *slog.Logger) (*Backend, error)
-
-var openers Registry[Opener]
-
-func init() { openers.Register(BackendOpenAI, openOpenAI) }
-
-// RegisterBackend makes a backend available to Open. Engine packages call
-// it from init() (stages/roles/torchrole registers torch).
-func RegisterBackend(name string, open Opener) {
-	openers.Register(name, open)
-}
-
-// Open opens the role's engine.
-func Open(c Config, log *slog.Logger) (*Backend, error) {
-	open, err := openers.Get(c, func(backend, have string) string {
-		return fmt.Sprintf("unknown backend %q (have %s)", backend, have)
-	})
-	if err != nil {
-		return nil, err
-	}
-	b, err := open(c, log)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.Role, err)
-	}
-	return b, nil
-}
-
-func openOpenAI(c Config, log *slog.Logger) (*Backend, error) {
-	cl, err := openai.New(openai.Config{Endpoints: c.Endpoints, Model: c.Model, MaxInFlight: c.MaxInFlight,
-		MaxAttempts: c.MaxAttempts, RequestTimeout: c.RequestTimeout, ScoreTopLogprobs: c.TopLogprobs, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	return NewBackend(BackendOpenAI, cl.Model(), cl, cl, nil, cl.Close), nil
 }
 
 // stageKeys are the keys the model stages (rollout, rubrics, judge) had

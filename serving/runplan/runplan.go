@@ -12,8 +12,8 @@
 //     qwen3-8b preset, model.Presets);
 //   - element size: roles.<role>.dtype, or its default (float32 on CPU,
 //     bfloat16 on CUDA);
-//   - the judge counts on the policy's device when it runs in process
-//     (backend torch) on the same device; a rubric generator with a model of
+//   - the judge counts on the policy's device when its backend keeps it in
+//     process on the same device (roles.Placement); a rubric generator with a model of
 //     its own (two-model ablation) is a second trained model there;
 //   - stages.run: micro_batch, beta, and the learner keys lora_rank (0: full
 //     fine-tuning), lora_targets, grad_checkpointing, each with its default
@@ -264,7 +264,7 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 	in.SeqLen, in.GenTokens = max(policySeq, rubricSeq), max(policySeq, rubricSeq, inferSeq)
 	if rub.Shared {
 		src.RubricGenerator = "the policy's model (shared)"
-	} else if rub.Backend == roles.BackendTorch && sameDevice(rub.Device, pol.Device) {
+	} else if dev, local := roles.Placement(rub); local && sameDevice(dev, pol.Device) {
 		sh, from, err := ShapeOf(rub.Model)
 		if err != nil {
 			return in, src, fmt.Errorf("%s.%s: %w", roles.Section(roles.RubricGenerator), roles.KeyModel, err)
@@ -273,7 +273,8 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 	} else {
 		src.RubricGenerator = "on another device"
 	}
-	if jud.Backend == roles.BackendTorch && sameDevice(jud.Device, pol.Device) {
+	judDev, judLocal := roles.Placement(jud)
+	if judLocal && sameDevice(judDev, pol.Device) {
 		sh, from, err := ShapeOf(jud.Model)
 		if err != nil {
 			return in, src, fmt.Errorf("%s.%s: %w", roles.Section(roles.Judge), roles.KeyModel, err)
@@ -288,8 +289,8 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 		// criteria (at most 2,048 tokens for 10 criteria with levels), and
 		// writes up to its own budget.
 		in.JudgeTok = P + pol.Sampling.MaxTokens + min(rub.Sampling.MaxTokens, judgeRubricTokens) + jud.Sampling.MaxTokens
-	} else if jud.Backend == roles.BackendTorch {
-		src.Judge = "in process on " + jud.Device
+	} else if judLocal {
+		src.Judge = "in process on " + judDev
 	} else {
 		src.Judge = "served (" + jud.Backend + ")"
 	}

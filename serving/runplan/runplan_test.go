@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	_ "github.com/evolm/evolm/serving/torchbe" // the torch backend (its placement)
+
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/plan"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
-	_ "github.com/evolm/evolm/serving/roles/torchrole"
+	_ "github.com/evolm/evolm/serving/torchbe"
 	"github.com/evolm/evolm/stages/analyze"
 )
 

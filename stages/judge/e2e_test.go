@@ -26,7 +26,7 @@ import (
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
-	_ "github.com/evolm/evolm/serving/roles/torchrole"
+	_ "github.com/evolm/evolm/serving/torchbe"
 	"github.com/evolm/evolm/serving/server"
 	"github.com/evolm/evolm/serving/torchbe"
 	_ "github.com/evolm/evolm/stages/dedup"

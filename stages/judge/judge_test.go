@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/evolm/evolm/serving/openai" // the openai backend
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/pipeline"

@@ -18,7 +18,6 @@ import (
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/roles"
-	"github.com/evolm/evolm/serving/roles/trained"
 )
 
 // state is checkpoints/step-NNNNNN/state.json.
@@ -223,7 +222,7 @@ func (l *loop) checkpointHook(ctx context.Context, step int, _ *schemas.StepMetr
 func (l *loop) checkpoint(ctx context.Context, next int) error {
 	name := ckptName(next)
 	final := l.env.Run.Path(ckptDir(name))
-	trainedRoles := map[string]*trained.Role{roles.Policy: l.policy}
+	trainedRoles := map[string]*roles.Trained{roles.Policy: l.policy}
 	if l.rubric != l.policy {
 		trainedRoles[roles.RubricGenerator] = l.rubric
 	}

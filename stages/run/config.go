@@ -2,13 +2,12 @@ package run
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/evolm/evolm/method/grpo"
 	"github.com/evolm/evolm/method/pairs"
 	"github.com/evolm/evolm/method/rules"
-	"github.com/evolm/evolm/model/learner"
-	"github.com/evolm/evolm/model/lora"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
@@ -86,11 +85,10 @@ const (
 	KeyDistTimeout = "dist_timeout"
 )
 
-// generation_backend values.
-const (
-	genTorch  = "torch"
-	genOpenAI = "openai"
-)
+// genInProcess is generation_backend's default: the trained role generates
+// on its own engine. Every other value is a fleet backend
+// (roles.FleetBackends).
+const genInProcess = "torch"
 
 // maxActiveRounds bounds active_sampling_rounds: each round samples and
 // judges up to prompts_per_step more prompts.
@@ -170,7 +168,8 @@ type Config struct {
 	RubricFormat    schemas.RubricFormat
 	CheckpointEvery int
 	Seed            int64
-	Trainer         learner.TrainerConfig
+	// Learner configures the trained roles' learner (their backend's).
+	Learner backend.LearnerConfig
 	// MaxSkippedUpdates is how many updates in a row may be skipped (NaN
 	// or Inf loss or gradient norm) before the run stops.
 	MaxSkippedUpdates int
@@ -187,6 +186,7 @@ type Config struct {
 
 // FleetConfig is the fleet that generates for the trained role.
 type FleetConfig struct {
+	Backend        string // the fleet's backend (roles.FleetBackends)
 	Endpoints      []string
 	MaxInFlight    int
 	MaxAttempts    int
@@ -276,8 +276,8 @@ func fields() []pipeline.Field {
 			"LoRA target modules (q, k, v, o, gate, up, down or their *_proj names)"),
 		f(KeyGradCheckpointing, pipeline.TypeBool, false, "recompute each decoder layer in backward instead of keeping its activations (less memory, ~30% more compute)"),
 		bounded(f(KeyMaxSkippedUpdates, pipeline.TypeInt, 3, "stop the run after this many updates in a row skipped for a NaN or Inf loss or gradient norm"), one, pipeline.Bound(maxSkippedUpdatesLimit), false, false),
-		{Key: KeyGenBackend, Type: pipeline.TypeString, Default: genTorch, Enum: []string{genTorch, genOpenAI},
-			Description: "where the trained role generates (rollouts, rubrics, question inference, rubric-guided answers): torch (in process) or openai (generation_endpoints: vLLM, SGLang or evolm serve, whose weights are synced after every step: LoRA adapters through vLLM's load_lora_adapter, full weights through SGLang's update_weights_from_disk)"},
+		{Key: KeyGenBackend, Type: pipeline.TypeString, Default: genInProcess, Enum: append([]string{genInProcess}, roles.FleetBackends()...),
+			Description: "where the trained role generates (rollouts, rubrics, question inference, rubric-guided answers): torch (in process, on the weights being trained) or a fleet backend (openai: generation_endpoints, vLLM, SGLang or evolm serve, whose weights are synced after every step: LoRA adapters through vLLM's load_lora_adapter, full weights through SGLang's update_weights_from_disk)"},
 		{Key: KeyGenEndpoints, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "generation_backend openai: base URLs of the servers", Example: []string{"http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"}},
 		bounded(f(KeyGenInFlight, pipeline.TypeInt, 64, "generation_backend openai: most generation requests in flight over all servers"), one, pipeline.Bound(1<<16), false, false),
@@ -309,8 +309,8 @@ checkpoint every checkpoint_every steps; rerunning the same command (or
 'evolm run --resume RUN_DIR') continues from the last checkpoint.`,
 		Inputs:  []string{schemas.Prompts.Name},
 		Outputs: []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Pairs.Name, schemas.Steps.Name, "checkpoints"},
-		Fields:  fields(),
-		Uses:    roles.Uses(roles.Policy, roles.RubricGenerator, roles.Judge),
+		FieldsFunc: fields,
+		Uses:       roles.Uses(roles.Policy, roles.RubricGenerator, roles.Judge),
 		Moved:   moved,
 		// Raising steps continues a run; it does not change what was computed.
 		// The fleet's addresses and limits may change (servers restarted
@@ -352,12 +352,12 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 	}
 	// The trained roles run in process: the learner updates their weights.
 	for _, r := range []roles.Config{c.Policy, c.RubricGen} {
-		if r.Backend != roles.BackendTorch {
+		if b, _ := roles.Lookup(r.Backend); b.Train == nil && r.Backend != roles.BackendTorch {
 			role := r.Role
 			if r.Shared {
 				role = roles.Policy
 			}
-			return nil, cfg.At(roles.Section(role)).Errorf(roles.KeyBackend, "%s: evolm run trains the %s in process; want %s", r.Backend, r.Role, roles.BackendTorch)
+			return nil, cfg.At(roles.Section(role)).Errorf(roles.KeyBackend, "%s: evolm run trains the %s in process; want one of %s", r.Backend, r.Role, strings.Join(roles.Trainable(), ", "))
 		}
 	}
 	if c.RubricReward, err = grpo.ParseRubricReward(cfg.String(KeyRubricReward)); err != nil {
@@ -382,33 +382,33 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 	if c.RubricMissing, err = grpo.ParseMissingPolicy(cfg.String(KeyRubricMissing)); err != nil {
 		return nil, cfg.Errorf(KeyRubricMissing, "%v", err)
 	}
-	c.Trainer = learner.TrainerConfig{
-		Loss: learner.LossConfig{Beta: cfg.Float(KeyBeta), Epsilon: cfg.Float(KeyEpsilon), EpsilonHigh: cfg.Float(KeyEpsilonHigh),
-			Norm: norm, MaxCompletionLen: c.Policy.Sampling.MaxTokens, PackLength: cfg.Int(KeyPackLength)},
-		LR: cfg.Float(KeyLR), WeightDecay: cfg.Float(KeyWeightDecay), MaxGradNorm: cfg.Float(KeyMaxGradNorm), MicroBatch: cfg.Int(KeyMicroBatch),
-		Seed: c.Seed, GradCheckpointing: cfg.Bool(KeyGradCheckpointing),
+	c.Learner = backend.LearnerConfig{
+		Beta: cfg.Float(KeyBeta), Epsilon: cfg.Float(KeyEpsilon), EpsilonHigh: cfg.Float(KeyEpsilonHigh),
+		LossNorm: string(norm), MaxCompletionLen: c.Policy.Sampling.MaxTokens, PackLength: cfg.Int(KeyPackLength),
+		TISCap: cfg.Float(KeyTISCap),
+		LR:     cfg.Float(KeyLR), WeightDecay: cfg.Float(KeyWeightDecay), MaxGradNorm: cfg.Float(KeyMaxGradNorm), MicroBatch: cfg.Int(KeyMicroBatch),
+		Seed: c.Seed, GradCheckpointing: cfg.Bool(KeyGradCheckpointing), ZeRO: c.ZeRO,
 	}
 	if r := cfg.Int(KeyLoRARank); r > 0 {
-		lc := lora.Config{Rank: r, Alpha: cfg.Float(KeyLoRAAlpha), Dropout: cfg.Float(KeyLoRADropout), Targets: cfg.Strings(KeyLoRATargets)}
-		if c.Trainer.LoRA, err = lc.Normalize(); err != nil {
-			return nil, cfg.Errorf(KeyLoRATargets, "%v", err)
-		}
-		if lc.Dropout > 0 && c.Trainer.GradCheckpointing {
-			// torch.Scope.Checkpoint recomputes each layer in backward; a
+		c.Learner.LoRA = backend.LoRAConfig{Rank: r, Alpha: cfg.Float(KeyLoRAAlpha), Dropout: cfg.Float(KeyLoRADropout), Targets: cfg.Strings(KeyLoRATargets)}
+		if c.Learner.LoRA.Dropout > 0 && c.Learner.GradCheckpointing {
+			// Activation checkpointing recomputes each layer in backward; a
 			// recompute would draw new dropout masks, and the gradients
 			// would not be those of the forward.
-			return nil, cfg.Errorf(KeyLoRADropout, "%v with grad_checkpointing: the backward recompute would draw new dropout masks; set lora_dropout to 0 or grad_checkpointing to false", lc.Dropout)
+			return nil, cfg.Errorf(KeyLoRADropout, "%v with grad_checkpointing: the backward recompute would draw new dropout masks; set lora_dropout to 0 or grad_checkpointing to false", c.Learner.LoRA.Dropout)
 		}
 	}
-	c.Trainer.Loss.TISCap = cfg.Float(KeyTISCap)
-	if cfg.String(KeyGenBackend) == genOpenAI {
-		c.Fleet = &FleetConfig{Endpoints: cfg.Strings(KeyGenEndpoints), MaxInFlight: cfg.Int(KeyGenInFlight),
+	if c.Learner, err = roles.CheckLearner(c.Policy, c.Learner); err != nil {
+		return nil, cfg.Errorf(KeyLoRATargets, "%v", err)
+	}
+	if gb := cfg.String(KeyGenBackend); gb != genInProcess {
+		c.Fleet = &FleetConfig{Backend: cfg.String(KeyGenBackend), Endpoints: cfg.Strings(KeyGenEndpoints), MaxInFlight: cfg.Int(KeyGenInFlight),
 			MaxAttempts: cfg.Int(KeyGenAttempts), RequestTimeout: cfg.Duration(KeyGenTimeout), SyncDir: cfg.String(KeySyncDir)}
 		if len(c.Fleet.Endpoints) == 0 {
-			return nil, cfg.Errorf(KeyGenEndpoints, "generation_backend %s needs at least one endpoint", genOpenAI)
+			return nil, cfg.Errorf(KeyGenEndpoints, "generation_backend %s needs at least one endpoint", gb)
 		}
 		if !c.RubricGen.Shared {
-			return nil, cfg.Errorf(KeyGenBackend, "%s with a rubric generator of its own (roles.rubric_generator.model): a fleet serves the one trained model of the shared-model design; leave roles.rubric_generator.model empty or generate in process (torch)", genOpenAI)
+			return nil, cfg.Errorf(KeyGenBackend, "%s with a rubric generator of its own (roles.rubric_generator.model): a fleet serves the one trained model of the shared-model design; leave roles.rubric_generator.model empty or generate in process (%s)", gb, genInProcess)
 		}
 	}
 	if c.MaxAge < c.MinAge {
@@ -460,13 +460,13 @@ func (c *Config) rubricPhaseSampling() backend.Sampling {
 // TrainerFor returns the learner config of the trainer of a trained role:
 // dr_grpo normalizes by the role's max_tokens (the longest of both roles
 // when one shared model is trained in both phases).
-func (c *Config) TrainerFor(role string) learner.TrainerConfig {
-	t := c.Trainer
+func (c *Config) TrainerFor(role string) backend.LearnerConfig {
+	t := c.Learner
 	switch {
 	case role == roles.RubricGenerator && !c.RubricGen.Shared:
-		t.Loss.MaxCompletionLen = c.RubricGen.Sampling.MaxTokens
+		t.MaxCompletionLen = c.RubricGen.Sampling.MaxTokens
 	case c.RubricGen.Shared:
-		t.Loss.MaxCompletionLen = max(c.Policy.Sampling.MaxTokens, c.RubricGen.Sampling.MaxTokens)
+		t.MaxCompletionLen = max(c.Policy.Sampling.MaxTokens, c.RubricGen.Sampling.MaxTokens)
 	}
 	return t
 }

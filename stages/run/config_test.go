@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	_ "github.com/evolm/evolm/serving/openai"  // the openai backend
+	_ "github.com/evolm/evolm/serving/torchbe" // the torch backend: its learner checks LoRA targets
+
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
@@ -73,7 +76,7 @@ func TestConfigDefaultsArePaper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []float64{float64(c.K), float64(c.Samples), float64(c.PromptsPerStep), c.Trainer.LR, c.Trainer.Loss.Beta, c.Trainer.Loss.Epsilon,
+	got := []float64{float64(c.K), float64(c.Samples), float64(c.PromptsPerStep), c.Learner.LR, c.Learner.Beta, c.Learner.Epsilon,
 		c.Alpha, c.Policy.Sampling.Temperature, c.RubricGen.Sampling.Temperature, c.Judge.Sampling.Temperature, c.InferTemp, float64(c.CheckpointEvery), float64(c.ReplaySize), float64(c.MinAge), float64(c.MaxAge)}
 	want := []float64{50, 8, 64, 1e-6, 0.001, 0.2, 0.7, 1.0, 0.6, 0.6, 0.3, 25, 2048, 20, 100}
 	for i := range want {

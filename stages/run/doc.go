@@ -17,7 +17,7 @@
 //     trained.Open (package stages/roles/trained) into a trained.Role: the
 //     roles.Backend it samples through and a backend.Trainer (TrainStep,
 //     Save, SaveOptimizer, PromptTokenIDs). The engine that implements them
-//     registers itself (stages/roles/torchrole, imported by cmd/evolm) and
+//     registers itself (serving/torchbe, imported by cmd/evolm) and
 //     handles full fine-tuning with its frozen reference, LoRA, gradient
 //     checkpointing and resume from a checkpoint's files. In the
 //     shared-model design the rubric generator is the policy's trained.Role:

@@ -8,10 +8,6 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/evolm/evolm/model/dist"
-	"github.com/evolm/evolm/model/learner"
-	"github.com/evolm/evolm/model/torch"
-	"github.com/evolm/evolm/model/train"
 	"github.com/evolm/evolm/serving/backend"
 	"github.com/evolm/evolm/serving/roles"
 )
@@ -26,10 +22,9 @@ import (
 // one-process result on every rank. Rank 0 alone writes shards, manifests
 // and checkpoints (but for each rank's optimizer shard at ZeRO ≥ 1). The
 // learner trains each rank's block of the global batch's micro-batches and
-// all-reduces the gradients (model/train, DataParallel).
+// all-reduces the gradients (backend.LearnerConfig.Group).
 type dataParallel struct {
-	g   *dist.Group
-	dev torch.Device // where byte gathers run
+	g backend.Group // opened by the policy's backend (roles.OpenGroup)
 }
 
 // worldEnv reports whether the environment makes this process a rank of a
@@ -45,29 +40,13 @@ func (l *loop) initDP(ctx context.Context) error {
 	if !worldEnv() {
 		return nil
 	}
-	o, err := dist.FromEnv()
+	g, err := roles.OpenGroup(ctx, roles.GroupOptions{Timeout: l.cfg.DistTimeout,
+		Roles: []*roles.Config{&l.cfg.Policy, &l.cfg.RubricGen, &l.cfg.Judge}})
 	if err != nil {
 		return err
 	}
-	o.Backend, o.Timeout = dist.Gloo, l.cfg.DistTimeout
-	dev := torch.CPU
-	if d, err := torch.ParseDevice(l.cfg.Policy.Device); err == nil && torch.IsCUDA(d) {
-		o.Backend, dev = dist.NCCL, torch.CUDA(o.LocalRank)
-		// One GPU per rank, as torchrun lays them out: a role on plain
-		// "cuda" runs on this rank's device, cuda:LOCAL_RANK, the device
-		// NCCL uses (an explicit index is kept).
-		for _, rc := range []*roles.Config{&l.cfg.Policy, &l.cfg.RubricGen, &l.cfg.Judge} {
-			if rc.Backend == roles.BackendTorch && rc.Device == "cuda" {
-				rc.Device = fmt.Sprintf("cuda:%d", o.LocalRank)
-			}
-		}
-	}
-	g, err := dist.Init(ctx, o)
-	if err != nil {
-		return err
-	}
-	l.dp = &dataParallel{g: g, dev: dev}
-	l.env.Log = l.env.Log.With("rank", o.Rank)
+	l.dp = &dataParallel{g: g}
+	l.env.Log = l.env.Log.With("rank", g.Rank())
 	return nil
 }
 
@@ -120,7 +99,7 @@ func gather[T any](d *dataParallel, what string, compute func() (T, error)) ([]T
 	if err := gob.NewEncoder(&buf).Encode(m); err != nil {
 		return nil, fmt.Errorf("%s: encode: %w", what, err)
 	}
-	parts, err := d.g.AllGatherBytes(buf.Bytes(), d.dev)
+	parts, err := d.g.AllGatherBytes(buf.Bytes())
 	if err != nil {
 		return nil, d.peerErr(what, err)
 	}
@@ -146,7 +125,7 @@ func gather[T any](d *dataParallel, what string, compute func() (T, error)) ([]T
 // up to float rounding, which can flip a sampled token (package generate),
 // and the ranks must sample what one process samples.
 func split[Q, A any](d *dataParallel, what string, reqs []Q, bounds []int, f func([]Q) ([]A, error)) ([]A, error) {
-	ca, cb := learner.MicroBlock(len(bounds)-1, d.g.Rank(), d.g.WorldSize())
+	ca, cb := backend.RankBlock(len(bounds)-1, d.g.Rank(), d.g.WorldSize())
 	a, b := bounds[ca], bounds[cb]
 	parts, err := gather(d, what, func() ([]A, error) {
 		if a == b {
@@ -275,14 +254,6 @@ func (d *dataParallel) splitBackend(b *roles.Backend, maxBatch int) {
 	if b.LogProber != nil {
 		b.LogProber = dpLogProber{d: d, inner: b.LogProber, maxBatch: maxBatch}
 	}
-}
-
-// learner is the trainer's data-parallel config (nil for one process).
-func (d *dataParallel) learner(zero int) *train.DataParallel {
-	if d == nil {
-		return nil
-	}
-	return &train.DataParallel{Group: d.g, ZeRO: zero, Device: d.dev}
 }
 
 // startState is what rank 0 decides before the first step and every rank

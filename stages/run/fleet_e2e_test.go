@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/serving/roles/fleet"
+	"github.com/evolm/evolm/serving/openai"
 )
 
 // fleetServer is a running `evolm serve` child.
@@ -189,7 +189,7 @@ func checkVersions(t *testing.T, run string, want func(step int64) string) []sch
 
 // adapterVersion is the model name of run's LoRA version at each step.
 func adapterVersion(run string) func(int64) string {
-	return func(step int64) string { return fleet.VersionName(fleet.RunName(run), "policy", int(step)) }
+	return func(step int64) string { return openai.VersionName(openai.FleetRunName(run), "policy", int(step)) }
 }
 
 // twoServers runs the loop of config "two" (lora, or "" for full weights,
@@ -258,7 +258,7 @@ func TestE2EFleetFullWeights(t *testing.T) {
 	run(t, e.bin, "run", "--config", e.fleetConfig(t, dir, "ref", ""), "--run-dir", ref)
 	// With truncated importance sampling against the servers' log-probs.
 	checkpointDir := func(run string) func(int64) string {
-		return func(step int64) string { return fleet.VersionDir(filepath.Join(run, "sync"), "policy", int(step)) }
+		return func(step int64) string { return openai.VersionDir(filepath.Join(run, "sync"), "policy", int(step)) }
 	}
 	twoServers(t, e, dir, ref, "", "    tis_cap: 2\n", checkpointDir, "weights updated from disk")
 

@@ -18,8 +18,6 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
 	"github.com/evolm/evolm/serving/roles"
-	"github.com/evolm/evolm/serving/roles/fleet"
-	"github.com/evolm/evolm/serving/roles/trained"
 	"github.com/evolm/evolm/serving/runplan"
 	"github.com/evolm/evolm/stages/judge"
 )
@@ -57,10 +55,10 @@ type loop struct {
 	order   []int // current epoch's prompt order
 	epoch   int
 
-	policy, rubric *trained.Role // the same *Role when the model is shared
+	policy, rubric *roles.Trained // the same *Role when the model is shared
 	// fleet, with generation_backend openai, generates for the trained
 	// role on inference servers; nil: in process.
-	fleet   *fleet.Fleet
+	fleet   roles.Fleet
 	judge   *roles.Backend
 	buf     *pairs.Buffer
 	ckpt    string // checkpoint id recorded in rows ("initial" or "step-NNNNNN")
@@ -241,13 +239,15 @@ func (l *loop) open(ctx context.Context, ck string) error {
 // openRole opens a trained role through package trained (the engine is
 // registered there, not linked here), restoring it from checkpoint ck when
 // set.
-func (l *loop) openRole(rc roles.Config, ck string) (*trained.Role, error) {
-	opt := trained.Options{Learner: l.cfg.TrainerFor(rc.Role)}
-	opt.Learner.DP = l.dp.learner(l.cfg.ZeRO)
-	if ck != "" {
-		opt.Resume = &trained.Resume{Dir: l.env.Run.Path(roleDir(ck, rc.Role)), Optimizer: l.env.Run.Path(ckptDir(ck) + "/" + l.optimizerName(rc.Role))}
+func (l *loop) openRole(rc roles.Config, ck string) (*roles.Trained, error) {
+	opt := roles.TrainOptions{Learner: l.cfg.TrainerFor(rc.Role)}
+	if l.dp != nil {
+		opt.Learner.Group = l.dp.g
 	}
-	r, err := trained.Open(rc, opt, l.env.Log)
+	if ck != "" {
+		opt.Resume = &roles.Resume{Dir: l.env.Run.Path(roleDir(ck, rc.Role)), Optimizer: l.env.Run.Path(ckptDir(ck) + "/" + l.optimizerName(rc.Role))}
+	}
+	r, err := roles.OpenTrained(rc, opt, l.env.Log)
 	if err != nil && ck != "" {
 		return nil, fmt.Errorf("checkpoint %s: %w", ck, err)
 	}
@@ -265,23 +265,23 @@ func (l *loop) openFleet() error {
 	}
 	enc, ok := l.policy.Trainer.(backend.TextEncoder)
 	if !ok {
-		return fmt.Errorf("generation_backend %s: the %s backend's trainer cannot tokenize text", genOpenAI, l.cfg.Policy.Backend)
+		return fmt.Errorf("generation_backend %s: the %s backend's trainer cannot tokenize text", fc.Backend, l.cfg.Policy.Backend)
 	}
 	if !l.lead() {
 		// Rank 0 alone talks to the fleet (leadGenerator).
 		l.policy.Generator = leadGenerator{d: l.dp}
 		return nil
 	}
-	mode := fleet.ModeFull
-	if l.cfg.Trainer.LoRA.Rank > 0 {
-		mode = fleet.ModeLoRA
+	mode := roles.FleetFull
+	if l.cfg.Learner.LoRA.Rank > 0 {
+		mode = roles.FleetLoRA
 	}
 	dir := fc.SyncDir
 	if dir == "" {
 		dir = l.env.Run.Path("sync")
 	}
-	f, err := fleet.New(fleet.Config{Endpoints: fc.Endpoints, MaxInFlight: fc.MaxInFlight, MaxAttempts: fc.MaxAttempts,
-		RequestTimeout: fc.RequestTimeout, Mode: mode, Dir: dir, Run: fleet.RunName(l.env.Run.Dir), Role: roles.Policy,
+	f, err := roles.OpenFleet(fc.Backend, roles.FleetOptions{Endpoints: fc.Endpoints, MaxInFlight: fc.MaxInFlight, MaxAttempts: fc.MaxAttempts,
+		RequestTimeout: fc.RequestTimeout, Mode: mode, Dir: dir, RunDir: l.env.Run.Dir, Role: roles.Policy,
 		Encode: enc.Encode, EndID: enc.EndTokenID(), Log: l.env.Log})
 	if err != nil {
 		return err
@@ -424,8 +424,8 @@ func trainSample(tr backend.Trainer, msgs []backend.Message, ro *schemas.Rollout
 
 // update runs one GRPO step on r (when any sample carries a signal) and
 // fills m's training fields.
-func (l *loop) update(ctx context.Context, r *trained.Role, samples []backend.TrainSample, m *schemas.StepMetrics) error {
-	m.LR = l.cfg.Trainer.LR
+func (l *loop) update(ctx context.Context, r *roles.Trained, samples []backend.TrainSample, m *schemas.StepMetrics) error {
+	m.LR = l.cfg.Learner.LR
 	if len(samples) == 0 {
 		l.env.Log.Warn("no group with a reward signal this step; no update", "step", m.Step, "phase", m.Phase)
 		return nil
@@ -461,7 +461,7 @@ type groupStats struct {
 
 // group computes one group's advantages (missing rewards are NaN, handled by
 // policy), counts it, and returns the GRPO samples of its kept members.
-func (g *groupStats) group(r *trained.Role, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, policy grpo.MissingPolicy, unbiased bool) ([]backend.TrainSample, error) {
+func (g *groupStats) group(r *roles.Trained, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, policy grpo.MissingPolicy, unbiased bool) ([]backend.TrainSample, error) {
 	for _, x := range rewards {
 		if !math.IsNaN(x) {
 			g.rewards = append(g.rewards, x)

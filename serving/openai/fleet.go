@@ -1,49 +1,4 @@
-// Package fleet generates for a trained role on a fleet of OpenAI-compatible
-// inference servers (vLLM, SGLang, `evolm serve`) while the learner trains
-// in process, and keeps the fleet's weights in step with the learner's:
-// `evolm run` with stages.run.generation_backend: openai.
-//
-// # Versions
-//
-// The weights that generate step s are version (run, s): Sync(s) makes
-// them current before the step's first generation. A version is written
-// to Config.Dir/<role>/step-NNNNNN (atomically: a temporary directory,
-// renamed) and loaded on every endpoint:
-//
-//   - ModeLoRA: the trainer saves its adapter in PEFT's format and each
-//     server loads it with vLLM's POST /v1/load_lora_adapter under the
-//     version's name, "<run>-<role>-step-NNNNNN"; requests name the adapter
-//     as their model, and the previous version's adapter is unloaded
-//     (/v1/unload_lora_adapter) once the new one is in place.
-//   - ModeFull: the trainer saves an HF checkpoint and each server loads it
-//     with SGLang's POST /update_weights_from_disk {model_path, weight_version}.
-//     SGLang then serves it under model_path, so requests name the directory
-//     and the version label is checked in each answer's
-//     metadata.weight_version.
-//
-// Every answer must come from the current version (openai.Config.CheckModel):
-// the answer's model is the adapter's name (vLLM, `evolm serve`) or the
-// directory, and its weight_version the label where the server reports one.
-// A server that failed to load a version, or answers from other weights, is
-// out of rotation for that version and its requests are retried on the
-// others; when no server loaded it, Sync fails and the step with it, before
-// anything of the step is written (`evolm run --resume` redoes it). Each
-// rollout row records its version in its model column.
-//
-// # Token ids
-//
-// The learner trains on token ids. The fleet asks for them (vLLM's
-// return_tokens_as_token_ids, which `evolm serve` implements) and uses them
-// as returned (token_ids_source "server"); when a server returns none it
-// tokenizes the text with the learner's tokenizer, adding the end-of-turn
-// token to a completion that stopped (source "retokenized"). Where both exist
-// it compares them and counts the rows whose re-tokenization differs
-// (Stats.Mismatches, logged per call): a non-zero count says that training on
-// re-tokenized text would differ from what was sampled.
-//
-// The sampler's log-probs are recorded with each row (token_logprobs), for
-// truncated importance sampling in the learner (stages.run.tis_cap).
-package fleet
+package openai
 
 import (
 	"context"
@@ -60,25 +15,17 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/serving/backend"
-	"github.com/evolm/evolm/serving/openai"
+	"github.com/evolm/evolm/serving/roles"
 )
 
-// Mode is how weights reach the servers.
-type Mode string
-
-const (
-	ModeLoRA Mode = "lora" // vLLM's runtime LoRA API
-	ModeFull Mode = "full" // SGLang's update_weights_from_disk
-)
-
-// Config configures a Fleet.
-type Config struct {
+// FleetConfig configures a Fleet.
+type FleetConfig struct {
 	Endpoints      []string // base URLs of the servers (…/v1)
 	MaxInFlight    int
 	MaxAttempts    int
 	RequestTimeout time.Duration
 	APIKey         string // default $EVOLM_API_KEY
-	Mode           Mode
+	Mode           roles.FleetMode
 	// Dir holds the versions' weights; every server must be able to read
 	// it at the same path (the same machine, or a shared file system).
 	Dir string
@@ -91,8 +38,8 @@ type Config struct {
 	Log    *slog.Logger
 }
 
-// Stats count what the fleet did.
-type Stats struct {
+// FleetStats count what the fleet did.
+type FleetStats struct {
 	Syncs        int           // versions made current
 	SyncTime     time.Duration // total time of Sync: writing the weights and loading them
 	ServerIDs    int64         // completions whose token ids the server returned
@@ -101,30 +48,76 @@ type Stats struct {
 	LastSyncTime time.Duration
 }
 
-// Fleet is a Generator on the servers, for the current version.
+// Fleet generates for a trained role on a fleet of OpenAI-compatible
+// inference servers (vLLM, SGLang, `evolm serve`) while the learner trains
+// in process, and keeps the fleet's weights in step with the learner's:
+// `evolm run` with stages.run.generation_backend: openai.
+//
+// # Versions
+//
+// The weights that generate step s are version (run, s): Sync(s) makes
+// them current before the step's first generation. A version is written
+// to Config.Dir/<role>/step-NNNNNN (atomically: a temporary directory,
+// renamed) and loaded on every endpoint:
+//
+//   - roles.FleetLoRA: the trainer saves its adapter in PEFT's format and each
+//     server loads it with vLLM's POST /v1/load_lora_adapter under the
+//     version's name, "<run>-<role>-step-NNNNNN"; requests name the adapter
+//     as their model, and the previous version's adapter is unloaded
+//     (/v1/unload_lora_adapter) once the new one is in place.
+//   - roles.FleetFull: the trainer saves an HF checkpoint and each server loads it
+//     with SGLang's POST /update_weights_from_disk {model_path, weight_version}.
+//     SGLang then serves it under model_path, so requests name the directory
+//     and the version label is checked in each answer's
+//     metadata.weight_version.
+//
+// Every answer must come from the current version (Config.CheckModel):
+// the answer's model is the adapter's name (vLLM, `evolm serve`) or the
+// directory, and its weight_version the label where the server reports one.
+// A server that failed to load a version, or answers from other weights, is
+// out of rotation for that version and its requests are retried on the
+// others; when no server loaded it, Sync fails and the step with it, before
+// anything of the step is written (`evolm run --resume` redoes it). Each
+// rollout row records its version in its model column.
+//
+// # Token ids
+//
+// The learner trains on token ids. The fleet asks for them (vLLM's
+// return_tokens_as_token_ids, which `evolm serve` implements) and uses them
+// as returned (token_ids_source "server"); when a server returns none it
+// tokenizes the text with the learner's tokenizer, adding the end-of-turn
+// token to a completion that stopped (source "retokenized"). Where both exist
+// it compares them and counts the rows whose re-tokenization differs
+// (FleetStats.Mismatches, logged per call): a non-zero count says that training on
+// re-tokenized text would differ from what was sampled.
+//
+// The sampler's log-probs are recorded with each row (token_logprobs), for
+// truncated importance sampling in the learner (stages.run.tis_cap).
+//
+// A Fleet is a Generator on the servers, for the current version.
 type Fleet struct {
-	cfg Config
+	cfg FleetConfig
 	log *slog.Logger
 
 	mu      sync.RWMutex
-	client  *openai.Client // the current version's
-	version string         // its label
-	model   string         // the model name requests give
-	dir     string         // its weights' directory
-	holders []string       // endpoints that loaded it
+	client  *Client  // the current version's
+	version string   // its label
+	model   string   // the model name requests give
+	dir     string   // its weights' directory
+	holders []string // endpoints that loaded it
 
 	serverIDs, retok, mismatch atomic.Int64
 	syncs                      int
 	syncTime, lastSync         time.Duration
 }
 
-// New checks cfg. No version is current until Sync.
-func New(cfg Config) (*Fleet, error) {
+// NewFleet checks cfg. No version is current until Sync.
+func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	switch {
 	case len(cfg.Endpoints) == 0:
 		return nil, errors.New("fleet: no endpoints")
-	case cfg.Mode != ModeLoRA && cfg.Mode != ModeFull:
-		return nil, fmt.Errorf("fleet: mode %q, want %q or %q", cfg.Mode, ModeLoRA, ModeFull)
+	case cfg.Mode != roles.FleetLoRA && cfg.Mode != roles.FleetFull:
+		return nil, fmt.Errorf("fleet: mode %q, want %q or %q", cfg.Mode, roles.FleetLoRA, roles.FleetFull)
 	case cfg.Dir == "" || cfg.Run == "" || cfg.Role == "":
 		return nil, errors.New("fleet: Dir, Run and Role are required")
 	case cfg.Encode == nil:
@@ -134,7 +127,7 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.Log = slog.Default()
 	}
 	// Check the endpoints once, through the client's own normalisation.
-	probe, err := openai.New(openai.Config{Endpoints: cfg.Endpoints, Model: "probe"})
+	probe, err := New(Config{Endpoints: cfg.Endpoints, Model: "probe"})
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
@@ -174,7 +167,7 @@ func (f *Fleet) Sync(ctx context.Context, step int, save func(dir string) error)
 	if err := writeDir(dir, save); err != nil {
 		return fmt.Errorf("fleet: write version %s: %w", version, err)
 	}
-	admin, err := openai.New(openai.Config{Endpoints: f.cfg.Endpoints, Model: version, RequestTimeout: f.cfg.RequestTimeout,
+	admin, err := New(Config{Endpoints: f.cfg.Endpoints, Model: version, RequestTimeout: f.cfg.RequestTimeout,
 		APIKey: f.cfg.APIKey, Logger: f.log})
 	if err != nil {
 		return err
@@ -184,7 +177,7 @@ func (f *Fleet) Sync(ctx context.Context, step int, save func(dir string) error)
 	var wg sync.WaitGroup
 	for i, ep := range f.cfg.Endpoints {
 		wg.Go(func() {
-			if f.cfg.Mode == ModeLoRA {
+			if f.cfg.Mode == roles.FleetLoRA {
 				errs[i] = admin.LoadLoRAAdapter(ctx, ep, version, dir)
 			} else {
 				errs[i] = admin.UpdateWeightsFromDisk(ctx, ep, dir, version)
@@ -210,14 +203,14 @@ func (f *Fleet) Sync(ctx context.Context, step int, save func(dir string) error)
 		return fmt.Errorf("fleet: no endpoint loaded version %s (%s, weights in %s): %s", version, f.cfg.Mode, dir, strings.Join(failed, "; "))
 	}
 	model := version
-	if f.cfg.Mode == ModeFull {
+	if f.cfg.Mode == roles.FleetFull {
 		model = dir // SGLang serves the new weights under model_path
 	}
 	label := ""
-	if f.cfg.Mode == ModeFull {
+	if f.cfg.Mode == roles.FleetFull {
 		label = version
 	}
-	client, err := openai.New(openai.Config{Endpoints: holders, Model: model, MaxInFlight: f.cfg.MaxInFlight,
+	client, err := New(Config{Endpoints: holders, Model: model, MaxInFlight: f.cfg.MaxInFlight,
 		MaxAttempts: f.cfg.MaxAttempts, RequestTimeout: f.cfg.RequestTimeout, APIKey: f.cfg.APIKey, Logger: f.log,
 		CheckModel: true, WeightVersion: label, TokenIDs: true})
 	if err != nil {
@@ -230,7 +223,7 @@ func (f *Fleet) Sync(ctx context.Context, step int, save func(dir string) error)
 	if prevClient != nil {
 		prevClient.Close()
 	}
-	if f.cfg.Mode == ModeLoRA && prevModel != "" && prevModel != model {
+	if f.cfg.Mode == roles.FleetLoRA && prevModel != "" && prevModel != model {
 		for _, ep := range prevHolders {
 			if err := admin.UnloadLoRAAdapter(ctx, ep, prevModel); err != nil {
 				f.log.Warn("fleet: could not unload the previous adapter", "endpoint", ep, "adapter", prevModel, "error", err.Error())
@@ -329,10 +322,10 @@ func (f *Fleet) retokenize(c *backend.Completion) []int {
 }
 
 // Stats returns the fleet's counts so far.
-func (f *Fleet) Stats() Stats {
+func (f *Fleet) Stats() FleetStats {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return Stats{Syncs: f.syncs, SyncTime: f.syncTime, LastSyncTime: f.lastSync, ServerIDs: f.serverIDs.Load(),
+	return FleetStats{Syncs: f.syncs, SyncTime: f.syncTime, LastSyncTime: f.lastSync, ServerIDs: f.serverIDs.Load(),
 		Retokenized: f.retok.Load(), Mismatches: f.mismatch.Load()}
 }
 
@@ -348,10 +341,10 @@ func (f *Fleet) Close() {
 
 var _ backend.Generator = (*Fleet)(nil)
 
-// RunName is the run part of the version names of the run in directory
+// FleetRunName is the run part of the version names of the run in directory
 // dir: its base name and a hash of its absolute path, so that two runs that
 // share a fleet never share a name.
-func RunName(dir string) string {
+func FleetRunName(dir string) string {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		abs = dir
@@ -365,4 +358,12 @@ func RunName(dir string) string {
 		return '_'
 	}, filepath.Base(abs))
 	return fmt.Sprintf("%s-%06x", base, h.Sum32()&0xffffff)
+}
+
+// SyncTime is the wall time Sync has spent so far: writing the weights and
+// loading them on the servers.
+func (f *Fleet) SyncTime() time.Duration {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.syncTime
 }

@@ -1,4 +1,4 @@
-package fleet
+package openai_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/evolm/evolm/serving/backend"
+	"github.com/evolm/evolm/serving/openai"
+	"github.com/evolm/evolm/serving/roles"
 	serve "github.com/evolm/evolm/serving/server"
 )
 
@@ -68,14 +70,19 @@ func server(t *testing.T, l loaderDouble) string {
 	return srv.URL + "/v1"
 }
 
-func newFleet(t *testing.T, mode Mode, eps ...string) *Fleet {
+// fleetDirs is each test fleet's weights directory.
+var fleetDirs = map[*openai.Fleet]string{}
+
+func newFleet(t *testing.T, mode roles.FleetMode, eps ...string) *openai.Fleet {
 	t.Helper()
-	f, err := New(Config{Endpoints: eps, Mode: mode, Dir: t.TempDir(), Run: "run", Role: "policy", MaxAttempts: 3,
+	dir := t.TempDir()
+	f, err := openai.NewFleet(openai.FleetConfig{Endpoints: eps, Mode: mode, Dir: dir, Run: "run", Role: "policy", MaxAttempts: 3,
 		Encode: func(s string) []int { return []int{21, 22} }, EndID: 99, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
+	fleetDirs[f] = dir
 	return f
 }
 
@@ -88,7 +95,7 @@ func saveDir(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "weights"), []byte("w"), 0o644)
 }
 
-func generate(t *testing.T, f *Fleet, n int) []backend.GenerateResponse {
+func generate(t *testing.T, f *openai.Fleet, n int) []backend.GenerateResponse {
 	t.Helper()
 	reqs := make([]backend.GenerateRequest, n)
 	for i := range reqs {
@@ -102,7 +109,7 @@ func generate(t *testing.T, f *Fleet, n int) []backend.GenerateResponse {
 }
 
 func TestLoRASyncAndServerTokenIDs(t *testing.T) {
-	f := newFleet(t, ModeLoRA, server(t, loaderDouble{}), server(t, loaderDouble{fail: true}))
+	f := newFleet(t, roles.FleetLoRA, server(t, loaderDouble{}), server(t, loaderDouble{fail: true}))
 	if _, err := f.Generate(context.Background(), nil); err == nil {
 		t.Error("Generate before any Sync succeeded")
 	}
@@ -111,14 +118,14 @@ func TestLoRASyncAndServerTokenIDs(t *testing.T) {
 		if err := f.Sync(ctx, step, saveDir); err != nil {
 			t.Fatal(err)
 		}
-		if f.Model() != VersionName("run", "policy", step) {
+		if f.Model() != openai.VersionName("run", "policy", step) {
 			t.Errorf("model %q", f.Model())
 		}
 		// The failing server is out of rotation: every answer comes from
 		// the one that loaded the adapter, step-NNNNNN.
 		for _, r := range generate(t, f, 4) {
 			c := r.Completions[0]
-			if r.Model != f.Model() || c.Text != filepath.Base(VersionDir("", "policy", step)) || c.TokenSource != backend.TokensServer || !slices.Equal(c.TokenIDs, []int{11, 12}) {
+			if r.Model != f.Model() || c.Text != filepath.Base(openai.VersionDir("", "policy", step)) || c.TokenSource != backend.TokensServer || !slices.Equal(c.TokenIDs, []int{11, 12}) {
 				t.Errorf("step %d: %+v", step, r)
 			}
 		}
@@ -128,17 +135,17 @@ func TestLoRASyncAndServerTokenIDs(t *testing.T) {
 		t.Errorf("stats %+v: want 2 syncs, 8 completions with server ids, all 8 re-tokenizing differently", st)
 	}
 	// Only the current version's weights stay on disk.
-	if _, err := os.Stat(VersionDir(f.cfg.Dir, "policy", 0)); !os.IsNotExist(err) {
+	if _, err := os.Stat(openai.VersionDir(fleetDirs[f], "policy", 0)); !os.IsNotExist(err) {
 		t.Errorf("step 0's weights are still on disk: %v", err)
 	}
 }
 
 func TestRetokenizesWithoutServerIDs(t *testing.T) {
-	f := newFleet(t, ModeFull, server(t, loaderDouble{noIDs: true}))
+	f := newFleet(t, roles.FleetFull, server(t, loaderDouble{noIDs: true}))
 	if err := f.Sync(context.Background(), 3, saveDir); err != nil {
 		t.Fatal(err)
 	}
-	if want := VersionDir(f.cfg.Dir, "policy", 3); f.Model() != want {
+	if want := openai.VersionDir(fleetDirs[f], "policy", 3); f.Model() != want {
 		t.Errorf("full weights: model %q, want the directory %q", f.Model(), want)
 	}
 	c := generate(t, f, 1)[0].Completions[0]
@@ -149,7 +156,7 @@ func TestRetokenizesWithoutServerIDs(t *testing.T) {
 
 func TestSyncFailsWhenNoServerLoads(t *testing.T) {
 	a, b := server(t, loaderDouble{fail: true}), server(t, loaderDouble{fail: true})
-	f := newFleet(t, ModeLoRA, a, b)
+	f := newFleet(t, roles.FleetLoRA, a, b)
 	err := f.Sync(context.Background(), 0, saveDir)
 	if err == nil || !strings.Contains(err.Error(), "no endpoint loaded version run-policy-step-000000") || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("error %v", err)
@@ -162,7 +169,7 @@ func TestSyncFailsWhenNoServerLoads(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "out of space") {
 		t.Fatalf("error %v", err)
 	}
-	matches, _ := filepath.Glob(filepath.Join(f.cfg.Dir, "policy", "step-000001*"))
+	matches, _ := filepath.Glob(filepath.Join(fleetDirs[f], "policy", "step-000001*"))
 	if len(matches) != 0 {
 		t.Errorf("a failed save left %v", matches)
 	}
