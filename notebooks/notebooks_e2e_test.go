@@ -18,7 +18,7 @@ import (
 	"github.com/evolm/evolm/stages/analyze"
 	"github.com/evolm/evolm/stages/eval"
 	"github.com/evolm/evolm/stages/export"
-	"github.com/evolm/evolm/stages/export/synthrun"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 )
 
 // TestE2ENotebooks executes every notebook headless with nbconvert against a

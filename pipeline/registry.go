@@ -95,8 +95,11 @@ type Spec struct {
 	Moved map[string]string `json:"moved,omitempty"`
 	// FieldsFunc, when set, gives the stage's fields each time its spec is
 	// looked up, in place of Fields: for keys whose enums come from another
-	// registry (a reward by name, a fleet backend). Checked by RegistryErr.
-	FieldsFunc func() []Field `json:"-"`
+	// registry (a reward by name, a fleet backend), or that a struct's tags
+	// declare (FieldsOf). Its error and its fields are checked by
+	// RegistryErr.
+	FieldsFunc func() ([]Field, error) `json:"-"`
+	fieldsErr  error
 	// New builds the stage from its config section (stages.<name>), already
 	// merged and type-checked against Fields. It checks cross-field rules and
 	// returns an error naming the key on a bad value.
@@ -238,6 +241,10 @@ func RegistryErr() error {
 		if s.FieldsFunc == nil {
 			continue
 		}
+		if s.fieldsErr != nil {
+			errs = append(errs, fmt.Errorf("register stage %q: %w", s.Name, s.fieldsErr))
+			continue
+		}
 		if err := s.validateFields(); err != nil {
 			errs = append(errs, fmt.Errorf("register stage: %w", err))
 		}
@@ -263,7 +270,7 @@ func Specs() []Spec {
 // resolve returns s with Fields from FieldsFunc, when it has one.
 func (s Spec) resolve() Spec {
 	if s.FieldsFunc != nil {
-		s.Fields = s.FieldsFunc()
+		s.Fields, s.fieldsErr = s.FieldsFunc()
 	}
 	return s
 }

@@ -258,3 +258,6 @@ func RubricLevels(raw string) [][]Level {
 	}
 	return out
 }
+
+// Enum lists the formats (a config key's allowed values).
+func (RubricFormat) Enum() []string { return RubricFormats }

@@ -2,28 +2,14 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/evolm/evolm/model/plan"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/serving/runplan"
+	runstage "github.com/evolm/evolm/stages/run"
 )
-
-// planFallbacks are stages.run keys the plan reads that this build may not
-// register yet; when the run spec has no flag of that name, `evolm plan`
-// defines one of its own.
-var planFallbacks = []struct {
-	key, usage string
-	typ        pipeline.FieldType
-}{
-	{runplan.KeyLoRARank, "LoRA rank; 0: full fine-tuning", pipeline.TypeInt},
-	{runplan.KeyLoRAAlpha, "LoRA alpha", pipeline.TypeFloat},
-	{runplan.KeyLoRADropout, "LoRA dropout", pipeline.TypeFloat},
-	{runplan.KeyLoRATargets, "LoRA target projections", pipeline.TypeStrings},
-	{runplan.KeyGradCheckpointing, "recompute each decoder layer in backward", pipeline.TypeBool},
-}
 
 func newPlanCmd(a *app) *cobra.Command {
 	var gpuMem string
@@ -50,7 +36,7 @@ does not fit.`,
   evolm --config stages/presets/paper.yaml plan --gpu-mem 141GB --lora-rank 64 --grad-checkpointing`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := runplan.Options{PromptTokens: promptTokens, Set: map[string]any{}, WorldSize: nproc}
+			o := runplan.Options{PromptTokens: promptTokens, WorldSize: nproc}
 			if gpuMem != "" {
 				n, err := plan.ParseBytes(gpuMem)
 				if err != nil {
@@ -58,31 +44,12 @@ does not fit.`,
 				}
 				o.Capacity = n
 			}
-			fs := cmd.Flags()
-			for _, f := range planFallbacks {
-				name := strings.ReplaceAll(f.key, "_", "-")
-				fl := fs.Lookup(name)
-				if fl == nil || !fl.Changed || len(fl.Annotations[pipeline.FlagKeyAnnotation]) > 0 {
-					continue // unset, or the run spec's own flag (already in a.cfg)
-				}
-				var v any
-				var err error
-				switch f.typ {
-				case pipeline.TypeInt:
-					v, err = fs.GetInt(name)
-				case pipeline.TypeFloat:
-					v, err = fs.GetFloat64(name)
-				case pipeline.TypeBool:
-					v, err = fs.GetBool(name)
-				case pipeline.TypeStrings:
-					v, err = fs.GetStringSlice(name)
-				}
-				if err != nil {
-					return err
-				}
-				o.Set[f.key] = v
+			spec, _ := pipeline.Lookup(runstage.Name)
+			rc, err := runstage.FromConfig(pipeline.StageView(a.cfg, spec))
+			if err != nil {
+				return err
 			}
-			p, src, err := runplan.ForRun(a.cfg, o)
+			p, src, err := runplan.ForRun(a.cfg, rc.Learner, o)
 			if err != nil {
 				return err
 			}
@@ -101,22 +68,6 @@ does not fit.`,
 	if spec, ok := pipeline.Lookup("run"); ok {
 		if err := pipeline.AddStageFlags(cmd.Flags(), spec); err != nil {
 			panic(err) // Register validated the spec; a programming error
-		}
-	}
-	for _, f := range planFallbacks {
-		name := strings.ReplaceAll(f.key, "_", "-")
-		if cmd.Flags().Lookup(name) != nil {
-			continue
-		}
-		switch f.typ {
-		case pipeline.TypeInt:
-			cmd.Flags().Int(name, runplan.Defaults[f.key].(int), f.usage+" (stages.run."+f.key+")")
-		case pipeline.TypeFloat:
-			cmd.Flags().Float64(name, runplan.Defaults[f.key].(float64), f.usage+" (stages.run."+f.key+")")
-		case pipeline.TypeBool:
-			cmd.Flags().Bool(name, runplan.Defaults[f.key].(bool), f.usage+" (stages.run."+f.key+")")
-		case pipeline.TypeStrings:
-			cmd.Flags().StringSlice(name, runplan.Defaults[f.key].([]string), f.usage+" (stages.run."+f.key+")")
 		}
 	}
 	return cmd

@@ -29,7 +29,7 @@ import (
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/export/synthrun"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 )
 
 var (

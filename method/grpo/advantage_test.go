@@ -2,6 +2,7 @@ package grpo
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -71,7 +72,7 @@ func TestParseAdvantageOptions(t *testing.T) {
 func TestRubricPairReward(t *testing.T) {
 	tests := []struct {
 		name          string
-		kind          RubricReward
+		kind          string
 		alpha, sp, sm float64
 		format        bool
 		want          float64
@@ -87,7 +88,10 @@ func TestRubricPairReward(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := RubricPairReward(tc.kind, tc.alpha, tc.sp, tc.sm, tc.format)
+			got, ok, err := RubricPairReward(tc.kind, RubricInput{Alpha: tc.alpha, SPlus: tc.sp, SMinus: tc.sm, FormatOK: tc.format})
+			if err != nil {
+				t.Fatal(err)
+			}
 			wantOK := !math.IsNaN(tc.sp) && !math.IsInf(tc.sm, 0)
 			if ok != wantOK {
 				t.Fatalf("ok = %v, want %v", ok, wantOK)
@@ -97,7 +101,49 @@ func TestRubricPairReward(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ParseRubricReward("hinge"); err == nil {
-		t.Error("ParseRubricReward(hinge): want error")
+	if _, _, err := RubricPairReward("hinge", RubricInput{}); err == nil || !strings.Contains(err.Error(), "margin") {
+		t.Errorf("an unknown rubric reward: err = %v, want one listing the registered rewards", err)
+	}
+}
+
+// TestEstimators: each registered estimator on one group with a missing
+// reward filled by the mean, against its formula written out; a tied group
+// has no signal under any of them.
+func TestEstimators(t *testing.T) {
+	rewards := []float64{1, 0, math.NaN(), 0.5}
+	mean := 0.5 // of the present rewards; the missing one is filled with it
+	vals := []float64{1, 0, 0.5, 0.5}
+	pop := math.Sqrt((0.25 + 0.25 + 0 + 0) / 4)
+	want := map[string][]float64{}
+	for i, v := range vals {
+		want[AdvGRPO] = append(want[AdvGRPO], (v-mean)/(pop+AdvantageEps))
+		want[AdvDrGRPO] = append(want[AdvDrGRPO], v-mean)
+		others := 0.0
+		for j, w := range vals {
+			if j != i {
+				others += w
+			}
+		}
+		want[AdvRLOO] = append(want[AdvRLOO], v-others/3)
+	}
+	for name, w := range want {
+		adv, st, err := GroupAdvantage(name, rewards, AdvantageOptions{Missing: FillGroupMean, Std: StdPopulation})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ZeroStd || len(st.Kept) != 4 {
+			t.Errorf("%s: stats %+v, want 4 kept", name, st)
+		}
+		for i := range w {
+			if math.Abs(adv[i]-w[i]) > 1e-12 {
+				t.Errorf("%s: adv[%d] = %v, want %v", name, i, adv[i], w[i])
+			}
+		}
+		if _, st, _ := GroupAdvantage(name, []float64{0.3, 0.3, 0.3}, AdvantageOptions{}); !st.ZeroStd {
+			t.Errorf("%s: a tied group has a signal", name)
+		}
+	}
+	if _, _, err := GroupAdvantage("ppo", rewards, AdvantageOptions{}); err == nil {
+		t.Error("an unknown estimator: want an error")
 	}
 }

@@ -24,6 +24,11 @@ const (
 	NormPack LossNorm = "pack"
 )
 
+// Enum lists the normalisations (a config key's allowed values).
+func (LossNorm) Enum() []string {
+	return []string{string(NormGRPO), string(NormDAPO), string(NormDrGRPO), string(NormPack)}
+}
+
 // ParseLossNorm validates a config value.
 func ParseLossNorm(s string) (LossNorm, error) {
 	switch n := LossNorm(s); n {

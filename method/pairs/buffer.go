@@ -164,3 +164,6 @@ func (b *Buffer) pickWiden(ages []int64, w Window, widen int64, pick func([]int,
 		stage = schemas.TemporalWidened
 	}
 }
+
+// Enum lists the fallbacks (a config key's allowed values).
+func (Fallback) Enum() []string { return []string{string(FallbackOfficial), string(FallbackWiden)} }

@@ -447,3 +447,6 @@ func (b *Builder) run(ctx context.Context, g backend.Generator, gs []*gen) error
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Enum lists the age clocks (a config key's allowed values).
+func (AgeClock) Enum() []string { return []string{string(AgePolicySteps), string(AgeGlobalSteps)} }

@@ -39,6 +39,12 @@ const (
 // InvalidPolicies lists the invalid-rubric policies (a config key's enum).
 var InvalidPolicies = []string{InvalidRawText, InvalidSkip}
 
+// InvalidPolicy is an invalid-rubric policy as a config names it.
+type InvalidPolicy string
+
+// Enum lists the invalid-rubric policies.
+func (InvalidPolicy) Enum() []string { return InvalidPolicies }
+
 // JudgingRubric is the rubric the judge applies to r under policy: a rubric
 // that fails R_format and has no positively weighted criteria is judged,
 // with raw_text, under its raw text (thinking stripped) as a single

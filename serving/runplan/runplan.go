@@ -1,6 +1,6 @@
 // Package runplan builds the memory plan (model/plan) of `evolm run` from
 // the merged config: the roles' models and devices (roles.*) and the
-// learner's keys (stages.run). `evolm plan` prints it; the loop calls Refuse
+// learner the run builds from stages.run. `evolm plan` prints it; the loop calls Refuse
 // at start, before any model is loaded, and stops with the plan when the
 // configuration cannot fit its device.
 //
@@ -15,9 +15,9 @@
 //   - the judge counts on the policy's device when its backend keeps it in
 //     process on the same device (roles.Placement); a rubric generator with a model of
 //     its own (two-model ablation) is a second trained model there;
-//   - stages.run: micro_batch, beta, and the learner keys lora_rank (0: full
-//     fine-tuning), lora_targets, grad_checkpointing, each with its default
-//     when this build does not register it yet;
+//   - the learner the run builds (backend.LearnerConfig, from stages.run):
+//     micro_batch, beta, LoRA (rank 0: full fine-tuning) and its targets,
+//     grad_checkpointing, the ZeRO stage;
 //   - sequence lengths: a prompt of Options.PromptTokens tokens; the policy
 //     generates roles.policy.max_tokens; the rubric generator sees the
 //     question alone and writes roles.rubric_generator.max_tokens; question
@@ -41,35 +41,9 @@ import (
 
 	"github.com/evolm/evolm/model/plan"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/serving/backend"
 	"github.com/evolm/evolm/serving/roles"
 )
-
-// Section is the loop's config section.
-const Section = "stages.run"
-
-// Keys of stages.run the plan reads.
-const (
-	KeyMicroBatch        = "micro_batch"
-	KeyBeta              = "beta"
-	KeyLoRARank          = "lora_rank"
-	KeyLoRAAlpha         = "lora_alpha"
-	KeyLoRADropout       = "lora_dropout"
-	KeyLoRATargets       = "lora_targets"
-	KeyGradCheckpointing = "grad_checkpointing"
-	KeyZeRO              = "zero_stage"
-)
-
-// Defaults of the stages.run keys, used when the key is not registered.
-var Defaults = map[string]any{
-	KeyMicroBatch:        8,
-	KeyBeta:              0.001,
-	KeyLoRARank:          0,
-	KeyLoRAAlpha:         16.0,
-	KeyLoRADropout:       0.0,
-	KeyLoRATargets:       []string{"q", "k", "v", "o", "gate", "up", "down"},
-	KeyGradCheckpointing: false,
-	KeyZeRO:              0,
-}
 
 // judgeRubricTokens bounds the rubric as the judge reads it.
 const judgeRubricTokens = 2048
@@ -84,70 +58,11 @@ type Options struct {
 	// Capacity is the device memory in bytes to check against; 0 queries
 	// the policy's device (free CUDA memory, or MemAvailable on CPU).
 	Capacity int64
-	// Set overrides stages.run keys (by key), for keys this build does not
-	// register.
-	Set map[string]any
 	// WorldSize is the number of data-parallel learner ranks (evolm plan
 	// --nproc); 0 reads torchrun's WORLD_SIZE, else 1. With zero_stage ≥ 1 a
 	// rank holds 1/WorldSize of the AdamW state and master weights, and with
 	// zero_stage 2 of the gradients too (plus those in flight).
 	WorldSize int
-}
-
-// reader reads stages.run keys: o.Set, then the config, then Defaults.
-type reader struct {
-	sec *pipeline.Config
-	set map[string]any
-}
-
-func (r reader) get(key string) any {
-	if v, ok := r.set[key]; ok {
-		return v
-	}
-	if r.sec.Has(key) {
-		return r.sec.Get(key)
-	}
-	return Defaults[key]
-}
-
-func (r reader) int(key string) int {
-	switch v := r.get(key).(type) {
-	case int:
-		return v
-	case int64:
-		return int(v)
-	case float64:
-		return int(v)
-	}
-	n, _ := Defaults[key].(int)
-	return n
-}
-
-func (r reader) float(key string) float64 {
-	switch v := r.get(key).(type) {
-	case float64:
-		return v
-	case int:
-		return float64(v)
-	}
-	f, _ := Defaults[key].(float64)
-	return f
-}
-
-func (r reader) bool(key string) bool {
-	b, ok := r.get(key).(bool)
-	if !ok {
-		b, _ = Defaults[key].(bool)
-	}
-	return b
-}
-
-func (r reader) strings(key string) []string {
-	s, ok := r.get(key).([]string)
-	if !ok {
-		s, _ = Defaults[key].([]string)
-	}
-	return s
 }
 
 // ShapeOf resolves a role's model to a shape: its config.json, or a preset
@@ -217,8 +132,9 @@ type Sources struct {
 }
 
 // Input builds the plan input of `evolm run` from the merged config (any
-// view of it).
-func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
+// view of it: the roles' sections) and the learner the run would build
+// (stages/run's Config.Learner).
+func Input(cfg *pipeline.Config, lc backend.LearnerConfig, o Options) (plan.Input, Sources, error) {
 	var src Sources
 	pol, err := roles.Read(cfg, roles.Policy)
 	if err != nil {
@@ -232,20 +148,19 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 	if err != nil {
 		return plan.Input{}, src, err
 	}
-	r := reader{sec: cfg.At(Section), set: o.Set}
 	P := o.PromptTokens
 	if P <= 0 {
 		P = DefaultPromptTokens
 	}
-	in := plan.Input{Beta: r.float(KeyBeta), MicroBatch: r.int(KeyMicroBatch), GradCheckpointing: r.bool(KeyGradCheckpointing),
-		CUDA: isCUDA(pol.Device), GenRows: pol.MaxBatch, ZeROStage: r.int(KeyZeRO), WorldSize: o.WorldSize}
+	in := plan.Input{Beta: lc.Beta, MicroBatch: lc.MicroBatch, GradCheckpointing: lc.GradCheckpointing,
+		CUDA: isCUDA(pol.Device), GenRows: pol.MaxBatch, ZeROStage: lc.ZeRO, WorldSize: o.WorldSize}
 	if in.WorldSize <= 0 {
 		if n, err := strconv.Atoi(os.Getenv("WORLD_SIZE")); err == nil && n > 0 {
 			in.WorldSize = n
 		}
 	}
-	if rank := r.int(KeyLoRARank); rank > 0 {
-		in.LoRA = plan.LoRA{Rank: rank, Targets: r.strings(KeyLoRATargets), Dropout: r.float(KeyLoRADropout)}
+	if lc.LoRA.Rank > 0 {
+		in.LoRA = plan.LoRA{Rank: lc.LoRA.Rank, Targets: lc.LoRA.Targets, Dropout: lc.LoRA.Dropout}
 	}
 	src.Device = pol.Device
 	if in.Policy, src.Policy, err = ShapeOf(pol.Model); err != nil {
@@ -300,8 +215,8 @@ func Input(cfg *pipeline.Config, o Options) (plan.Input, Sources, error) {
 // ForRun estimates the plan of `evolm run` and checks it against the
 // device: o.Capacity, or the free memory of the policy's device. A device
 // whose memory cannot be read leaves the plan unchecked (Capacity 0).
-func ForRun(cfg *pipeline.Config, o Options) (plan.Plan, Sources, error) {
-	in, src, err := Input(cfg, o)
+func ForRun(cfg *pipeline.Config, lc backend.LearnerConfig, o Options) (plan.Plan, Sources, error) {
+	in, src, err := Input(cfg, lc, o)
 	if err != nil {
 		return plan.Plan{}, src, err
 	}
@@ -320,8 +235,8 @@ func ForRun(cfg *pipeline.Config, o Options) (plan.Plan, Sources, error) {
 // read, or when a model's shape cannot be read (a checkpoint directory that
 // does not exist: loading the model reports that, naming the key);
 // otherwise an error that holds the whole plan.
-func Refuse(cfg *pipeline.Config) error {
-	p, _, err := ForRun(cfg, Options{})
+func Refuse(cfg *pipeline.Config, lc backend.LearnerConfig) error {
+	p, _, err := ForRun(cfg, lc, Options{})
 	if err != nil {
 		return nil
 	}

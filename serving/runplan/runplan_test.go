@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/evolm/evolm/serving/backend"
 	_ "github.com/evolm/evolm/serving/torchbe" // the torch backend (its placement)
 
 	"github.com/evolm/evolm/internal/testutil"
@@ -14,8 +15,19 @@ import (
 	_ "github.com/evolm/evolm/stages/dedup" // the preset configures it
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
-	_ "github.com/evolm/evolm/stages/run" // registers stages.run and the roles
+	"github.com/evolm/evolm/stages/run"
 )
+
+// learner is the learner `evolm run` builds from cfg.
+func learner(t *testing.T, cfg *pipeline.Config) backend.LearnerConfig {
+	t.Helper()
+	spec, _ := pipeline.Lookup(run.Name)
+	c, err := run.FromConfig(pipeline.StageView(cfg, spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Learner
+}
 
 // TestPaperInput: the paper preset's models resolve to the qwen3-8b and
 // qwen3-1.7b presets by name, in bf16 on CUDA with the judge in process;
@@ -26,7 +38,8 @@ func TestPaperInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, src, err := runplan.Input(cfg, runplan.Options{})
+	lc := learner(t, cfg)
+	in, src, err := runplan.Input(cfg, lc, runplan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +62,8 @@ func TestPaperInput(t *testing.T) {
 	if in.MicroBatch != 4 || in.Beta != 0.001 || in.LoRA.Rank != 0 || !in.GradCheckpointing || in.GenRows != 64 {
 		t.Errorf("learner %+v", in)
 	}
-	in, _, err = runplan.Input(cfg, runplan.Options{PromptTokens: 10, Set: map[string]any{runplan.KeyLoRARank: 64, runplan.KeyGradCheckpointing: true, runplan.KeyLoRATargets: []string{"q", "v"}}})
+	lc.LoRA, lc.GradCheckpointing = backend.LoRAConfig{Rank: 64, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}, true
+	in, _, err = runplan.Input(cfg, lc, runplan.Options{PromptTokens: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,14 +83,14 @@ func TestRefuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := runplan.ForRun(cfg, runplan.Options{Capacity: 80 << 30})
+	p, _, err := runplan.ForRun(cfg, learner(t, cfg), runplan.Options{Capacity: 80 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Fits() {
 		t.Fatalf("full fine-tuning of Qwen3-8B fits 80 GiB: %s", plan.GiB(p.Total))
 	}
-	p, _, err = runplan.ForRun(cfg, runplan.Options{Capacity: 1 << 50})
+	p, _, err = runplan.ForRun(cfg, learner(t, cfg), runplan.Options{Capacity: 1 << 50})
 	if err != nil || !p.Fits() {
 		t.Fatalf("1 PiB: fits %v, %v", p.Fits(), err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/export"
-	"github.com/evolm/evolm/stages/export/synthrun"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 )
 
 // runExport runs the registered export stage over runDir, as `evolm export`

@@ -15,7 +15,7 @@ import (
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/stages/export/synthrun"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/stages/replay"
 )
 

@@ -19,33 +19,33 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		set  map[string]any
 		want string // substring of the error
 	}{
-		{"K = 0", map[string]any{KeyK: 0}, "stages.run.k"},
-		{"alpha above 1", map[string]any{KeyAlpha: 1.5}, "stages.run.alpha"},
-		{"alpha below 0", map[string]any{KeyAlpha: -0.1}, "stages.run.alpha"},
-		{"unknown strategy", map[string]any{KeyStrategies: []string{"temporal", "random_pairs"}}, `unknown strategy "random_pairs"`},
-		{"no strategy weight", map[string]any{KeyWTemporal: 0.0, KeyWBacktranslate: 0.0, KeyWRubricGuided: 0.0}, "stages.run.weight_temporal"},
-		{"one sample is no group", map[string]any{KeySamples: 1}, "stages.run.samples"},
-		{"bad window", map[string]any{KeyMinAge: 50, KeyMaxAge: 20}, "stages.run.temporal_min_age"},
+		{"K = 0", map[string]any{"k": 0}, "stages.run.k"},
+		{"alpha above 1", map[string]any{"alpha": 1.5}, "stages.run.alpha"},
+		{"alpha below 0", map[string]any{"alpha": -0.1}, "stages.run.alpha"},
+		{"unknown strategy", map[string]any{"strategies": []string{"temporal", "random_pairs"}}, `unknown strategy "random_pairs"`},
+		{"no strategy weight", map[string]any{"weight_temporal": 0.0, "weight_backtranslate": 0.0, "weight_rubric_guided": 0.0}, "stages.run.weight_temporal"},
+		{"one sample is no group", map[string]any{"samples": 1}, "stages.run.samples"},
+		{"bad window", map[string]any{"temporal_min_age": 50, "temporal_max_age": 20}, "stages.run.temporal_min_age"},
 		{"openai judge without endpoints", map[string]any{"roles.judge.backend": "openai"}, "roles.judge.endpoints"},
 		{"openai policy", map[string]any{"roles.policy.backend": "openai", "roles.policy.endpoints": []string{"http://x/v1"}}, "roles.policy.backend"},
 		{"shared rubric generator with its own device", map[string]any{"roles.rubric_generator.device": "cuda"}, "roles.rubric_generator.device"},
 		{"no policy model", map[string]any{"roles.policy.model": ""}, "roles.policy.model"},
-		{"epsilon at 1", map[string]any{KeyEpsilon: 1.0}, "stages.run.epsilon"},
+		{"epsilon at 1", map[string]any{"epsilon": 1.0}, "stages.run.epsilon"},
 		{"top_p above 1", map[string]any{"roles.rubric_generator.top_p": 1.5}, "roles.rubric_generator.top_p"},
-		{"bad rubric reward", map[string]any{KeyRubricReward: "hinge"}, "rubric_reward"},
-		{"alpha NaN", map[string]any{KeyAlpha: "NaN"}, "stages.run.alpha"},
-		{"no skipped update allowed", map[string]any{KeyMaxSkippedUpdates: 0}, "stages.run.max_skipped_updates"},
-		{"huge skipped updates", map[string]any{KeyMaxSkippedUpdates: 100000}, "stages.run.max_skipped_updates"},
-		{"unknown age clock", map[string]any{KeyTemporalAge: "wall_clock"}, "stages.run.temporal_age"},
-		{"unknown fallback", map[string]any{KeyTemporalFallback: "random"}, "stages.run.temporal_fallback"},
-		{"unknown adv std", map[string]any{KeyAdvStd: "mad"}, "stages.run.adv_std"},
-		{"too many refill rounds", map[string]any{KeyActiveRounds: 1000}, "stages.run.active_sampling_rounds"},
-		{"LoRA on an unknown module", map[string]any{KeyLoRARank: 8, KeyLoRATargets: []string{"q", "lm_head"}}, "stages.run.lora_targets"},
-		{"LoRA dropout 1", map[string]any{KeyLoRARank: 8, KeyLoRADropout: 1.0}, "stages.run.lora_dropout"},
-		{"LoRA dropout with checkpointing", map[string]any{KeyLoRARank: 8, KeyLoRADropout: 0.05, KeyGradCheckpointing: true}, "stages.run.lora_dropout"},
-		{"pack length 0", map[string]any{KeyPackLength: 0}, "stages.run.pack_length"},
-		{"unknown R_format", map[string]any{KeyRubricFormat: "loose"}, "stages.run.rubric_format"},
-		{"huge micro batch", map[string]any{KeyMicroBatch: 1 << 20}, "stages.run.micro_batch"},
+		{"bad rubric reward", map[string]any{"rubric_reward": "hinge"}, "rubric_reward"},
+		{"alpha NaN", map[string]any{"alpha": "NaN"}, "stages.run.alpha"},
+		{"no skipped update allowed", map[string]any{"max_skipped_updates": 0}, "stages.run.max_skipped_updates"},
+		{"huge skipped updates", map[string]any{"max_skipped_updates": 100000}, "stages.run.max_skipped_updates"},
+		{"unknown age clock", map[string]any{"temporal_age": "wall_clock"}, "stages.run.temporal_age"},
+		{"unknown fallback", map[string]any{"temporal_fallback": "random"}, "stages.run.temporal_fallback"},
+		{"unknown adv std", map[string]any{"adv_std": "mad"}, "stages.run.adv_std"},
+		{"too many refill rounds", map[string]any{"active_sampling_rounds": 1000}, "stages.run.active_sampling_rounds"},
+		{"LoRA on an unknown module", map[string]any{"lora_rank": 8, "lora_targets": []string{"q", "lm_head"}}, "stages.run.lora_targets"},
+		{"LoRA dropout 1", map[string]any{"lora_rank": 8, "lora_dropout": 1.0}, "stages.run.lora_dropout"},
+		{"LoRA dropout with checkpointing", map[string]any{"lora_rank": 8, "lora_dropout": 0.05, "grad_checkpointing": true}, "stages.run.lora_dropout"},
+		{"pack length 0", map[string]any{"pack_length": 0}, "stages.run.pack_length"},
+		{"unknown R_format", map[string]any{"rubric_format": "loose"}, "stages.run.rubric_format"},
+		{"huge micro batch", map[string]any{"micro_batch": 1 << 20}, "stages.run.micro_batch"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,7 +97,7 @@ func TestConfigDefaultsArePaper(t *testing.T) {
 }
 
 func TestUnusedStrategiesGetZeroWeight(t *testing.T) {
-	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.policy.model": "p", "roles.judge.model": "j", KeyStrategies: []string{"backtranslate"}})
+	cfg, err := pipeline.StageConfig(Name, map[string]any{"roles.policy.model": "p", "roles.judge.model": "j", "strategies": []string{"backtranslate"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestQuestionTextShowsTheConversation(t *testing.T) {
 // clock numbers policy steps only (K = 2: steps 0, 1, 4, 5, 8 are policy
 // steps 0, 1, 2, 3, 4); a rubric step maps to the policy steps before it.
 func TestPolicyIndexCountsPolicySteps(t *testing.T) {
-	c := &Config{K: 2}
+	c := &Config{Keys: Keys{K: 2}}
 	want := map[int64]int64{0: 0, 1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 4, 7: 4, 8: 4, 9: 5}
 	for step, idx := range want {
 		if got := c.PolicyIndex(step); got != idx {
@@ -162,7 +162,7 @@ func TestRunRefusesAPlanOverTheDevice(t *testing.T) {
 			t.Errorf("refusal lacks %q:\n%v", want, err)
 		}
 	}
-	vals[KeyMemoryCheck] = false
+	vals["memory_check"] = false
 	if cfg, err = pipeline.StageConfig(Name, vals); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestRubricPhaseSamplingFollowsTheRole(t *testing.T) {
 	if s := c.rubricPhaseSampling(); s.Temperature != 0.4 || s.TopP != 0.8 {
 		t.Errorf("unset: temperature %v, top_p %v; want the role's 0.4, 0.8", s.Temperature, s.TopP)
 	}
-	base[KeyRubricPhaseTemp], base[KeyRubricPhaseTopP] = 1.0, 0.95
+	base["rubric_phase_temperature"], base["rubric_phase_top_p"] = 1.0, 0.95
 	c = pipelinetest.FromConfig(t, Name, base, FromConfig)
 	if s := c.rubricPhaseSampling(); s.Temperature != 1.0 || s.TopP != 0.95 {
 		t.Errorf("set: temperature %v, top_p %v; want 1.0, 0.95", s.Temperature, s.TopP)

@@ -77,7 +77,7 @@ func (d *dataParallel) peerErr(what string, err error) error {
 		peers = fmt.Sprintf("one of ranks 1..%d", w-1)
 	}
 	return fmt.Errorf("data-parallel rank %d of %d: %s: %w\n(%s died, failed or stalled past %s; rank 0 commits a step only after its collectives succeed: `evolm run --resume` continues from the last checkpoint)",
-		d.g.Rank(), d.g.WorldSize(), what, err, peers, KeyDistTimeout)
+		d.g.Rank(), d.g.WorldSize(), what, err, peers, "dist_timeout")
 }
 
 // gather runs compute on this rank and all-gathers its gob-encoded result

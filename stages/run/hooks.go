@@ -98,7 +98,7 @@ func (l *loop) checkDiverged(_ context.Context, step int, m *schemas.StepMetrics
 		return nil
 	}
 	return fmt.Errorf("step %d (%s): %d updates in a row skipped for a NaN or Inf loss or gradient norm (%s = %d): the run diverged; lower the learning rate, check the rewards, or resume from an earlier checkpoint",
-		step, m.Phase, l.skipped, KeyMaxSkippedUpdates, l.cfg.MaxSkippedUpdates)
+		step, m.Phase, l.skipped, "max_skipped_updates", l.cfg.MaxSkippedUpdates)
 }
 
 func round(x float64) float64 { return math.Round(x*1e4) / 1e4 }

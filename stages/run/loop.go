@@ -39,8 +39,8 @@ func newFromConfig(cfg *pipeline.Config) (*stage, error) {
 	if c.MemoryCheck {
 		// Before any model is loaded: a configuration that cannot fit the
 		// policy's device stops here, with the plan (evolm plan).
-		if err := runplan.Refuse(cfg); err != nil {
-			return nil, cfg.Errorf(KeyMemoryCheck, "%v\n(set stages.run.memory_check: false to start anyway)", err)
+		if err := runplan.Refuse(cfg, c.Learner); err != nil {
+			return nil, cfg.Errorf("memory_check", "%v\n(set stages.run.memory_check: false to start anyway)", err)
 		}
 	}
 	return &stage{cfg: c, set: set}, nil
@@ -461,13 +461,16 @@ type groupStats struct {
 
 // group computes one group's advantages (missing rewards are NaN, handled by
 // policy), counts it, and returns the GRPO samples of its kept members.
-func (g *groupStats) group(r *roles.Trained, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, policy grpo.MissingPolicy, unbiased bool) ([]backend.TrainSample, error) {
+func (g *groupStats) group(r *roles.Trained, msgs []backend.Message, rolls []schemas.Rollout, rewards []float64, estimator string, o grpo.AdvantageOptions) ([]backend.TrainSample, error) {
 	for _, x := range rewards {
 		if !math.IsNaN(x) {
 			g.rewards = append(g.rewards, x)
 		}
 	}
-	adv, st := grpo.GroupAdvantages(rewards, policy, unbiased)
+	adv, st, err := grpo.GroupAdvantage(estimator, rewards, o)
+	if err != nil {
+		return nil, err
+	}
 	g.groups++
 	if st.ZeroStd {
 		g.zero++

@@ -213,15 +213,17 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 		group := rolls[i*l.cfg.Samples : (i+1)*l.cfg.Samples]
 		rewards := make([]float64, len(group))
 		for k, r := range group {
-			rewards[k] = math.NaN()
+			in := grpo.PolicyInput{Score: math.NaN(), Truncated: r.FinishReason == string(backend.FinishLength),
+				NonStopPenalty: l.cfg.NonStopPenalty, NonStopValue: l.cfg.NonStopValue}
 			if s, ok := score[r.RolloutID]; ok {
-				rewards[k] = s
+				in.Score = s
 			}
-			if l.cfg.NonStopPenalty && r.FinishReason == "length" {
-				rewards[k] = l.cfg.NonStopValue
+			if rewards[k], err = grpo.PolicyReward(string(l.cfg.PolicyReward), in); err != nil {
+				return out, err
 			}
 		}
-		ts, err := gs.group(l.policy, pitems[i].Messages, group, rewards, grpo.FillGroupMean, l.cfg.AdvStd.Unbiased())
+		ts, err := gs.group(l.policy, pitems[i].Messages, group, rewards, string(l.cfg.Advantage),
+			grpo.AdvantageOptions{Missing: grpo.FillGroupMean, Std: l.cfg.AdvStd})
 		if err != nil {
 			return out, err
 		}
@@ -338,12 +340,17 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 			if !okp || !okm {
 				continue
 			}
-			if r, ok := grpo.RubricPairReward(l.cfg.RubricReward, l.cfg.Alpha, sp, sm, rub.FormatOK); ok {
+			r, ok, err := grpo.RubricPairReward(string(l.cfg.RubricReward), grpo.RubricInput{SPlus: sp, SMinus: sm, FormatOK: rub.FormatOK, Alpha: l.cfg.Alpha})
+			if err != nil {
+				return m, err
+			}
+			if ok {
 				rewards[k] = r
 				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], r)
 			}
 		}
-		ts, err := gs.group(l.rubric, ritems[i].Messages, group, rewards, l.cfg.RubricMissing, l.cfg.AdvStd.Unbiased())
+		ts, err := gs.group(l.rubric, ritems[i].Messages, group, rewards, string(l.cfg.Advantage),
+			grpo.AdvantageOptions{Missing: l.cfg.rubricMissing, Std: l.cfg.AdvStd})
 		if err != nil {
 			return m, err
 		}
@@ -405,7 +412,7 @@ func (l *loop) parseRubrics(rolls []schemas.Rollout) ([]schemas.Rubric, map[stri
 	byItem := map[string][]schemas.Rubric{}
 	for i := range rolls {
 		rubs[i] = rubrics.FromRolloutAs(&rolls[i], l.cfg.RubricFormat)
-		byItem[rubs[i].ItemID] = append(byItem[rubs[i].ItemID], rules.JudgingRubric(rubs[i], l.cfg.InvalidRubric))
+		byItem[rubs[i].ItemID] = append(byItem[rubs[i].ItemID], rules.JudgingRubric(rubs[i], string(l.cfg.InvalidRubric)))
 	}
 	return rubs, byItem
 }

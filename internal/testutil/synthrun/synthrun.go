@@ -25,6 +25,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/evolm/evolm/method/grpo"
 	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
@@ -176,7 +177,11 @@ func Write(ctx context.Context, mem memory.Allocator, dir string, o Options) (Co
 					jr := makeJudgment(rules.RejectedID(pid), rub, phase, s, sr, rng)
 					judgments = append(judgments, jc, jr)
 					if jc.Score != nil && jr.Score != nil {
-						rewards = append(rewards, 0.7*(*jc.Score-*jr.Score)+0.3*b2f(rub.FormatOK))
+						r, _, err := grpo.RubricPairReward(grpo.RewardMargin, grpo.RubricInput{SPlus: *jc.Score, SMinus: *jr.Score, FormatOK: rub.FormatOK, Alpha: 0.7})
+						if err != nil {
+							return nil, err
+						}
+						rewards = append(rewards, r)
 					}
 				}
 			}
@@ -326,12 +331,6 @@ func makeJudgment(responseID string, rub schemas.Rubric, phase string, step int,
 
 func clamp(x float64) float64 { return math.Min(1, math.Max(0, x)) }
 
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 func meanStd(xs []float64) (float64, float64) {
 	if len(xs) == 0 {
