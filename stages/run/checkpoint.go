@@ -15,41 +15,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/method/pairs"
+	"github.com/evolm/evolm/method/schedule"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/roles"
 )
-
-// state is checkpoints/step-NNNNNN/state.json.
-type state struct {
-	Version    int    `json:"version"`
-	NextStep   int    `json:"next_step"`   // the first step the resumed run computes
-	Seed       int64  `json:"seed"`        // base seed (all draws derive from it and the step)
-	ConfigHash string `json:"config_hash"` // stages.run section hash
-	// DataPosition is the prompt-stream position of NextStep (NextStep ×
-	// prompts_per_step), recorded for inspection: the loop derives it.
-	DataPosition int    `json:"data_position"`
-	Shared       bool   `json:"shared_model"`
-	CodeVersion  string `json:"code_version"`
-	// SkippedInARow is the count of updates skipped in a row (non-finite
-	// loss or gradient norm) when the checkpoint was taken, so that a
-	// resumed run stops where an uninterrupted one would.
-	SkippedInARow int `json:"skipped_in_a_row"`
-	// Files maps the slash-separated path of every other file of the
-	// checkpoint directory (weights, optimizer states, adapters, the replay
-	// buffer: whatever it holds) to "sha256:<hex>"; resume verifies them.
-	Files map[string]string `json:"files"`
-	// WorldSize and ZeRO are the data-parallel ranks and ZeRO stage of the
-	// run that wrote the checkpoint (0: one process, before data
-	// parallelism). At ZeRO ≥ 1 each rank saved its own optimizer shard, so
-	// only the same world size resumes.
-	WorldSize int `json:"world_size,omitempty"`
-	ZeRO      int `json:"zero_stage,omitempty"`
-}
-
-// stateVersion 2 added Files and SkippedInARow; a version-1 checkpoint
-// still resumes, unverified.
-const stateVersion = 2
 
 var ckptRE = regexp.MustCompile(`^step-(\d{6})$`)
 
@@ -106,12 +76,12 @@ func (l *loop) latestCheckpoint() (int, string, error) {
 		if err != nil {
 			return 0, "", fmt.Errorf("checkpoint %s: %w", p, err)
 		}
-		var st state
+		var st schedule.State
 		if err := json.Unmarshal(b, &st); err != nil {
 			return 0, "", fmt.Errorf("checkpoint %s: corrupt state.json: %w", p, err)
 		}
-		if st.Version != stateVersion && st.Version != 1 {
-			return 0, "", fmt.Errorf("checkpoint %s: state version %d, want %d", p, st.Version, stateVersion)
+		if st.Version != schedule.StateVersion && st.Version != 1 {
+			return 0, "", fmt.Errorf("checkpoint %s: state version %d, want %d", p, st.Version, schedule.StateVersion)
 		}
 		if st.Version == 1 {
 			l.env.Log.Warn("checkpoint without checksums (state version 1): its files are not verified", "checkpoint", names[i])
@@ -279,7 +249,7 @@ func (l *loop) checkpoint(ctx context.Context, next int) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: checksums: %w", name, err)
 	}
-	st := state{Version: stateVersion, NextStep: next, Seed: l.cfg.Seed, ConfigHash: l.env.ConfigHash,
+	st := schedule.State{Version: schedule.StateVersion, NextStep: next, Seed: l.cfg.Seed, ConfigHash: l.env.ConfigHash,
 		DataPosition: next * l.cfg.PromptsPerStep, Shared: l.rubric == l.policy, CodeVersion: pipeline.CodeVersion(),
 		SkippedInARow: l.skipped, Files: files}
 	if l.dp != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/method/grpo"
+	"github.com/evolm/evolm/method/schedule"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
@@ -71,13 +72,13 @@ type FleetConfig struct {
 	SyncDir string
 }
 
-// Phase returns the phase of step s.
-func (c *Config) Phase(s int) string {
-	if (s/c.K)%2 == 0 {
-		return schemas.PhasePolicy
-	}
-	return schemas.PhaseRubric
+// Schedule is the run's clock and data order.
+func (c *Config) Schedule() schedule.Schedule {
+	return schedule.Schedule{K: c.K, PromptsPerStep: c.PromptsPerStep, Seed: c.Seed}
 }
+
+// Phase returns the phase of step s.
+func (c *Config) Phase(s int) string { return c.Schedule().Phase(s) }
 
 func init() {
 	pipeline.Register(pipeline.Spec{
@@ -189,12 +190,8 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 }
 
 // PolicyIndex maps a policy-phase step to its number among policy steps
-// (0, 1, …): steps 0…K−1 are policy steps 0…K−1, steps 2K…3K−1 are K…2K−1,
-// and so on. It is the temporal strategy's policy_steps clock.
-func (c *Config) PolicyIndex(step int64) int64 {
-	k := int64(c.K)
-	return step/(2*k)*k + min(step%(2*k), k)
-}
+// (schedule.Schedule.PolicyIndex).
+func (c *Config) PolicyIndex(step int64) int64 { return c.Schedule().PolicyIndex(step) }
 
 // rubricPhaseSampling is the candidate rubrics' sampling in the rubric
 // phase: the rubric generator's, at rubric_phase_temperature and top_p.

@@ -125,24 +125,6 @@ func TestQuestionTextShowsTheConversation(t *testing.T) {
 	}
 }
 
-// TestPolicyIndexCountsPolicySteps: the temporal strategy's policy_steps
-// clock numbers policy steps only (K = 2: steps 0, 1, 4, 5, 8 are policy
-// steps 0, 1, 2, 3, 4); a rubric step maps to the policy steps before it.
-func TestPolicyIndexCountsPolicySteps(t *testing.T) {
-	c := &Config{Keys: Keys{K: 2}}
-	want := map[int64]int64{0: 0, 1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 4, 7: 4, 8: 4, 9: 5}
-	for step, idx := range want {
-		if got := c.PolicyIndex(step); got != idx {
-			t.Errorf("PolicyIndex(%d) = %d, want %d", step, got, idx)
-		}
-	}
-	for s := 0; s < 40; s++ {
-		if c.Phase(s) == schemas.PhasePolicy && c.PolicyIndex(int64(s+1)) != c.PolicyIndex(int64(s))+1 {
-			t.Errorf("policy step %d: the next step's index is not one more", s)
-		}
-	}
-}
-
 // TestRunRefusesAPlanOverTheDevice: full fine-tuning of Qwen3-8B (its
 // preset shape, from the directory name) in float32 on this CPU cannot fit
 // the machine's memory, so the loop refuses it before loading anything,

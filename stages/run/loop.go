@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/evolm/evolm/method/grpo"
 	"github.com/evolm/evolm/method/pairs"
 	"github.com/evolm/evolm/method/prompts"
+	"github.com/evolm/evolm/method/schedule"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
@@ -52,8 +52,7 @@ type loop struct {
 	env     *pipeline.Env
 	set     *prompts.Set
 	prompts []schemas.Prompt
-	order   []int // current epoch's prompt order
-	epoch   int
+	stream  *schedule.Stream // the prompts' seeded epoch order
 
 	policy, rubric *roles.Trained // the same *Role when the model is shared
 	// fleet, with generation_backend openai, generates for the trained
@@ -156,22 +155,20 @@ func (l *loop) loadPrompts(ctx context.Context) error {
 	if len(l.prompts) == 0 {
 		return fmt.Errorf("prompts %v hold no rows", files)
 	}
-	l.epoch = -1
+	l.stream = schedule.NewStream(len(l.prompts), l.cfg.Seed)
 	return nil
 }
 
-// batch returns the prompts of step: positions step·P … step·P+P−1 of the
-// stream, which visits every prompt once per epoch in a seeded order.
+// batch returns the prompts of step (schedule.Schedule.Batch).
 func (l *loop) batch(step int) []schemas.Prompt {
-	n, p := len(l.prompts), l.cfg.PromptsPerStep
-	out := make([]schemas.Prompt, p)
-	for i := range out {
-		pos := step*p + i
-		if e := pos / n; e != l.epoch {
-			l.epoch = e
-			l.order = rand.New(rand.NewPCG(uint64(l.cfg.Seed), uint64(e))).Perm(n)
-		}
-		out[i] = l.prompts[l.order[pos%n]]
+	return l.pick(l.cfg.Schedule().Batch(l.stream, step))
+}
+
+// pick returns the prompts at indexes idx.
+func (l *loop) pick(idx []int) []schemas.Prompt {
+	out := make([]schemas.Prompt, len(idx))
+	for i, k := range idx {
+		out[i] = l.prompts[k]
 	}
 	return out
 }

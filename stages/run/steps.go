@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strings"
 
 	"github.com/evolm/evolm/internal/lmstage"
@@ -136,16 +135,10 @@ func (r *policyRound) formatRate() *float64 {
 	return &fr
 }
 
-// refill returns the n prompts of refill round round of step: a seeded draw
-// from the whole prompt set, a function of (seed, step, round) only, so a
-// resumed run draws the same ones and the data position stays step·P.
+// refill returns the n prompts of refill round round of step
+// (schedule.Schedule.Refill).
 func (l *loop) refill(step, round, n int) []schemas.Prompt {
-	rng := rand.New(rand.NewPCG(uint64(l.cfg.Seed)^0x5eed_ac71_7e00_0000, uint64(step)<<8|uint64(round)))
-	out := make([]schemas.Prompt, n)
-	for i := range out {
-		out[i] = l.prompts[rng.IntN(len(l.prompts))]
-	}
-	return out
+	return l.pick(l.cfg.Schedule().Refill(len(l.prompts), step, round, n))
 }
 
 // policyRound samples one rubric per prompt, n answers per prompt, judges
