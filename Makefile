@@ -77,6 +77,7 @@ build: torch
 # tests (crash/resume, the loop, notebooks) to the unit and interop tests.
 test: deps
 	go vet -tags e2e ./...
+	CGO_ENABLED=0 go test -count=1 ./method/...   # the method room builds and passes without cgo
 	go test $(GO_TEST_FLAGS) -tags e2e ./...
 
 # The demo: tiny random Qwen3 checkpoints made on the spot, the bundled

@@ -130,65 +130,19 @@ func Write(ctx context.Context, mem memory.Allocator, dir string, o Options) (Co
 		phase := o.PhaseOf(s)
 		progress := float64(s) / float64(max(o.Steps-1, 1))
 		parts := []pipeline.Partition{pipeline.Phase(phase), pipeline.Step(s)}
-		var rollouts []schemas.Rollout
-		var rubrics []schemas.Rubric
-		var judgments []schemas.Judgment
-		var pairs []schemas.Pair
-		var rewards []float64
+		var rows stepRows
 		if phase == schemas.PhasePolicy {
-			for p := 0; p < o.Prompts; p++ {
-				pr := prompts[(s*o.Prompts+p)%len(prompts)]
-				rub := makeRubric(rng, pr.PromptID, phase, s, 0, progress)
-				rubrics = append(rubrics, rub)
-				for j := 0; j < o.N; j++ {
-					id := fmt.Sprintf("%s/%s/%06d/policy/%d", pr.PromptID, phase, s, j)
-					rollouts = append(rollouts, makeRollout(rng, id, pr.PromptID, phase, s, j))
-					score := clamp(0.3 + 0.5*progress + 0.2*rng.NormFloat64())
-					jd := makeJudgment(id, rub, phase, s, score, rng)
-					judgments = append(judgments, jd)
-					if jd.Score != nil {
-						rewards = append(rewards, *jd.Score)
-					}
-				}
-			}
+			rows = policyRows(rng, o, prompts, s, progress)
 		} else {
-			for p := 0; p < o.Pairs; p++ {
-				pr := prompts[(s+p)%len(prompts)]
-				pid := fmt.Sprintf("pair-%06d-%d", s, p)
-				strategy := schemas.Strategies[p%len(schemas.Strategies)]
-				chosenID := fmt.Sprintf("%s/%s/%06d/policy/chosen-%d", pr.PromptID, phase, s, p)
-				rollouts = append(rollouts, makeRollout(rng, chosenID, pid, phase, s, 0))
-				pair := schemas.Pair{
-					PairID: pid, PromptID: pr.PromptID, Step: int64(s), Question: pr.Prompt,
-					Chosen: rollouts[len(rollouts)-1].Text, Rejected: "An older, weaker answer.", Strategy: strategy,
-					ChosenRolloutID: chosenID, RejectedRolloutID: fmt.Sprintf("old-%d", p), ChosenStep: int64(s), RejectedStep: int64(max(s-20, 0)),
-				}
-				if strategy == schemas.StrategyBacktranslate {
-					q := "Inferred: " + pr.Prompt
-					pair.InferredQuestion = &q
-				}
-				pairs = append(pairs, pair)
-				for j := 0; j < o.N; j++ {
-					rub := makeRubric(rng, pid, phase, s, j, progress)
-					rubrics = append(rubrics, rub)
-					sc := clamp(0.6 + 0.2*progress + 0.1*rng.NormFloat64())
-					sr := clamp(0.5 - 0.2*progress + 0.1*rng.NormFloat64())
-					jc := makeJudgment(rules.ChosenID(pid), rub, phase, s, sc, rng)
-					jr := makeJudgment(rules.RejectedID(pid), rub, phase, s, sr, rng)
-					judgments = append(judgments, jc, jr)
-					if jc.Score != nil && jr.Score != nil {
-						r, _, err := grpo.RubricPairReward(grpo.RewardMargin, grpo.RubricInput{SPlus: *jc.Score, SMinus: *jr.Score, FormatOK: rub.FormatOK, Alpha: 0.7})
-						if err != nil {
-							return nil, err
-						}
-						rewards = append(rewards, r)
-					}
-				}
+			var err error
+			if rows, err = rubricRows(rng, o, prompts, s, progress); err != nil {
+				return nil, err
 			}
-			if err := write(w, schemas.Pairs, pipeline.ShardPath(schemas.Pairs.Name, 0, parts...), pairs); err != nil {
+			if err := write(w, schemas.Pairs, pipeline.ShardPath(schemas.Pairs.Name, 0, parts...), rows.pairs); err != nil {
 				return nil, err
 			}
 		}
+		rollouts, rubrics, judgments, pairs, rewards := rows.rollouts, rows.rubrics, rows.judgments, rows.pairs, rows.rewards
 		for _, t := range []struct {
 			name string
 			err  func() error
@@ -331,7 +285,6 @@ func makeJudgment(responseID string, rub schemas.Rubric, phase string, step int,
 
 func clamp(x float64) float64 { return math.Min(1, math.Max(0, x)) }
 
-
 func meanStd(xs []float64) (float64, float64) {
 	if len(xs) == 0 {
 		return 0, 0
@@ -364,4 +317,78 @@ func rubricJSON(crit []schemas.Criterion) string {
 		panic(err) // strings and finite floats always marshal
 	}
 	return string(b)
+}
+
+// stepRows are one synthetic step's rows and the rewards they imply.
+type stepRows struct {
+	rollouts  []schemas.Rollout
+	rubrics   []schemas.Rubric
+	judgments []schemas.Judgment
+	pairs     []schemas.Pair
+	rewards   []float64
+}
+
+// policyRows makes a policy step: Prompts prompts, one rubric each, N
+// rollouts per prompt, one judgment per rollout.
+func policyRows(rng *rand.Rand, o Options, prompts []schemas.Prompt, s int, progress float64) stepRows {
+	var r stepRows
+	phase := schemas.PhasePolicy
+	for p := 0; p < o.Prompts; p++ {
+		pr := prompts[(s*o.Prompts+p)%len(prompts)]
+		rub := makeRubric(rng, pr.PromptID, phase, s, 0, progress)
+		r.rubrics = append(r.rubrics, rub)
+		for j := 0; j < o.N; j++ {
+			id := fmt.Sprintf("%s/%s/%06d/policy/%d", pr.PromptID, phase, s, j)
+			r.rollouts = append(r.rollouts, makeRollout(rng, id, pr.PromptID, phase, s, j))
+			score := clamp(0.3 + 0.5*progress + 0.2*rng.NormFloat64())
+			jd := makeJudgment(id, rub, phase, s, score, rng)
+			r.judgments = append(r.judgments, jd)
+			if jd.Score != nil {
+				r.rewards = append(r.rewards, *jd.Score)
+			}
+		}
+	}
+	return r
+}
+
+// rubricRows makes a rubric step: Pairs pairs (strategies in turn), N
+// rubrics per pair, two judgments per rubric, each rubric rewarded by the
+// paper's margin reward.
+func rubricRows(rng *rand.Rand, o Options, prompts []schemas.Prompt, s int, progress float64) (stepRows, error) {
+	var r stepRows
+	phase := schemas.PhaseRubric
+	for p := 0; p < o.Pairs; p++ {
+		pr := prompts[(s+p)%len(prompts)]
+		pid := fmt.Sprintf("pair-%06d-%d", s, p)
+		strategy := schemas.Strategies[p%len(schemas.Strategies)]
+		chosenID := fmt.Sprintf("%s/%s/%06d/policy/chosen-%d", pr.PromptID, phase, s, p)
+		r.rollouts = append(r.rollouts, makeRollout(rng, chosenID, pid, phase, s, 0))
+		pair := schemas.Pair{
+			PairID: pid, PromptID: pr.PromptID, Step: int64(s), Question: pr.Prompt,
+			Chosen: r.rollouts[len(r.rollouts)-1].Text, Rejected: "An older, weaker answer.", Strategy: strategy,
+			ChosenRolloutID: chosenID, RejectedRolloutID: fmt.Sprintf("old-%d", p), ChosenStep: int64(s), RejectedStep: int64(max(s-20, 0)),
+		}
+		if strategy == schemas.StrategyBacktranslate {
+			q := "Inferred: " + pr.Prompt
+			pair.InferredQuestion = &q
+		}
+		r.pairs = append(r.pairs, pair)
+		for j := 0; j < o.N; j++ {
+			rub := makeRubric(rng, pid, phase, s, j, progress)
+			r.rubrics = append(r.rubrics, rub)
+			sc := clamp(0.6 + 0.2*progress + 0.1*rng.NormFloat64())
+			sr := clamp(0.5 - 0.2*progress + 0.1*rng.NormFloat64())
+			jc := makeJudgment(rules.ChosenID(pid), rub, phase, s, sc, rng)
+			jr := makeJudgment(rules.RejectedID(pid), rub, phase, s, sr, rng)
+			r.judgments = append(r.judgments, jc, jr)
+			if jc.Score != nil && jr.Score != nil {
+				rw, _, err := grpo.RubricPairReward(grpo.RewardMargin, grpo.RubricInput{SPlus: *jc.Score, SMinus: *jr.Score, FormatOK: rub.FormatOK, Alpha: 0.7})
+				if err != nil {
+					return r, err
+				}
+				r.rewards = append(r.rewards, rw)
+			}
+		}
+	}
+	return r, nil
 }
