@@ -21,7 +21,7 @@
 //
 // Run directory. A run is a directory of Hive-style partitions,
 //
-//	runs/<run>/<table>/phase=policy/step=000123/part-00000.parquet
+//	runs/<run>/<table>/phase=policy/step=123/part-00000.parquet
 //	runs/<run>/_manifests/<stage>.json
 //	runs/<run>/_work/<stage>/            (stage scratch, see Env.WorkDir)
 //
@@ -31,8 +31,8 @@
 // one of the path's partitions (phase, step) is not stored in the file: the
 // writer checks every row holds the partition's value and drops the column,
 // and a reader whose ReadOptions.Schema asks for it gets it back from the
-// path. (DuckDB reads the zero-padded step as VARCHAR unless given
-// hive_types={'step': BIGINT}.) A stage's manifest lists its committed
+// path. The step is written in plain decimal (step=123, not 000123), so
+// that DuckDB, polars and pyarrow infer it as an integer. A stage's manifest lists its committed
 // shards (run-relative path, rows, bytes, sha256, sha256 of the last 64 KiB,
 // input fingerprint); it is rewritten atomically after each commit. A shard
 // is committed when it is in the manifest. Readers check what they read

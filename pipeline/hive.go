@@ -12,8 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// Hive partitioning. A shard at .../rollouts/phase=policy/step=000123/part-00000.parquet
-// belongs to the partition phase=policy, step=000123. As in Hive, Spark and
+// Hive partitioning. A shard at .../rollouts/phase=policy/step=123/part-00000.parquet
+// belongs to the partition phase=policy, step=123. As in Hive, Spark and
 // pyarrow's write_dataset, a column named like a partition key is not stored
 // in the file: its value is the path's. So DuckDB (hive_partitioning=true),
 // polars and pyarrow datasets see each such column exactly once.

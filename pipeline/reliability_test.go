@@ -111,7 +111,7 @@ func TestCheckShard(t *testing.T) {
 		{"swapped", func(t *testing.T, run *pipeline.Run) {
 			b, _ := os.ReadFile(run.Path(step(2)))
 			os.WriteFile(run.Path(step(1)), b, 0o644)
-		}, "step=000001/part-00000.parquet"},
+		}, "step=1/part-00000.parquet"},
 		{"manifest rows edited", func(t *testing.T, run *pipeline.Run) {
 			p := filepath.Join(run.Dir, "_manifests", "testcopy.json")
 			var m pipeline.Manifest
@@ -143,7 +143,7 @@ func TestCheckShard(t *testing.T) {
 
 func TestVerifyListsStrays(t *testing.T) {
 	run := committedRun(t)
-	stray := run.Path("steps/phase=policy/step=000000/part-00009.parquet")
+	stray := run.Path("steps/phase=policy/step=0/part-00009.parquet")
 	b, _ := os.ReadFile(run.Path(pipeline.ShardPath("steps", 0, pipeline.Phase("policy"), pipeline.Step(0))))
 	os.WriteFile(stray, b, 0o644)
 	os.WriteFile(run.Path("steps/notes.txt"), []byte("x"), 0o644)
@@ -151,7 +151,7 @@ func TestVerifyListsStrays(t *testing.T) {
 	if err := pipeline.Inspect(context.Background(), &buf, run.Dir, pipeline.InspectOptions{Verify: true}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"stray files", "steps/phase=policy/step=000000/part-00009.parquet", "steps/notes.txt", "verified (sha256, rows): 3"} {
+	for _, want := range []string{"stray files", "steps/phase=policy/step=0/part-00009.parquet", "steps/notes.txt", "verified (sha256, rows): 3"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("inspect --verify lacks %q:\n%s", want, buf.String())
 		}
@@ -168,7 +168,7 @@ func TestMovedPartitionIsAnError(t *testing.T) {
 	b, _ := os.ReadFile(src)
 	os.WriteFile(dst, b, 0o644)
 	_, err := pipeline.OpenShard(dst, pipeline.ReadOptions{Schema: schemas.Steps.Schema()})
-	if err == nil || !strings.Contains(err.Error(), "written as partition step=000001, found under step=000007") {
+	if err == nil || !strings.Contains(err.Error(), "written as partition step=1, found under step=7") {
 		t.Fatalf("OpenShard of a moved shard: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,8 +28,12 @@ func (p Partition) String() string { return p.Key + "=" + p.Value }
 // Phase is the phase partition: "policy" or "rubric".
 func Phase(phase string) Partition { return Partition{"phase", phase} }
 
-// Step is the step partition, zero-padded to 6 digits so that paths sort by step.
-func Step(step int) Partition { return Partition{"step", fmt.Sprintf("%06d", step)} }
+// Step is the step partition: the step in plain decimal (step=12), so that
+// DuckDB, polars and pyarrow infer an integer column from the folder name
+// (DuckDB reads a zero-padded "000012" as VARCHAR). Paths therefore do not
+// sort by step as strings; readers order by the step column (TableShards
+// does).
+func Step(step int) Partition { return Partition{"step", strconv.Itoa(step)} }
 
 // ShardName is the file name of the i-th shard of a partition.
 func ShardName(i int) string { return fmt.Sprintf("part-%05d.parquet", i) }

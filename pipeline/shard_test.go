@@ -278,7 +278,7 @@ func TestShardHivePartitions(t *testing.T) {
 		rows[i].Phase, rows[i].Step = "rubric", 123
 	}
 	p := filepath.Join(dir, pipeline.ShardPath("rollouts", 0, pipeline.Phase("rubric"), pipeline.Step(123)))
-	if !strings.HasSuffix(p, "rollouts/phase=rubric/step=000123/part-00000.parquet") {
+	if !strings.HasSuffix(p, "rollouts/phase=rubric/step=123/part-00000.parquet") {
 		t.Fatalf("path %s", p)
 	}
 	writeRows(t, mem, schemas.Rollouts, p, rows, 16, pipeline.WriteOptions{})
@@ -296,14 +296,14 @@ func TestShardHivePartitions(t *testing.T) {
 	}
 	// A row outside the partition is refused, naming column and row.
 	rows[5].Step = 124
-	w, err := pipeline.CreateShard(filepath.Join(dir, "rollouts/phase=rubric/step=000123/part-00001.parquet"), schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
+	w, err := pipeline.CreateShard(filepath.Join(dir, "rollouts/phase=rubric/step=123/part-00001.parquet"), schemas.Rollouts.Schema(), pipeline.WriteOptions{Mem: mem})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Abort()
 	rec := schemas.Rollouts.Build(mem, rows)
 	defer rec.Release()
-	if err := w.Write(rec); err == nil || !strings.Contains(err.Error(), `column "step" row 5 is 124, not the partition's 000123`) {
+	if err := w.Write(rec); err == nil || !strings.Contains(err.Error(), `column "step" row 5 is 124, not the partition's 123`) {
 		t.Errorf("Write: %v", err)
 	}
 	// A partition value that does not fit the column's type is refused.

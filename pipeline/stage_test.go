@@ -119,7 +119,7 @@ func TestRunStageResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stale temp file from an earlier crash is cleaned on start.
-	stale := filepath.Join(dir, "steps", "phase=policy", "step=000003", ".part-00000.parquet.0a1b2c.tmp")
+	stale := filepath.Join(dir, "steps", "phase=policy", "step=3", ".part-00000.parquet.0a1b2c.tmp")
 	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRunStageResume(t *testing.T) {
 
 	resetTestStage(2)
 	err = runTestStage(t, mem, dir)
-	if err == nil || !strings.Contains(err.Error(), "injected failure") || !strings.Contains(err.Error(), "step=000002") {
+	if err == nil || !strings.Contains(err.Error(), "injected failure") || !strings.Contains(err.Error(), "step=2") {
 		t.Fatalf("first run: err = %v, want the injected failure naming the shard", err)
 	}
 	for _, p := range []string{stale, staleManifest} {
@@ -148,7 +148,7 @@ func TestRunStageResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPaths := []string{"steps/phase=policy/step=000000/part-00000.parquet", "steps/phase=policy/step=000001/part-00000.parquet"}
+	wantPaths := []string{"steps/phase=policy/step=0/part-00000.parquet", "steps/phase=policy/step=1/part-00000.parquet"}
 	if diff := cmp.Diff(wantPaths, m.Paths("steps")); diff != "" {
 		t.Errorf("manifest after failure (-want +got):\n%s", diff)
 	}

@@ -242,8 +242,8 @@ func TestReliabilityExportRefusesSwappedStep(t *testing.T) {
 	if _, err := synthrun.Write(context.Background(), memory.NewGoAllocator(), run, synthrun.Options{Steps: 4}); err != nil {
 		t.Fatal(err)
 	}
-	step0, _ := filepath.Glob(filepath.Join(run, "rollouts", "phase=policy", "step=000000", "*", "*.parquet"))
-	step1, _ := filepath.Glob(filepath.Join(run, "rollouts", "phase=policy", "step=000001", "*", "*.parquet"))
+	step0, _ := filepath.Glob(filepath.Join(run, "rollouts", "phase=policy", "step=0", "*", "*.parquet"))
+	step1, _ := filepath.Glob(filepath.Join(run, "rollouts", "phase=policy", "step=1", "*", "*.parquet"))
 	if len(step0) == 0 || len(step1) == 0 {
 		t.Fatalf("synthetic run lacks policy rollouts of steps 0 and 1: %v %v", step0, step1)
 	}

@@ -186,7 +186,7 @@ func modelStages(w *e2eWorld, backendCfg map[string]any, runDir, mode string) ma
 			"rollout": map[string]any{"input": []string{w.prompts}, "n": e2eN, "seed": 1},
 			"rubrics": map[string]any{"input": []string{w.prompts}, "n": e2eN, "seed": 2},
 			"judge": map[string]any{"prompts": []string{w.prompts}, "seed": 3,
-				"rubrics": []string{filepath.Join(runDir, "rubrics/phase=policy/step=000000/*.parquet"), w.rubrics}},
+				"rubrics": []string{filepath.Join(runDir, "rubrics/phase=policy/step=0/*.parquet"), w.rubrics}},
 		},
 		"roles": map[string]any{
 			"policy":           with(map[string]any{"max_tokens": e2eTokens, "threads": 1}),
@@ -206,10 +206,10 @@ type tables struct {
 func checkTables(t *testing.T, mem memory.Allocator, w *e2eWorld, dir, mode string) tables {
 	t.Helper()
 	var tb tables
-	tb.rollouts, _ = readAll(t, mem, dir, schemas.Rollouts, "phase=policy/step=000000/role=policy")
-	tb.generator, _ = readAll(t, mem, dir, schemas.Rollouts, "phase=policy/step=000000/role=rubric_generator")
-	tb.rubrics, _ = readAll(t, mem, dir, schemas.Rubrics, "phase=policy/step=000000")
-	tb.judgments, tb.judgeMeta = readAll(t, mem, dir, schemas.Judgments, "phase=policy/step=000000")
+	tb.rollouts, _ = readAll(t, mem, dir, schemas.Rollouts, "phase=policy/step=0/role=policy")
+	tb.generator, _ = readAll(t, mem, dir, schemas.Rollouts, "phase=policy/step=0/role=rubric_generator")
+	tb.rubrics, _ = readAll(t, mem, dir, schemas.Rubrics, "phase=policy/step=0")
+	tb.judgments, tb.judgeMeta = readAll(t, mem, dir, schemas.Judgments, "phase=policy/step=0")
 
 	perPrompt := map[string]int{}
 	for _, r := range tb.rollouts {
@@ -362,10 +362,10 @@ func TestE2EModelStages(t *testing.T) {
 			doc := modelStages(w, bk.cfg, src, schemas.JudgeGenerative)
 			stages := doc["stages"].(map[string]any)
 			j := stages["judge"].(map[string]any)
-			j["responses"] = []string{filepath.Join(src, "rollouts/phase=policy/step=000000/role=policy/*.parquet")}
+			j["responses"] = []string{filepath.Join(src, "rollouts/phase=policy/step=0/role=policy/*.parquet")}
 			doc["stages"] = map[string]any{"judge": j}
 			runStages(t, mem, dir, doc, "judge")
-			rows, meta := readAll(t, mem, dir, schemas.Judgments, "phase=policy/step=000000")
+			rows, meta := readAll(t, mem, dir, schemas.Judgments, "phase=policy/step=0")
 			if len(rows) != e2ePrompts*e2eN*(e2eN+1) {
 				t.Errorf("%s: %d generative judgments, want %d", bk.name, len(rows), e2ePrompts*e2eN*(e2eN+1))
 			}
@@ -396,7 +396,7 @@ func TestE2EModelStages(t *testing.T) {
 		doc := modelStages(w, openaiCfg, src, schemas.JudgeYesNo)
 		j := doc["stages"].(map[string]any)["judge"].(map[string]any)
 		delete(j, "prompts")
-		j["responses"] = []string{filepath.Join(src, "rollouts/phase=policy/step=000000/role=policy/*.parquet")}
+		j["responses"] = []string{filepath.Join(src, "rollouts/phase=policy/step=0/role=policy/*.parquet")}
 		doc["stages"] = map[string]any{"judge": j}
 		judgeRole := doc["roles"].(map[string]any)["judge"].(map[string]any)
 		judgeRole["top_logprobs"] = vocab
@@ -413,7 +413,7 @@ func TestE2EModelStages(t *testing.T) {
 		if err := runStagesErr(t, mem, dir, doc, "judge"); err != nil {
 			t.Fatalf("rerun with the served model id: %v", err)
 		}
-		rows, _ := readAll(t, mem, dir, schemas.Judgments, "phase=policy/step=000000")
+		rows, _ := readAll(t, mem, dir, schemas.Judgments, "phase=policy/step=0")
 		if len(rows) != e2ePrompts*e2eN*(e2eN+1) {
 			t.Errorf("%d judgments after the fix, want %d", len(rows), e2ePrompts*e2eN*(e2eN+1))
 		}
