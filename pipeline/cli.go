@@ -17,6 +17,9 @@ const FlagKeyAnnotation = "evolm/config-key"
 // Its default is shown in help; it applies only if Changed, so it does not
 // mask the config file or env vars.
 func AddFlag(fs *pflag.FlagSet, name string, key string, typ FieldType, def any, usage string) error {
+	// pflag takes a `quoted` word of the usage for the value's name
+	// (--judge-backend evolm serve); quote with ' instead.
+	usage = strings.ReplaceAll(usage, "`", "'")
 	v, err := coerce(typ, def)
 	if err != nil {
 		return fmt.Errorf("flag --%s: default: %w", name, err)
@@ -94,12 +97,33 @@ func SectionFlag(sec SectionSpec, key string) string {
 func flagUsage(f Field) string {
 	usage := f.Description
 	if len(f.Enum) > 0 {
-		usage += " (one of " + strings.Join(f.Enum, ", ") + ")"
+		usage += " (one of " + enumText(f.Enum) + ")"
 	}
 	if b := f.BoundsText(); b != "" {
 		usage += " (" + b + ")"
 	}
 	return usage
+}
+
+// enumText lists allowed values, an empty one as "".
+func enumText(vals []string) string {
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = v
+		if v == "" {
+			out[i] = `""`
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// sentence ends text with a full stop unless it ends in punctuation.
+func sentence(text string) string {
+	text = strings.TrimSpace(text)
+	if text == "" || strings.ContainsAny(text[len(text)-1:], ".!?:") {
+		return text
+	}
+	return text + "."
 }
 
 // FlagKeys maps config keys to the flags of fs defined by AddFlag or
@@ -116,8 +140,14 @@ func FlagKeys(fs *pflag.FlagSet) map[string]*pflag.Flag {
 
 // WriteSpecDoc renders a stage's documentation: summary, description, tables
 // and a table of config fields with their key, env var, type, default, enum
-// and example. `evolm stages` and `evolm <stage> --help` print it.
-func WriteSpecDoc(w io.Writer, s Spec) error {
+// and example. `evolm stages` prints it; `evolm <stage> --help` prints it
+// with each key's flag (WriteSpecDocFlags).
+func WriteSpecDoc(w io.Writer, s Spec) error { return WriteSpecDocFlags(w, s, nil) }
+
+// WriteSpecDocFlags is WriteSpecDoc naming, for each key that has one, its
+// flag in flags (config key → flag name, as FlagNames returns them), so
+// that each setting appears once in a command's help.
+func WriteSpecDocFlags(w io.Writer, s Spec, flags map[string]string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n", s.Name, s.Summary)
 	if s.Description != "" {
@@ -125,35 +155,36 @@ func WriteSpecDoc(w io.Writer, s Spec) error {
 	}
 	fmt.Fprintf(&b, "\nInputs:  %s\nOutputs: %s\n", orNone(s.Inputs), orNone(s.Outputs))
 	if len(s.Fields) > 0 {
-		b.WriteString("\nConfig (stages." + s.Name + ".<key>; env var; flag --<key> with - for _):\n")
-		writeFields(&b, "stages."+s.Name, s.Fields)
+		b.WriteString("\nConfig: key (in stages." + s.Name + "), flag, type, default, env var:\n")
+		writeFields(&b, "stages."+s.Name, s.Fields, flags)
 	}
 	for _, u := range s.Uses {
 		sec, ok := LookupSection(u)
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(&b, "\n%s: %s\n(keys %s.<key>; env var; flag --%s-<key> with - for _):\n", sec.Name, sec.Summary, sec.Name, sec.Flag)
-		writeFields(&b, sec.Name, sec.Fields)
+		fmt.Fprintf(&b, "\n%s: %s\nKey (in %s), flag, type, default, env var:\n", sec.Name, sec.Summary, sec.Name)
+		writeFields(&b, sec.Name, sec.Fields, flags)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-// writeFields renders a table of fields under prefix.
-func writeFields(b *strings.Builder, prefix string, fs []Field) {
+// writeFields renders a table of fields under prefix; flags names each
+// key's flag (nil: the default names, --<key> with - for _).
+func writeFields(b *strings.Builder, prefix string, fs []Field, flags map[string]string) {
 	fields := append([]Field(nil), fs...)
 	sort.SliceStable(fields, func(i, j int) bool { return fields[i].Key < fields[j].Key })
-	kw, tw := 0, 0
-	for _, f := range fields {
-		kw, tw = max(kw, len(f.Key)), max(tw, len(f.Type))
-	}
 	for _, f := range fields {
 		key := prefix + "." + f.Key
-		fmt.Fprintf(b, "  %-*s  %-*s  default %s  (%s)\n", kw, f.Key, tw, f.Type, fmtValue(f.Default), EnvName(key))
-		desc := f.Description
+		head := "  " + f.Key
+		if name, ok := flags[key]; ok {
+			head += "  --" + name
+		}
+		fmt.Fprintf(b, "%s  %s  default %s  %s\n", head, f.Type, fmtValue(f.Default), EnvName(key))
+		desc := sentence(strings.ReplaceAll(f.Description, "`", "'"))
 		if len(f.Enum) > 0 {
-			desc += " One of: " + strings.Join(f.Enum, ", ") + "."
+			desc += " One of: " + enumText(f.Enum) + "."
 		}
 		if bt := f.BoundsText(); bt != "" {
 			desc += " Range: " + bt + "."
@@ -168,6 +199,16 @@ func writeFields(b *strings.Builder, prefix string, fs []Field) {
 			b.WriteString("      " + line + "\n")
 		}
 	}
+}
+
+// FlagNames maps config keys to the names of the flags of fs that set them
+// (AddFlag's annotation).
+func FlagNames(fs *pflag.FlagSet) map[string]string {
+	out := map[string]string{}
+	for k, f := range FlagKeys(fs) {
+		out[k] = f.Name
+	}
+	return out
 }
 
 // wrap splits text into lines of at most width bytes, at spaces.
@@ -228,10 +269,7 @@ func AddAllStageFlags(fs *pflag.FlagSet) error {
 			if owners[name] > 1 || fs.Lookup(name) != nil {
 				name = spec.Name + "." + name
 			}
-			usage := spec.Name + ": " + f.Description
-			if len(f.Enum) > 0 {
-				usage += " (one of " + strings.Join(f.Enum, ", ") + ")"
-			}
+			usage := spec.Name + ": " + flagUsage(f)
 			if err := AddFlag(fs, name, "stages."+spec.Name+"."+f.Key, f.Type, f.Default, usage); err != nil {
 				return fmt.Errorf("stage %s: %w", spec.Name, err)
 			}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -597,10 +598,13 @@ func (f Field) checkBounds(v any) error {
 // unbounded.
 func (f Field) BoundsText() string {
 	num := func(p *float64) string {
-		if f.Type == TypeDuration {
+		switch f.Type {
+		case TypeDuration:
 			return time.Duration(*p * float64(time.Second)).String()
+		case TypeInt:
+			return strconv.FormatInt(int64(*p), 10)
 		}
-		return fmt.Sprint(*p)
+		return strconv.FormatFloat(*p, 'g', -1, 64)
 	}
 	switch {
 	case f.Min != nil && f.Max != nil:

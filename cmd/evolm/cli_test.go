@@ -6,8 +6,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"go.yaml.in/yaml/v3"
 
@@ -88,7 +92,7 @@ func TestStageCommandHelpAndFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Writes generated steps rows.", "--rows int", "--label-mode string", "(default 10)", "--run-dir string"} {
+	for _, want := range []string{"Writes generated steps rows.", "rows  --rows  int  default 10", "label_mode  --label-mode  string", "--run-dir string"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}
@@ -236,4 +240,54 @@ func TestServeBindWarning(t *testing.T) {
 			t.Errorf("parseBytes(%q) accepted", s)
 		}
 	}
+}
+
+// TestHelpOverEveryCommand: every command's --help reads cleanly: no flag
+// usage that pflag would mangle (a `word` becomes the value's type name), no
+// integer bound printed as a float, a full stop before "One of:" and
+// "Range:", an empty choice shown as "", each stage key's flag listed once,
+// and summaries that start with a capital, as cobra's own do.
+func TestHelpOverEveryCommand(t *testing.T) {
+	var walk func(c *cobra.Command)
+	floatInt := regexp.MustCompile(`\d\.\d+e\+\d+`)
+	noStop := regexp.MustCompile(`[a-z0-9)] (One of|Range|Example):`)
+	walk = func(c *cobra.Command) {
+		path := c.CommandPath()
+		out, err := run(t, append(strings.Fields(path)[1:], "--help")...)
+		if err != nil {
+			t.Errorf("%s --help: %v", path, err)
+		}
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("%s --%s: usage has a backtick, which pflag turns into the value's name", path, f.Name)
+			}
+		})
+		for _, bad := range []*regexp.Regexp{floatInt, noStop} {
+			if m := bad.FindString(out); m != "" {
+				t.Errorf("%s --help: %q", path, m)
+			}
+		}
+		if strings.Contains(out, "One of: ,") {
+			t.Errorf("%s --help: an empty choice printed as nothing", path)
+		}
+		seen := map[string]int{}
+		for _, m := range regexp.MustCompile(`(?m)^\s+[a-z_]+  (--[a-z0-9-]+)  `).FindAllStringSubmatch(out, -1) {
+			seen[m[1]]++
+		}
+		for _, m := range regexp.MustCompile(`(?m)^\s+(--[a-z0-9-]+) `).FindAllStringSubmatch(out, -1) {
+			seen[m[1]]++
+		}
+		for flag, n := range seen {
+			if n > 1 {
+				t.Errorf("%s --help lists %s %d times", path, flag, n)
+			}
+		}
+		if c.Short != "" && strings.ToUpper(c.Short[:1]) != c.Short[:1] {
+			t.Errorf("%s: summary %q starts lower-case", path, c.Short)
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }

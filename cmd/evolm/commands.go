@@ -90,7 +90,20 @@ Values a stage needs only to run (a model path) may stay unset.`,
 	if err := pipeline.AddAllStageFlags(printCmd.Flags()); err != nil {
 		panic(err) // Register validated the specs; this is a programming error
 	}
-	cmd.AddCommand(printCmd)
+	refCmd := &cobra.Command{
+		Use:   "reference",
+		Short: "Print the reference of every config key as Markdown (docs/config-reference.md)",
+		Long: `Prints, from the registry, every key evolm reads — process settings, the model
+roles' sections, each stage's keys — with its type, default, allowed values,
+bounds, environment variable and meaning. docs/config-reference.md is this
+output; a test fails when it is stale.`,
+		Example: "  evolm config reference > docs/config-reference.md",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return pipeline.WriteReference(cmd.OutOrStdout())
+		},
+	}
+	cmd.AddCommand(printCmd, refCmd)
 	return cmd
 }
 
@@ -112,12 +125,9 @@ func newInspectCmd() *cobra.Command {
 
 // newStageCmd generates `evolm <stage>`: flags and help come from the spec.
 func newStageCmd(a *app, spec pipeline.Spec) *cobra.Command {
-	var doc strings.Builder
-	_ = pipeline.WriteSpecDoc(&doc, spec)
 	cmd := &cobra.Command{
 		Use:   spec.Name,
-		Short: spec.Summary,
-		Long:  doc.String(),
+		Short: summary(spec.Summary),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return pipeline.RunStage(cmd.Context(), spec.Name, a.cfg, pipeline.RunOptions{Log: a.log})
@@ -126,5 +136,31 @@ func newStageCmd(a *app, spec pipeline.Spec) *cobra.Command {
 	if err := pipeline.AddStageFlags(cmd.Flags(), spec); err != nil {
 		panic(err) // Register validated the spec; this is a programming error
 	}
+	documentStage(cmd, spec)
 	return cmd
+}
+
+// documentStage puts the stage's config table, each key with its flag, in
+// cmd's help, and hides those flags from cobra's own flag list, so that
+// every setting appears once.
+func documentStage(cmd *cobra.Command, spec pipeline.Spec) {
+	var doc strings.Builder
+	_ = pipeline.WriteSpecDocFlags(&doc, spec, pipeline.FlagNames(cmd.Flags()))
+	if cmd.Long != "" {
+		doc.WriteString("\n" + cmd.Long + "\n")
+	}
+	cmd.Long = doc.String()
+	for _, name := range pipeline.FlagNames(cmd.Flags()) {
+		_ = cmd.Flags().MarkHidden(name)
+	}
+}
+
+// summary capitalises a one-line summary for the command list, as cobra's
+// own commands read.
+func summary(s string) string {
+	if s == "" {
+		return s
+	}
+	r := []rune(s)
+	return strings.ToUpper(string(r[0])) + string(r[1:])
 }
