@@ -22,8 +22,13 @@ import (
 // Env is what a running stage gets from the pipeline. Its fields are set by
 // RunStage (or by a test) before Run and must not be changed by the stage.
 type Env struct {
-	Stage  string           // the stage's registered name
-	Run    *Run             // the run directory
+	Stage string // the stage's registered name
+	Run   *Run   // the run directory: read inputs (other stages' tables) here
+	// Out is where the stage writes its output: Run itself, or, under
+	// --fresh, a staging run directory (see FreshDir) that replaces the old
+	// output only once the stage has succeeded. MapShards writes there; a
+	// stage that writes or reads back its own output by hand uses Out.
+	Out *Run
 	Mem    memory.Allocator // allocate every Arrow object from it
 	Log    *slog.Logger     // the stage's logger (has attr stage=<name>)
 	Config *Config          // the stage's section, stages.<name>
@@ -48,6 +53,9 @@ type Env struct {
 
 	committed   committedIndex  // the run's committed shards, for checkInput
 	rowsChecked map[string]bool // path and fingerprint → footer rows checked; under committed.mu
+	// before is the stage's manifest in Out when Run began: the shards a
+	// failed run committed are those not in it, or changed.
+	before map[string]ShardInfo
 }
 
 // ReadOptions returns read options that use the env's allocator and batch
@@ -122,7 +130,7 @@ func WriteBatch(build func() arrow.RecordBatch) func(ctx context.Context, w *Sha
 // rerun after a crash or Ctrl-C resumes. The first error cancels the rest;
 // shards committed before it stay committed.
 func (e *Env) MapShards(ctx context.Context, tasks []Task) error {
-	m, err := e.Run.Manifest(e.Stage)
+	m, err := e.Out.Manifest(e.Stage)
 	if err != nil {
 		return err
 	}
@@ -170,14 +178,14 @@ func (e *Env) runTask(ctx context.Context, m *Manifest, t Task, prog *Progress) 
 	}
 	inputsKey := inputsFingerprint(fps)
 	if info, ok := m.Shard(t.Output); ok && info.Inputs == inputsKey {
-		if st, err := os.Stat(e.Run.Path(t.Output)); err == nil && st.Size() == info.Bytes {
+		if st, err := os.Stat(e.Out.Path(t.Output)); err == nil && st.Size() == info.Bytes {
 			e.Log.Debug("skip committed shard", "shard", t.Output, "rows", info.Rows)
 			prog.Add(max(t.Rows, 0))
 			return nil
 		}
 	}
 	prov := e.Provenance(fps...)
-	w, err := CreateShard(e.Run.Path(t.Output), t.Schema, WriteOptions{
+	w, err := CreateShard(e.Out.Path(t.Output), t.Schema, WriteOptions{
 		Mem: e.Mem, Provenance: prov, RowGroupRows: e.RowGroupRows, CompressionLevel: e.Compression,
 	})
 	if err != nil {
@@ -191,7 +199,7 @@ func (e *Env) runTask(ctx context.Context, m *Manifest, t Task, prog *Progress) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	info, err := e.Run.Commit(w, t.Output, prov, inputsKey)
+	info, err := e.Out.Commit(w, t.Output, prov, inputsKey)
 	if err != nil {
 		return err
 	}
@@ -266,6 +274,7 @@ func NewEnv(name string, cfg *Config, opts RunOptions) (*Env, error) {
 	return &Env{
 		Stage:        name,
 		Run:          run,
+		Out:          run,
 		Mem:          opts.Mem,
 		Log:          opts.Log.With("stage", name),
 		Config:       section,
@@ -282,9 +291,13 @@ func NewEnv(name string, cfg *Config, opts RunOptions) (*Env, error) {
 
 // RunStage builds the registered stage name from cfg and runs it in its run
 // directory. It holds the stage's lock in the run (LockStage) throughout.
-// Before Run it removes stale temp files under the stage's output tables
-// (only those of dead writers) and checks that committed shards were made with the same config
-// (pipeline.fresh forgets them instead of failing).
+// Before Run it completes a swap of staged output that a crash interrupted
+// (see FreshDir), removes stale temp files under the stage's output tables
+// (only those of dead writers) and checks that committed shards were made
+// with the same config. pipeline.fresh (or a changed config of a stage whose
+// Spec.Replace is set) writes the new output beside the old, in a staging
+// run, and swaps it in only once the stage has succeeded: a failed --fresh
+// leaves the old output as it was.
 func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) error {
 	spec, ok := Lookup(name)
 	if !ok {
@@ -312,50 +325,87 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
 	defer unlock()
-	if n, err := env.Run.CleanTemp(append([]string{"_manifests"}, spec.Outputs...)...); err != nil {
-		return fmt.Errorf("stage %s: %w", name, err)
-	} else if n > 0 {
-		env.Log.Info("removed stale temp files", "count", n)
-	}
-	m, err := env.Run.Manifest(name)
+	staged, err := env.prepare(spec, cfg.Bool("pipeline.fresh"))
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
-	}
-	if len(m.Shards) > 0 {
-		switch {
-		case cfg.Bool("pipeline.fresh"):
-			for _, s := range m.Shards {
-				if err := os.Remove(env.Run.Path(s.Path)); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return fmt.Errorf("stage %s: fresh: %w", name, err)
-				}
-			}
-			if err := env.Run.ResetStage(name); err != nil {
-				return fmt.Errorf("stage %s: %w", name, err)
-			}
-		case m.ConfigHash != env.ConfigHash:
-			return fmt.Errorf("stage %s: run %s holds shards made with config %s, now %s: use another --run, or --fresh to redo them",
-				name, env.Run.Dir, m.ConfigHash, env.ConfigHash)
-		default:
-			env.Log.Info("resuming", "committed_shards", len(m.Shards), "rows", m.Rows(""))
-		}
 	}
 	start := time.Now()
 	env.Log.Info("start", "run", env.Run.Dir, "config", env.ConfigHash)
 	if err := st.Run(ctx, env); err != nil {
+		keep := "committed shards are kept; rerun to resume"
+		if staged {
+			keep = "the previous output is untouched; the new shards committed so far are kept beside it: rerun the same command to resume"
+		}
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return fmt.Errorf("stage %s: interrupted (committed shards are kept; rerun to resume): %w", name, err)
+			return fmt.Errorf("stage %s: interrupted (%s): %w", name, keep, err)
+		}
+		if staged {
+			return fmt.Errorf("stage %s: %w\n(%s)", name, err, keep)
 		}
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
 	if err := env.checkFailures(cfg.Float("pipeline.warn_failure_fraction")); err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
-	m, err = env.Run.Manifest(name)
+	if staged {
+		if err := env.commitStaged(spec.Dirs); err != nil {
+			return fmt.Errorf("stage %s: %w", name, err)
+		}
+		env.Out = env.Run
+	}
+	m, err := env.Run.Manifest(name)
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
 	env.Log.Info("done", "shards", len(m.Shards), "rows", m.Rows(""), "elapsed", time.Since(start).Round(time.Millisecond).String())
 	return nil
+}
+
+// prepare readies the run directory for the stage under its lock: it
+// finishes an interrupted swap, removes stale temp files, decides where the
+// stage writes (stageOut) and refuses committed shards made with another
+// config. It reports whether the stage writes to a staging run.
+func (e *Env) prepare(spec Spec, fresh bool) (bool, error) {
+	if done, err := e.Run.finishStaged(e.Stage); err != nil {
+		return false, err
+	} else if done {
+		e.Log.Info("completed the swap of a --fresh output that a crash interrupted")
+	}
+	if n, err := e.Run.CleanTemp(append([]string{"_manifests"}, spec.Outputs...)...); err != nil {
+		return false, err
+	} else if n > 0 {
+		e.Log.Info("removed stale temp files", "count", n)
+	}
+	m, err := e.Run.Manifest(e.Stage)
+	if err != nil {
+		return false, err
+	}
+	if !fresh && spec.Replace && len(m.Shards) > 0 && m.ConfigHash != e.ConfigHash {
+		e.Log.Info("settings changed: the new output replaces the old once it is complete", "was", m.ConfigHash, "now", e.ConfigHash)
+		fresh = true
+	}
+	staged, err := e.stageOut(fresh)
+	if err != nil {
+		return false, err
+	}
+	if staged {
+		if m, err = e.Out.Manifest(e.Stage); err != nil {
+			return false, err
+		}
+	}
+	switch {
+	case len(m.Shards) == 0:
+	case m.ConfigHash != e.ConfigHash:
+		return false, fmt.Errorf("run %s holds shards made with config %s, now %s: rerun with --fresh to redo them (the committed shards stay until the new ones are complete), or use another --run",
+			e.Run.Dir, m.ConfigHash, e.ConfigHash)
+	case !staged:
+		e.Log.Info("resuming", "committed_shards", len(m.Shards), "rows", m.Rows(""))
+	}
+	e.before = map[string]ShardInfo{}
+	for _, s := range m.Shards {
+		e.before[s.Path] = s
+	}
+	return staged, nil
 }
 
 // WorkDir returns (and creates) the stage's scratch directory in the run,

@@ -67,9 +67,10 @@ func (f *RowFailures) Check(warnFraction float64) (warning string, err error) {
 }
 
 // checkFailures applies RowFailures.Check after a stage ran: a stage whose
-// rows all failed has its committed shards removed (so that a rerun after
-// the fix redoes them) and fails; above the warning fraction it warns on
-// the log.
+// rows all failed has the shards it committed in this run removed (so that
+// a rerun after the fix redoes them; under --fresh the staged output is
+// discarded and the old one stays) and fails; above the warning fraction it
+// warns on the log.
 func (e *Env) checkFailures(warnFraction float64) error {
 	warning, err := e.Failures.Check(warnFraction)
 	if warning != "" {
@@ -78,17 +79,48 @@ func (e *Env) checkFailures(warnFraction float64) error {
 	if err == nil {
 		return nil
 	}
-	m, merr := e.Run.Manifest(e.Stage)
+	if e.Out != e.Run {
+		if rerr := e.discardStaged(); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return fmt.Errorf("%w (the new output was discarded and the previous one is untouched: check the model, --model-id of the server, the endpoints, then rerun)", err)
+	}
+	m, merr := e.Out.Manifest(e.Stage)
 	if merr != nil {
 		return errors.Join(err, merr)
 	}
+	kept := 0
 	for _, s := range m.Shards {
-		if rerr := os.Remove(e.Run.Path(s.Path)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		if old, ok := e.before[s.Path]; ok && old == s {
+			kept++
+			continue
+		}
+		if rerr := os.Remove(e.Out.Path(s.Path)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			return errors.Join(err, rerr)
 		}
 	}
-	if rerr := e.Run.ResetStage(e.Stage); rerr != nil {
+	if rerr := e.Out.keepShards(e.Stage, e.before); rerr != nil {
 		return errors.Join(err, rerr)
 	}
+	if kept > 0 {
+		return fmt.Errorf("%w (the shards of this run were removed, the %d committed before it are kept: check the model, --model-id of the server, the endpoints, then rerun)", err, kept)
+	}
 	return fmt.Errorf("%w (nothing was kept: check the model, --model-id of the server, the endpoints, then rerun)", err)
+}
+
+// keepShards rewrites stage's manifest to list only its shards that are in
+// keep unchanged (removing it when none is).
+func (r *Run) keepShards(stage string, keep map[string]ShardInfo) error {
+	m, err := r.Manifest(stage)
+	if err != nil {
+		return err
+	}
+	var shards []ShardInfo
+	for _, s := range m.Shards {
+		if old, ok := keep[s.Path]; ok && old == s {
+			shards = append(shards, s)
+		}
+	}
+	m.Shards = shards
+	return r.writeManifest(stage, m)
 }

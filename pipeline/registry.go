@@ -77,6 +77,14 @@ type Spec struct {
 	Description string   `json:"description"` // paragraphs for --help
 	Inputs      []string `json:"inputs"`      // tables (or "external") it reads
 	Outputs     []string `json:"outputs"`     // tables it writes
+	// Dirs are the Outputs that are directories the stage owns whole rather
+	// than tables (the loop's checkpoints): --fresh replaces each as a whole
+	// once the stage has succeeded.
+	Dirs []string `json:"dirs,omitempty"`
+	// Replace marks a stage whose output is derived from the run (export,
+	// analyze): a rerun with other settings replaces its output, through the
+	// same staging as --fresh, instead of refusing.
+	Replace bool `json:"replace,omitempty"`
 	Fields      []Field  `json:"fields"`
 	// Volatile lists field keys that may change between runs of the same run
 	// directory without invalidating its committed shards (for example the

@@ -22,7 +22,10 @@ import (
 // testStage is a test double registered as "testcopy": it writes `shards`
 // shards of `rows` generated steps rows each, one per step partition, and
 // records which shards it wrote. failAt makes the Write of that shard fail.
-type testStage struct{ shards, rows int }
+type testStage struct {
+	shards, rows int
+	failRows     bool // every row "fails on the model backend" (Env.Failures)
+}
 
 var (
 	testMu      sync.Mutex
@@ -44,14 +47,15 @@ func init() {
 			{Key: "sources", Type: pipeline.TypeStrings, Default: []string{"a", "b"}, Description: "a list"},
 			{Key: "timeout", Type: pipeline.TypeDuration, Default: "30s", Description: "a duration"},
 			{Key: "verbose", Type: pipeline.TypeBool, Default: false, Description: "a bool"},
+			{Key: "fail_rows", Type: pipeline.TypeBool, Default: false, Description: "record every row as failed on the model backend"},
 		},
-		Volatile: []string{"verbose"},
+		Volatile: []string{"verbose", "fail_rows"},
 		New:      newTestStageFromConfig,
 	})
 }
 
 func newTestStageFromConfig(cfg *pipeline.Config) (pipeline.Stage, error) {
-	s := &testStage{shards: cfg.Int("shards"), rows: cfg.Int("rows")}
+	s := &testStage{shards: cfg.Int("shards"), rows: cfg.Int("rows"), failRows: cfg.Bool("fail_rows")}
 	if s.shards < 1 {
 		return nil, cfg.Errorf("shards", "must be ≥ 1, got %d", s.shards)
 	}
@@ -71,6 +75,9 @@ func (s *testStage) Run(ctx context.Context, env *pipeline.Env) error {
 				testMu.Unlock()
 				if fail {
 					return fmt.Errorf("injected failure")
+				}
+				if s.failRows {
+					env.Failures.Add(s.rows, s.rows, "injected backend failure")
 				}
 				rows := schematest.Steps(s.rows)
 				for k := range rows {

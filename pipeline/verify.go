@@ -148,17 +148,29 @@ type committedIndex struct {
 	byPath map[string]ShardInfo // filepath.Clean(run.Path(rel)) → info
 }
 
-func (ix *committedIndex) load(run *Run) error {
-	all, err := run.Committed()
-	if err != nil {
-		return err
-	}
-	ix.byPath = make(map[string]ShardInfo, len(all))
-	for rel, info := range all {
-		ix.byPath[filepath.Clean(run.Path(rel))] = info
+func (ix *committedIndex) load(runs ...*Run) error {
+	ix.byPath = map[string]ShardInfo{}
+	for _, run := range runs {
+		all, err := run.Committed()
+		if err != nil {
+			return err
+		}
+		for rel, info := range all {
+			ix.byPath[filepath.Clean(run.Path(rel))] = info
+		}
 	}
 	ix.loaded = true
 	return nil
+}
+
+// runs returns the run directories whose committed shards the env's inputs
+// may be: the run, and the staging run the stage writes to (a stage that
+// reads back its own output).
+func (e *Env) runs() []*Run {
+	if e.Out == nil || e.Out == e.Run {
+		return []*Run{e.Run}
+	}
+	return []*Run{e.Run, e.Out}
 }
 
 // checkInput checks an input file whose fingerprint is fp: when it is a
@@ -169,7 +181,7 @@ func (e *Env) checkInput(path, fp string) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if !ix.loaded {
-		if err := ix.load(e.Run); err != nil {
+		if err := ix.load(e.runs()...); err != nil {
 			return err
 		}
 	}
@@ -177,7 +189,7 @@ func (e *Env) checkInput(path, fp string) error {
 	info, ok := ix.byPath[key]
 	if ok && fp != "sha256:"+info.SHA256 {
 		// The shard may have been recommitted since the index was read.
-		if err := ix.load(e.Run); err != nil {
+		if err := ix.load(e.runs()...); err != nil {
 			return err
 		}
 		info, ok = ix.byPath[key]
@@ -193,10 +205,18 @@ func (e *Env) checkInput(path, fp string) error {
 		e.rowsChecked = map[string]bool{}
 	}
 	if !e.rowsChecked[key+"\x00"+fp] {
-		if err := e.Run.CheckShard(info); err != nil {
+		if err := e.runOf(key).CheckShard(info); err != nil {
 			return err
 		}
 		e.rowsChecked[key+"\x00"+fp] = true
 	}
 	return nil
+}
+
+// runOf returns the run (of Env.runs) that file path p lies in.
+func (e *Env) runOf(p string) *Run {
+	if e.Out != nil && e.Out != e.Run && strings.HasPrefix(p, filepath.Clean(e.Out.Dir)+string(filepath.Separator)) {
+		return e.Out
+	}
+	return e.Run
 }
