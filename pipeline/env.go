@@ -28,7 +28,7 @@ type Env struct {
 	// --fresh, a staging run directory (see FreshDir) that replaces the old
 	// output only once the stage has succeeded. MapShards writes there; a
 	// stage that writes or reads back its own output by hand uses Out.
-	Out *Run
+	Out    *Run
 	Mem    memory.Allocator // allocate every Arrow object from it
 	Log    *slog.Logger     // the stage's logger (has attr stage=<name>)
 	Config *Config          // the stage's section, stages.<name>

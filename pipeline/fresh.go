@@ -165,7 +165,9 @@ func (e *Env) commitStaged(dirs []string) error {
 // may be repeated after a crash.
 func (r *Run) applyStaged(j stagedJournal) error {
 	src := r.stagedDir(j.Stage)
-	fail := func(err error) error { return fmt.Errorf("run %s: swap in the new output of %s: %w", r.Dir, j.Stage, err) }
+	fail := func(err error) error {
+		return fmt.Errorf("run %s: swap in the new output of %s: %w", r.Dir, j.Stage, err)
+	}
 	for _, d := range slices.Sorted(maps.Keys(j.Dirs)) {
 		staged, dst := filepath.Join(src, filepath.FromSlash(d)), r.Path(d)
 		_, err := os.Stat(staged)
@@ -259,4 +261,3 @@ func (r *Run) writeManifest(stage string, m *Manifest) error {
 	}
 	return WriteFileAtomic(r.manifestPath(stage), append(b, '\n'))
 }
-

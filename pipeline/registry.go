@@ -84,8 +84,8 @@ type Spec struct {
 	// Replace marks a stage whose output is derived from the run (export,
 	// analyze): a rerun with other settings replaces its output, through the
 	// same staging as --fresh, instead of refusing.
-	Replace bool `json:"replace,omitempty"`
-	Fields      []Field  `json:"fields"`
+	Replace bool    `json:"replace,omitempty"`
+	Fields  []Field `json:"fields"`
 	// Volatile lists field keys that may change between runs of the same run
 	// directory without invalidating its committed shards (for example the
 	// co-evolution loop's total steps, raised to train longer). They are left
