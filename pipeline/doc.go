@@ -37,13 +37,19 @@
 // input fingerprint); it is rewritten atomically after each commit. A shard
 // is committed when it is in the manifest. Readers check what they read
 // against it: model-stage and export inputs with Run.CheckShard (size, tail
-// sha256, footer row count), MapShards task inputs by their full sha256,
-// `evolm inspect` every committed shard (--verify: full sha256, and stray
-// files listed). A missing, swapped or edited shard, or an edited manifest,
-// is an error naming the file (ErrShardMismatch). A shard whose partition
-// columns were taken out of the file records their values in its metadata
+// sha256, footer row count, partition), MapShards task inputs by their full
+// sha256, `evolm inspect` every committed shard (--verify: full sha256,
+// stray files listed, and the references between tables followed). A
+// missing, swapped or edited shard, or an edited manifest, is an error
+// naming the file (ErrShardMismatch). A shard whose partition columns were
+// taken out of the file records their values in its metadata
 // (evolm.partitions); a reader refuses a shard found under another
 // partition, so a copied or moved file never changes its rows' step.
+//
+// Fresh. --fresh (pipeline.fresh) writes a stage's new output beside the
+// old, in _fresh/<stage>, and swaps it in only once the stage has
+// succeeded (see FreshDir): a failed --fresh leaves the old output as it
+// was.
 //
 // Locks. RunStage holds an flock on _locks/<stage>.lock (holding its pid)
 // for the whole run: a second process running the same stage on the run

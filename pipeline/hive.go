@@ -1,9 +1,12 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -148,4 +151,43 @@ func fileSchema(schema *arrow.Schema, parts map[string]string) (*arrow.Schema, [
 	}
 	md := schema.Metadata()
 	return arrow.NewSchema(keep, &md), dropped, values, nil
+}
+
+// samePartitionValue reports whether two partition values are the same
+// value: equal strings, or equal integers (step=12 and an older run's
+// zero-padded step=000012).
+func samePartitionValue(a, b string) bool {
+	if a == b {
+		return true
+	}
+	x, errA := strconv.ParseInt(a, 10, 64)
+	y, errB := strconv.ParseInt(b, 10, 64)
+	return errA == nil && errB == nil && x == y
+}
+
+// checkWrittenPartitions compares the partition values a shard recorded
+// when it was written (metadata MetaPartitions) with those of the path it
+// is found under: a file copied or moved to another partition would give
+// its rows that partition's values.
+func checkWrittenPartitions(md map[string]string, path string) error {
+	js, ok := md[MetaPartitions]
+	if !ok {
+		return nil
+	}
+	var written map[string]string
+	if err := json.Unmarshal([]byte(js), &written); err != nil {
+		return fmt.Errorf("metadata %s: %w", MetaPartitions, err)
+	}
+	parts := partitionMap(PathPartitions(path))
+	for _, k := range slices.Sorted(maps.Keys(written)) {
+		w := written[k]
+		v, ok := parts[k]
+		if !ok {
+			return fmt.Errorf("written as partition %s=%s, found outside any %s=… folder: the file was copied or moved", k, w, k)
+		}
+		if !samePartitionValue(w, v) {
+			return fmt.Errorf("written as partition %s=%s, found under %s=%s: the file was copied or moved; its rows belong to %s=%s", k, w, k, v, k, w)
+		}
+	}
+	return nil
 }

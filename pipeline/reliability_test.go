@@ -151,7 +151,7 @@ func TestVerifyListsStrays(t *testing.T) {
 	if err := pipeline.Inspect(context.Background(), &buf, run.Dir, pipeline.InspectOptions{Verify: true}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"stray files", "steps/phase=policy/step=0/part-00009.parquet", "steps/notes.txt", "verified (sha256, rows): 3"} {
+	for _, want := range []string{"stray files", "steps/phase=policy/step=0/part-00009.parquet", "steps/notes.txt", "verified (sha256, rows, partition): 3"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("inspect --verify lacks %q:\n%s", want, buf.String())
 		}

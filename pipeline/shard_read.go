@@ -187,7 +187,7 @@ func (r *ShardReader) project(want *arrow.Schema) error {
 		if err := checkPartitionValue(c.field.Type, c.value); err != nil {
 			return fmt.Errorf("shard %s: column %q from partition %s=%s: %w", r.path, c.field.Name, c.field.Name, c.value, err)
 		}
-		if w, ok := written[c.field.Name]; ok && w != c.value {
+		if w, ok := written[c.field.Name]; ok && !samePartitionValue(w, c.value) {
 			return fmt.Errorf("shard %s: written as partition %s=%s, found under %s=%s: the file was copied or moved; its rows belong to %s=%s",
 				r.path, c.field.Name, w, c.field.Name, c.value, c.field.Name, w)
 		}

@@ -75,7 +75,11 @@ func (r *Run) CheckShard(info ShardInfo) error {
 		return err
 	}
 	rows := sr.NumRows()
+	perr := checkWrittenPartitions(sr.Metadata(), info.Path)
 	sr.Close()
+	if perr != nil {
+		return fmt.Errorf("shard %s: %w (%w): rerun its stage with --fresh", p, perr, ErrShardMismatch)
+	}
 	if rows != info.Rows {
 		return fmt.Errorf("shard %s: %d rows, the manifest recorded %d (%w): the file or the manifest was edited; rerun its stage with --fresh",
 			p, rows, info.Rows, ErrShardMismatch)
