@@ -1,6 +1,6 @@
 // Package fused is the engine's C++ shim over ATen (fused.cc) for the hot
 // paths whose cost is per-op overhead rather than arithmetic
-// (docs/engine-speed.md §4–5):
+// (docs/engine.md, "The fused decoder stack"):
 //
 //   - Forward runs a Llama/Qwen decoder stack's forward pass, every layer
 //     and the final norm, in one call into libtorch;
@@ -44,9 +44,11 @@
 // each C++ function names the Go function it mirrors and calls the same
 // operators, with the same arguments, in the same order, so the hidden
 // states are the same bits. Three short runs of per-element float32 ops are
-// one pass each instead (docs/engine-speed.md §31): RMSNorm's tail after the
-// variance (add, rsqrt, mul, mul), the rotary step (neg, cat, mul, mul, add)
-// and eager attention's scale and mask (mul_, add_). Each element gets the
+// one pass each instead (each op's ATen overhead and one-thread grain cost
+// more than its arithmetic; docs/engine.md, "The fused decoder stack"):
+// RMSNorm's tail after the variance (add, rsqrt, mul, mul), the rotary step
+// (neg, cat, mul, mul, add) and eager attention's scale and mask (mul_,
+// add_). Each element gets the
 // ops' float operations in their order, one rounding each and no FMA, so
 // the bits are the ops'. RMSNorm's variance is summed in ATen's own order
 // (cascade_sum's, over the vector width of ATen's kernels on this CPU),
@@ -57,7 +59,8 @@
 // place, where the Go path repeats them to the query heads (repeatKV) first:
 // one call of MKL's batched GEMM whose pointers for the query heads of a
 // key head all point at it, the call libtorch makes over the copies
-// (GroupedCalls counts them; docs/engine-speed.md §32). The one-pass
+// (GroupedCalls counts them; repeating copies the whole KV cache each
+// layer and step: docs/engine.md, "Attention"). The one-pass
 // kernels, the mask and argmax split their rows over libtorch's intra-op
 // threads through the libgomp libtorch loaded (ParallelThreads):
 // at::parallel_for compiles to a serial loop in a file built without
