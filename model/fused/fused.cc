@@ -1093,7 +1093,7 @@ extern "C" char* evolm_fused_select_rows(void** src, int64_t n, const int64_t* r
 // the output where the tensor ops take eight: libtorch 2.1's CPU masked_fill
 // is a scalar loop and its broadcast int64 comparisons are not much faster,
 // which cost a packed judge pass of tiny (486 tokens) 0.87 ms of its 6.8
-// (docs/engine-speed.md §20). Each row is MaskSpec::row's: the causal fill
+// (docs/engine.md, "The attention mask"). Each row is MaskSpec::row's: the causal fill
 // (0 up to the query's position, −MaxFloat32 after), then the keys of
 // another branch and the padding keys before the query blocked over it;
 // TestAttnBiasEqualsOps checks the result against the ops bit for bit.
@@ -1117,8 +1117,8 @@ extern "C" char* evolm_fused_forward(const evolm_fused_config* cfg, void** weigh
                 "fused forward: pass both caches or neither");
     // Inference only, so every op may go straight to its CPU (or CUDA)
     // kernel: with grad off the Autograd and ADInplaceOrView kernels only
-    // forward the call, one dispatch step each per op (docs/engine-speed.md
-    // §24). The same kernels run, so the bits are the same. The one
+    // forward the call, one dispatch step each per op (docs/engine.md, "The
+    // fused decoder stack"). The same kernels run, so the bits are the same. The one
     // in-place write, to the KV cache, skips the cache's version bump, which
     // nothing reads.
     TORCH_CHECK(!at::GradMode::is_enabled(), "fused forward: inference only (grad is on)");
