@@ -9,7 +9,7 @@ import "C"
 // activations), and glibc maps every block over its mmap threshold afresh
 // and unmaps it when freed: the kernel then zeroes the block's pages again
 // on first touch, which measured as much system time as the step's
-// arithmetic took user time (docs/engine-speed.md §15).
+// arithmetic took user time (docs/engine.md, "Host memory").
 //
 // While a KeepBlocks call runs, freed CPU tensor blocks of 1 MiB or more
 // are kept and handed out again for a later request that fits them (the
