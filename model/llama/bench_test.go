@@ -127,7 +127,7 @@ func BenchmarkVsHF(b *testing.B) {
 // The paths compute the same bits (TestFusedEqualsPlain); the difference is
 // the per-op cost around ~95 ATen ops a layer and, more so after the long
 // prompt, the plain path's copies of the KV cache to the query heads
-// (repeatKV; docs/engine-speed.md §32).
+// (repeatKV; docs/engine.md, "Attention").
 func BenchmarkDecodeStep(b *testing.B) {
 	torch.SetNumThreads(benchThreads)
 	defer torch.SetGrad(false)()

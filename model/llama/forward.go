@@ -52,7 +52,7 @@ func repeatKV(s *torch.Scope, x *torch.Tensor, groups int64) *torch.Tensor {
 // exactly what masked_fill(blocked, −MaxFloat32) gives (a score plus
 // −MaxFloat32 rounds to −MaxFloat32 for any score below 2^103), and the add
 // is vectorized where libtorch 2.1's CPU masked_fill is a scalar loop: 9% of
-// a `small` prefill (docs/engine-speed.md).
+// a `small` prefill (docs/engine.md, "The attention mask").
 type mask struct {
 	blocked, bias *torch.Tensor
 	// lazy: eager attention on the CPU, whose bias fused.AttnBias builds
@@ -414,7 +414,7 @@ func (m *ForCausalLM) TokenLogits(s *torch.Scope, h, ids *torch.Tensor) (*torch.
 // with Qwen's 151,936 tokens the packed form measured as fast (within 3%)
 // or faster from 2 rows up on both hosts measured, up to 6× at 4 to 32
 // rows, level at 512; at one row it measured 2× faster on the AMD host and
-// within 10% either way on the Intel one (docs/engine-speed.md §8).
+// within 10% either way on the Intel one (docs/engine.md, "The lm_head").
 //
 // Everything else, and grad on, is F.linear. The two forms differ in the
 // last bits of a logit (within float32 rounding: TestHeadFormsMatchLinear),

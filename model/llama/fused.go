@@ -30,9 +30,9 @@ func SetPacked(on bool) (prev bool) {
 // oneRowPacked reports whether lm_head(h) for one row of a head narrower
 // than 128, at one intra-op thread, runs over the packed weight. The
 // faster form depends on the CPU: there F.linear is MKL's gemv, which MKL
-// runs with its own kernels on Intel CPUs, as fast as oneDNN's packed form
-// (docs/engine-speed.md §8), and with generic code on AMD's, 2× slower
-// than the packed form on an AMD EPYC host (§18). Other CPUs keep
+// runs with its own kernels on Intel CPUs, as fast as oneDNN's packed form,
+// and with generic code on AMD's, 2× slower than the packed form on an AMD
+// EPYC host (docs/engine.md, "The lm_head"). Other CPUs keep
 // F.linear: none was measured. The answer is a property of the host, not
 // of a timing, so every process on it, and Logits and WriteLogits, take
 // the same form and give the same bits.

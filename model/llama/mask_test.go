@@ -113,7 +113,8 @@ func TestAttnBiasRefusesBadShapes(t *testing.T) {
 }
 
 // BenchmarkAttnBias times the two ways to build the bias of a packed judge
-// pass (a 358-token trunk and 4 branches of 32, docs/engine-speed.md §20):
+// pass (a 358-token trunk and 4 branches of 32; docs/engine.md, "The
+// attention mask"):
 //
 //	go test -run '^$' -bench AttnBias ./model/llama
 func BenchmarkAttnBias(b *testing.B) {
