@@ -385,12 +385,42 @@ type StepMetrics struct {
 	RefillPrompts int64
 	RefillRounds  int64
 	GroupsTrained int64
+	// Version 4: the distribution of completion lengths in tokens (p50,
+	// p95) of the role trained this step (the population of RespLenMean),
+	// the share of them cut at max_tokens, the rubric generator's
+	// completions of the step (mean, p50, p95), the rubric phase's mean
+	// judged score margin s(a+) − s(a−), and the trained model's completion
+	// tokens per second of the step.
+	RespLenP50    float64
+	RespLenP95    float64
+	TruncatedFrac float64
+	RubricLenMean float64
+	RubricLenP50  float64
+	RubricLenP95  float64
+	MarginMean    *float64
+	TokensPerS    float64
+	// Version 4: where the step's wall time went, in seconds. ElapsedS is
+	// the time since the previous step's row was complete (the first step
+	// of a process: since the loop began), so the previous row's own write,
+	// the checkpoint written after it and the trackers' hand-off count in
+	// this step; TimeOtherS is the rest (ElapsedS less the parts).
+	TimeGenerationS  float64 // the trained role's answers: rollouts, pair answers, inferred questions
+	TimeRubricsS     float64 // the rubric generator's samples
+	TimeJudgeS       float64 // the judge's scoring
+	TimeRefLogprobsS float64 // the frozen reference's log-probs of the trained completions
+	TimeLearnerS     float64 // the learner's forward/backward passes and optimizer step
+	TimeWeightSyncS  float64 // the fleet's weight sync (generation_backend openai)
+	TimeWritesS      float64 // Parquet shards written and committed
+	TimeCheckpointS  float64 // checkpoints
+	TimeOtherS       float64 // the rest: the loop's own bookkeeping
 }
 
 // Steps is the steps table. Version 2 added skipped_updates; version 3 added
 // refill_prompts, refill_rounds and groups_trained, which version-2 shards
-// read as 0.
-var Steps = newTable("steps", 3,
+// read as 0; version 4 added the length percentiles, truncated_frac, the
+// rubric lengths, margin_mean, tokens_per_s and the time_*_s breakdown,
+// which older shards read as 0 (margin_mean as null).
+var Steps = newTable("steps", 4,
 	numCol("step", func(r *StepMetrics) *int64 { return &r.Step }),
 	strCol("phase", func(r *StepMetrics) *string { return &r.Phase }),
 	numCol("loss", func(r *StepMetrics) *float64 { return &r.Loss }),
@@ -416,6 +446,23 @@ var Steps = newTable("steps", 3,
 	addedNumCol(3, "refill_prompts", func(r *StepMetrics) *int64 { return &r.RefillPrompts }),
 	addedNumCol(3, "refill_rounds", func(r *StepMetrics) *int64 { return &r.RefillRounds }),
 	addedNumCol(3, "groups_trained", func(r *StepMetrics) *int64 { return &r.GroupsTrained }),
+	addedNumCol(4, "resp_len_p50", func(r *StepMetrics) *float64 { return &r.RespLenP50 }),
+	addedNumCol(4, "resp_len_p95", func(r *StepMetrics) *float64 { return &r.RespLenP95 }),
+	addedNumCol(4, "truncated_frac", func(r *StepMetrics) *float64 { return &r.TruncatedFrac }),
+	addedNumCol(4, "rubric_len_mean", func(r *StepMetrics) *float64 { return &r.RubricLenMean }),
+	addedNumCol(4, "rubric_len_p50", func(r *StepMetrics) *float64 { return &r.RubricLenP50 }),
+	addedNumCol(4, "rubric_len_p95", func(r *StepMetrics) *float64 { return &r.RubricLenP95 }),
+	added(4, optF64Col("margin_mean", func(r *StepMetrics) **float64 { return &r.MarginMean })),
+	addedNumCol(4, "tokens_per_s", func(r *StepMetrics) *float64 { return &r.TokensPerS }),
+	addedNumCol(4, "time_generation_s", func(r *StepMetrics) *float64 { return &r.TimeGenerationS }),
+	addedNumCol(4, "time_rubrics_s", func(r *StepMetrics) *float64 { return &r.TimeRubricsS }),
+	addedNumCol(4, "time_judge_s", func(r *StepMetrics) *float64 { return &r.TimeJudgeS }),
+	addedNumCol(4, "time_ref_logprobs_s", func(r *StepMetrics) *float64 { return &r.TimeRefLogprobsS }),
+	addedNumCol(4, "time_learner_s", func(r *StepMetrics) *float64 { return &r.TimeLearnerS }),
+	addedNumCol(4, "time_weight_sync_s", func(r *StepMetrics) *float64 { return &r.TimeWeightSyncS }),
+	addedNumCol(4, "time_writes_s", func(r *StepMetrics) *float64 { return &r.TimeWritesS }),
+	addedNumCol(4, "time_checkpoint_s", func(r *StepMetrics) *float64 { return &r.TimeCheckpointS }),
+	addedNumCol(4, "time_other_s", func(r *StepMetrics) *float64 { return &r.TimeOtherS }),
 )
 
 // DedupCluster is a row of the dedup_report table: one cluster of duplicate

@@ -44,8 +44,8 @@ func olderVersion(t *testing.T, rec arrow.RecordBatch, v string, drop ...string)
 	return array.NewRecordBatch(arrow.NewSchema(fields, &nmd), cols, rec.NumRows())
 }
 
-// TestOlderVersionsRead: version-1 pairs and version-2 steps shards (before the
-// temporal fallback and active-sampling columns) read with the current
+// TestOlderVersionsRead: version-1 pairs and version-2 and -3 steps shards
+// (before the temporal fallback, active-sampling and time-breakdown columns) read with the current
 // tables, the new fields zero; read directly, a batch that claims the current
 // version but lacks a column is an error naming it.
 func TestOlderVersionsRead(t *testing.T) {
@@ -67,6 +67,24 @@ func TestOlderVersionsRead(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("version-2 steps shard (-want +got):\n%s", diff)
+	}
+	v3 := olderVersion(t, rec, "3", "resp_len_p50", "resp_len_p95", "truncated_frac", "rubric_len_mean", "rubric_len_p50",
+		"rubric_len_p95", "margin_mean", "tokens_per_s", "time_generation_s", "time_rubrics_s", "time_judge_s",
+		"time_ref_logprobs_s", "time_learner_s", "time_weight_sync_s", "time_writes_s", "time_checkpoint_s", "time_other_s")
+	defer v3.Release()
+	path3 := filepath.Join(dir, "steps3.parquet")
+	pipelinetest.WriteShard(t, mem, path3, v3.Schema(), v3)
+	got = pipelinetest.ReadRows(t, path3, schemas.Steps, pipeline.ReadOptions{Mem: mem, Schema: schemas.Steps.Schema()})
+	want = append(want[:0], steps...)
+	for i := range want {
+		w := &want[i]
+		w.RespLenP50, w.RespLenP95, w.TruncatedFrac, w.RubricLenMean, w.RubricLenP50, w.RubricLenP95 = 0, 0, 0, 0, 0, 0
+		w.MarginMean, w.TokensPerS = nil, 0
+		w.TimeGenerationS, w.TimeRubricsS, w.TimeJudgeS, w.TimeRefLogprobsS, w.TimeLearnerS = 0, 0, 0, 0, 0
+		w.TimeWeightSyncS, w.TimeWritesS, w.TimeCheckpointS, w.TimeOtherS = 0, 0, 0, 0
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("version-3 steps shard (-want +got):\n%s", diff)
 	}
 
 	pairs := schematest.Pairs(6)

@@ -65,6 +65,13 @@ TYPES = {
         "reward_rubric_guided": (F64, True), "count_temporal": (I64, False), "count_backtranslate": (I64, False),
         "count_rubric_guided": (I64, False), "format_rate": (F64, True), "judge_missing_rate": (F64, False),
         "elapsed_s": (F64, False), "skipped_updates": (I64, False),
+        "refill_prompts": (I64, True), "refill_rounds": (I64, True), "groups_trained": (I64, True),
+        "resp_len_p50": (F64, True), "resp_len_p95": (F64, True), "truncated_frac": (F64, True),
+        "rubric_len_mean": (F64, True), "rubric_len_p50": (F64, True), "rubric_len_p95": (F64, True),
+        "margin_mean": (F64, True), "tokens_per_s": (F64, True),
+        "time_generation_s": (F64, True), "time_rubrics_s": (F64, True), "time_judge_s": (F64, True),
+        "time_ref_logprobs_s": (F64, True), "time_learner_s": (F64, True), "time_weight_sync_s": (F64, True),
+        "time_writes_s": (F64, True), "time_checkpoint_s": (F64, True), "time_other_s": (F64, True),
     },
     "dedup_report": {
         "cluster_id": (I64, False), "kept_id": (S, False), "removed_ids": (pa.list_(S), False),
@@ -73,9 +80,10 @@ TYPES = {
 }
 
 # Schema versions that are not 1 (steps 2: skipped_updates; steps 3: refill_prompts,
-# refill_rounds, groups_trained; pairs 2: temporal_age, temporal_fallback; rubrics 2:
-# scoring_levels).
-VERSIONS = {"rollouts": b"2", "steps": b"3", "pairs": b"2", "rubrics": b"2"}
+# refill_rounds, groups_trained; steps 4: length percentiles, truncated_frac, rubric
+# lengths, margin_mean, tokens_per_s, time_*_s; pairs 2: temporal_age, temporal_fallback;
+# rubrics 2: scoring_levels).
+VERSIONS = {"rollouts": b"2", "steps": b"4", "pairs": b"2", "rubrics": b"2"}
 
 checks = 0
 

@@ -166,7 +166,7 @@ func TestRunStageAndInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"rows:       12", "row groups: 1", "  format_rate: float64 (nullable)", "evolm.stage: clitest",
-		"evolm.schema_version: 3", "first 2 rows:", `"step":1`} {
+		"evolm.schema_version: 4", "first 2 rows:", `"step":1`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect file lacks %q:\n%s", want, out)
 		}

@@ -143,12 +143,16 @@ func Steps(n int) []schemas.StepMetrics {
 			GradNorm: 1.5, LR: 1e-6, RewardMean: 0.5 + 0.001*float64(i), RewardStd: 0.2, RespLenMean: 312.5,
 			Entropy: 0.9, ZeroStdFrac: 0.125, JudgeMissingRate: 0.01, ElapsedS: 12.25, SkippedUpdates: int64(i % 2),
 			RefillPrompts: int64(i % 5), RefillRounds: int64(i % 3), GroupsTrained: 64,
+			RespLenP50: 290, RespLenP95: 601, TruncatedFrac: 0.0625, RubricLenMean: 180.5, RubricLenP50: 171, RubricLenP95: 402,
+			TokensPerS: 1234.5, TimeGenerationS: 6.5, TimeRubricsS: 1.25, TimeJudgeS: 2.5, TimeRefLogprobsS: 0.25,
+			TimeLearnerS: 1.5, TimeWritesS: 0.125, TimeCheckpointS: float64(i%2) * 0.0625, TimeOtherS: 0.0625 - float64(i%2)*0.0625,
 		}
 		if (i/50)%2 == 1 {
 			s.Phase = schemas.PhaseRubric
 			s.RewardTemporal, s.RewardBacktranslate, s.RewardRubricGuided = ptr(0.1), ptr(0.2), ptr(0.3)
 			s.CountTemporal, s.CountBacktranslate, s.CountRubricGuided = 21, 22, 21
 			s.FormatRate = ptr(0.875)
+			s.MarginMean = ptr(0.0625)
 		}
 		out[i] = s
 	}
