@@ -65,7 +65,7 @@ func TestInitStreamsRandomize(t *testing.T) {
 // Init and Load run on a thread of their own (torch.OnOwnThread): the
 // caller's thread never enters libtorch, so it starts no libgomp worker
 // pool that would live on beside those of the goroutines that then run the
-// model (docs/engine-speed.md §27).
+// model (docs/engine.md, "Threads and grad mode").
 func TestInitAndLoadLeaveCallerThread(t *testing.T) {
 	runtime.LockOSThread() // so that ThreadClaimed asks about this goroutine's thread
 	defer runtime.UnlockOSThread()

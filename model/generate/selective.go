@@ -179,7 +179,7 @@ func selectiveChunk(s *torch.Scope, m model.CausalLM, h, tgt *torch.Tensor, entr
 	// a logits-sized temporary in forward and keeps the logits for a
 	// backward of two more, where log_softmax's backward is one kernel over
 	// its saved output. A tiny model's forward+backward took 0.66–0.69 s
-	// instead of 0.95 and peaked 300 MB lower (docs/engine-speed.md §23).
+	// instead of 0.95 and peaked 300 MB lower (docs/engine.md, "The learner").
 	lsm := s.LogSoftmax(lg, -1, torch.Float32)               // (B, n, V)
 	lp = s.Squeeze(s.Gather(lsm, 2, s.Unsqueeze(tgt, 2)), 2) // (B, n)
 	if entropy {
