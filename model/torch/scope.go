@@ -247,7 +247,7 @@ func ClaimThread() {
 // worker spin only 100 iterations before it sleeps (instead of about 3 ms),
 // and from then on every small operation pays a futex wake-up: a sequence of
 // short forward passes at 2 threads ran about 1.6 times slower in such a
-// process (docs/engine-speed.md §12). One thread per goroutine keeps one pool
+// process (docs/engine.md, "Threads and grad mode"). One thread per goroutine keeps one pool
 // per goroutine that uses the engine, and a goroutine that ends frees its
 // pool.
 //
@@ -257,7 +257,7 @@ func ClaimThread() {
 // ends it, and parks it for good when a goroutine exits locked to it, which
 // would keep that goroutine's pool, and the throttle, for the life of the
 // process (whether a short-lived goroutine landed there was chance: a
-// process's judge ran at one speed or at half of it, §26). So the init
+// process's judge ran at one speed or at half of it). So the init
 // below keeps the main thread for the main goroutine alone.
 func claimThread() {
 	runtime.LockOSThread()
@@ -272,7 +272,8 @@ func claimThread() {
 // parallel ops started on it. For one-off engine work, such as loading a
 // model, done on a goroutine that lives on without using the engine after
 // it: a command's main goroutine that loads the model its shard workers or
-// its server's connections then run (docs/engine-speed.md §27). Done on
+// its server's connections then run (docs/engine.md, "Threads and grad
+// mode"). Done on
 // that goroutine, the work would leave a second pool alive beside the
 // workers', and two pools at 2 intra-op threads on 2 CPUs throttle every op
 // of both.
