@@ -41,7 +41,7 @@ import (
 // memo table regrows in every row group), levels 5-10%, statistics, RLE and
 // the file's sha256 the rest. The columns are unequal: the token ids take
 // 40% of the CPU and bound the wall time on 2 cores; tasks start largest
-// first. The measured throughput against pyarrow is in docs/engine-speed.md
+// first. The measured throughput against pyarrow is in docs/benchmarks.md
 // ("Parquet writes").
 type columnWriter struct {
 	w        *file.Writer
