@@ -132,8 +132,8 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 // goroutine calls the engine, and otherwise the batchers' goroutines do (up
 // to --engine-calls for completions), which end when idle, so without it
 // each of those threads would keep a libgomp worker pool of its own, and
-// pools that outnumber the CPUs throttle every op (docs/engine-speed.md
-// §29–30).
+// pools that outnumber the CPUs throttle every op (docs/engine.md, "Threads
+// and grad mode").
 func loadServed(o torchbe.Options) (*torchbe.Model, error) {
 	o.OneThread = true
 	return torchbe.Load(o)
