@@ -17,8 +17,8 @@ import (
 // callers' goroutines, each caller's thread would keep a libgomp worker pool
 // of its own, and once the pools' threads outnumber the CPUs libgomp
 // throttles every op of every pool: two shard workers at 2 intra-op threads
-// on 2 CPUs ran the judge stage 3× slower than one (docs/engine-speed.md
-// §28).
+// on 2 CPUs ran the judge stage 3× slower than one (docs/engine.md,
+// "Threads and grad mode").
 //
 // Score, ScoreNaive and LogProbs run on it as plain calls, one after the
 // other. A generation runs as a coroutine of the engine goroutine
@@ -27,7 +27,7 @@ import (
 // and while it waits for memory budget (generate.Scheduler.SetYield). The
 // loop resumes the calls in the order they yielded or arrived, so
 // concurrent generations still interleave step by step, and a score call
-// waits for one step, not for a whole generation (§30). A generation's
+// waits for one step, not for a whole generation. A generation's
 // answers are handed to its caller's goroutine, which runs the caller's
 // deliver: the engine goroutine never blocks on a caller.
 type engineThread struct {

@@ -266,9 +266,9 @@ func noErr[T any](v T, err error) func(*testing.T) T {
 // calls one after the other from one goroutine, on its thread. Each
 // sub-benchmark loads its model and closes it, and every call is made from
 // a goroutine that then ends, so that no thread left by another keeps a
-// libgomp pool (docs/engine-speed.md §30):
+// libgomp pool (docs/engine.md, "Threads and grad mode"):
 //
-//	go test -run '^$' -bench GenerateShardWorkers -benchtime 5x ./model/torchbe
+//	go test -run '^$' -bench GenerateShardWorkers -benchtime 5x ./serving/torchbe
 func BenchmarkGenerateShardWorkers(b *testing.B) {
 	for _, preset := range []string{"tiny", "small"} {
 		dir := b.TempDir()
