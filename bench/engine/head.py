@@ -3,8 +3,8 @@ every call) against oneDNN's linear over a weight packed once
 (mkldnn::_reorder_linear_weight, then mkldnn::_linear_pointwise), the form
 model/llama's packedHead takes through model/fused, and against W·hᵀ (one
 row padded to two columns), a form evolm took at one row before: MKL
-streams it fast on AMD hosts and slowly on Intel ones (docs/engine-speed.md
-section 8).
+streams it fast on AMD hosts and slowly on Intel ones (docs/engine.md,
+"The lm_head").
 
 usage (from the repository root, after `make deps`):
   .venv/bin/python bench/engine/head.py [--threads 1] [--vocab 151936]

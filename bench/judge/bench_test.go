@@ -22,9 +22,9 @@ import (
 // Each side scores on its sub-benchmark's goroutine: libgomp keeps a worker
 // pool for every live thread that ran libtorch's parallel ops, and two live
 // pools at 2 intra-op threads throttle every op (model/torch's
-// claimThread; docs/engine-speed.md §26). model.Init and model.Load run on
-// threads of their own that end (§27), so the benchmark's goroutine holds
-// none.
+// claimThread; docs/engine.md, "Threads and grad mode"). model.Init and
+// model.Load run on threads of their own that end, so the benchmark's
+// goroutine holds none.
 func BenchmarkYesNo(b *testing.B) {
 	dir, reqs := yesNoWorkload(b)
 	for _, side := range []string{"naive", "prefix_reuse"} {
@@ -45,7 +45,7 @@ func BenchmarkYesNo(b *testing.B) {
 // done on the first goroutine's thread, that thread would keep a libgomp
 // worker pool beside the worker's, and at 2 intra-op threads on 2 CPUs the
 // two pools throttle every op; model.Load runs on a thread of its own that
-// ends (docs/engine-speed.md §27):
+// ends (docs/engine.md, "Threads and grad mode"):
 //
 //	go test -run '^$' -bench 'YesNo' -benchtime 200x ./bench/judge
 func BenchmarkYesNoStageShape(b *testing.B) {
@@ -107,8 +107,8 @@ func BenchmarkYesNoConcurrent(b *testing.B) {
 // time either way; "callers" runs each on its caller's goroutine, so that
 // both callers' threads keep a libgomp pool, and "one_thread" runs them on
 // the model's engine goroutine (torchbe.Options.OneThread, what the judge
-// stage asks for with more than one shard worker; docs/engine-speed.md
-// §28). An op is one call on each goroutine.
+// stage asks for with more than one shard worker; docs/engine.md, "Threads
+// and grad mode"). An op is one call on each goroutine.
 func BenchmarkYesNoShardWorkers(b *testing.B) {
 	dir, reqs := yesNoWorkload(b)
 	for _, side := range []string{"callers", "one_thread"} {
