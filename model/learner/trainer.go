@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/evolm/evolm/method/grpo"
 	"github.com/evolm/evolm/model"
@@ -204,12 +205,15 @@ func (t *Trainer) trainStep(ctx context.Context, batch []backend.TrainSample) (b
 			packW = packW[a:b]
 		}
 	}
+	var refTime time.Duration
 	if t.cfg.Loss.Beta != 0 {
+		t0 := time.Now()
 		for _, mb := range mbs {
 			if err := t.fillRef(ctx, mb); err != nil {
 				return backend.TrainStats{}, err
 			}
 		}
+		refTime = time.Since(t0)
 	}
 	if t.Adapter != nil {
 		prev := t.Adapter.SetTraining(true) // dropout in the policy's forward passes only
@@ -230,7 +234,7 @@ func (t *Trainer) trainStep(ctx context.Context, batch []backend.TrainSample) (b
 	if err != nil {
 		return backend.TrainStats{}, fmt.Errorf("grpo step: %w", err)
 	}
-	st := backend.TrainStats{Step: int(m.Step), GradNorm: m.GradNorm, Skipped: m.Skipped}
+	st := backend.TrainStats{Step: int(m.Step), GradNorm: m.GradNorm, Skipped: m.Skipped, RefTime: refTime}
 	tokens := m.Extra["tokens"]
 	if tokens > 0 {
 		st.KL = m.Extra["kl_sum"] / tokens

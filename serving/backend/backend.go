@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 )
 
 // Message is one turn of a chat conversation.
@@ -323,6 +324,9 @@ type TrainStats struct {
 	// Skipped says why the update was not applied (a NaN or Inf loss or
 	// gradient norm); "" when it was.
 	Skipped string
+	// RefTime is the part of the step spent computing the frozen
+	// reference's log-probs (0 when the samples carried them, or β = 0).
+	RefTime time.Duration
 }
 
 // Trainer takes GRPO steps on a trained role's model. Implementations
