@@ -13,8 +13,8 @@ import (
 
 // This file holds the wire format of the runtime weight-update APIs that an
 // RL learner calls between optimizer steps, as vLLM and SGLang publish them
-// (docs/fleet.md cites the source of every field), and that `evolm serve`
-// implements:
+// (docs/gpus-and-scale.md, "The server APIs, and their sources", cites the
+// source of every field), and that `evolm serve` implements:
 //
 //	POST /v1/load_lora_adapter     vLLM (VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, --enable-lora)
 //	POST /v1/unload_lora_adapter   vLLM
