@@ -49,6 +49,13 @@ func newRunCmd(a *app, spec pipeline.Spec) *cobra.Command {
 	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		if resume != "" {
 			saved := filepath.Join(resume, "config.yaml")
+			if staged := pipeline.StagedRun(resume, spec.Name); staged != "" {
+				// An interrupted --fresh: it continues beside the old run,
+				// with its own settings.
+				if _, err := os.Stat(filepath.Join(staged, "config.yaml")); err == nil {
+					saved = filepath.Join(staged, "config.yaml")
+				}
+			}
 			if _, err := os.Stat(saved); err != nil {
 				return fmt.Errorf("--resume %s: no config.yaml there: not a directory `evolm run` started", resume)
 			}

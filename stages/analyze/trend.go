@@ -316,7 +316,7 @@ func (t *Trend) Run(ctx context.Context, env *pipeline.Env) error {
 	var shards []string
 	for k, ckpt := range t.Checkpoints {
 		out := pipeline.ShardPath(TrendRubricsTable, 0, pipeline.Partition{Key: "ckpt_index", Value: fmt.Sprintf("%03d", k)})
-		shards = append(shards, env.Run.Path(out))
+		shards = append(shards, env.Out.Path(out))
 		// One task at a time: each opens a model.
 		err := env.MapShards(ctx, []pipeline.Task{{Output: out, Schema: TrendRubricsSchema, Inputs: files, Rows: int64(len(items)),
 			Write: func(ctx context.Context, w *pipeline.ShardWriter) error {

@@ -215,12 +215,12 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := env.Run.Manifest(env.Stage)
+	m, err := env.Out.Manifest(env.Stage)
 	if err != nil {
 		return nil, nil, err
 	}
 	if _, ok := m.Shard(judgPath); ok {
-		js, err := pipeline.ReadRows(ctx, env, schemas.Judgments, []pipeline.TableShard{{Path: env.Run.Path(judgPath)}})
+		js, err := pipeline.ReadRows(ctx, env, schemas.Judgments, []pipeline.TableShard{{Path: env.Out.Path(judgPath)}})
 		return pairs, js, err
 	}
 	byItem := map[string][]schemas.Rubric{}

@@ -155,7 +155,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	rubSchema := lmstage.WithMeta(schemas.Rubrics.Schema(), meta)
 	parse := make([]pipeline.Task, len(gen))
 	for i, g := range gen {
-		in := env.Run.Path(g.Output)
+		in := env.Out.Path(g.Output)
 		parse[i] = pipeline.Task{
 			Output: pipeline.ShardPath(schemas.Rubrics.Name, i, s.spec.Partitions()...),
 			Schema: rubSchema, Inputs: []string{in}, Rows: g.Rows,

@@ -41,7 +41,7 @@ func roleDir(name, role string) string { return ckptDir(name) + "/" + role }
 // ("" and 0 when there is none). Temp directories of an interrupted
 // checkpoint are removed.
 func (l *loop) latestCheckpoint() (int, string, error) {
-	dir := l.env.Run.Path("checkpoints")
+	dir := l.env.Out.Path("checkpoints")
 	ents, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return 0, "", nil
@@ -191,7 +191,7 @@ func (l *loop) checkpointHook(ctx context.Context, step int, _ *schemas.StepMetr
 // into place.
 func (l *loop) checkpoint(ctx context.Context, next int) error {
 	name := ckptName(next)
-	final := l.env.Run.Path(ckptDir(name))
+	final := l.env.Out.Path(ckptDir(name))
 	trainedRoles := map[string]*roles.Trained{roles.Policy: l.policy}
 	if l.rubric != l.policy {
 		trainedRoles[roles.RubricGenerator] = l.rubric

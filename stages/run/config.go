@@ -95,8 +95,10 @@ strategies, the rewards and the learner.
 Writes rollouts, rubrics, judgments, pairs and steps tables per step and an HF
 checkpoint every checkpoint_every steps; rerunning the same command (or
 'evolm run --resume RUN_DIR') continues from the last checkpoint.`,
-		Inputs:     []string{schemas.Prompts.Name},
-		Outputs:    []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Pairs.Name, schemas.Steps.Name, "checkpoints"},
+		Inputs:  []string{schemas.Prompts.Name},
+		Outputs: []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Pairs.Name, schemas.Steps.Name, "checkpoints"},
+		// --fresh replaces the checkpoints as a whole, once the new run is done.
+		Dirs:       []string{"checkpoints"},
 		FieldsFunc: func() ([]pipeline.Field, error) { return pipeline.FieldsOf(Keys{}) },
 		Uses:       roles.Uses(roles.Policy, roles.RubricGenerator, roles.Judge),
 		Moved:      moved,

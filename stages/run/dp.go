@@ -262,6 +262,7 @@ type startState struct {
 	Start   int
 	Ckpt    string
 	Skipped int
+	Out     string // the directory the run writes to (pipeline.Env.Out)
 }
 
 // agreeStart runs decide on rank 0 and hands its result (or its error) to

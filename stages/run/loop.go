@@ -84,10 +84,15 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 			return startState{}, err
 		}
 		start, ck, err := l.latestCheckpoint()
-		return startState{Start: start, Ckpt: ck, Skipped: l.skipped}, err
+		return startState{Start: start, Ckpt: ck, Skipped: l.skipped, Out: env.Out.Dir}, err
 	})
 	if err != nil {
 		return err
+	}
+	if env.Out.Dir != st.Out {
+		// A follower writes its optimizer shards where rank 0 writes the
+		// run: the run itself, or its --fresh staging.
+		env.Out = &pipeline.Run{Dir: st.Out}
 	}
 	start, ck := st.Start, st.Ckpt
 	l.skipped = st.Skipped
@@ -176,18 +181,11 @@ func (l *loop) pick(idx []int) []schemas.Prompt {
 // snapshotConfig keeps the loop's config section (stages.run, nothing of
 // pipeline.* or log.*, so a later --resume cannot inherit --fresh) in the run
 // directory, so that `evolm run --resume DIR` continues with the same
-// settings. A fresh start (pipeline.fresh) also forgets the run's
-// checkpoints: RunStage has already forgotten its shards.
+// settings. Under --fresh the loop writes into a staging run (Env.Out) that
+// holds no checkpoints and no config.yaml: the old ones stay in place until
+// the new run has finished (pipeline.FreshDir).
 func (l *loop) snapshotConfig() error {
-	path := l.env.Run.Path("config.yaml")
-	if l.env.Global.Bool("pipeline.fresh") {
-		if err := os.RemoveAll(l.env.Run.Path("checkpoints")); err != nil {
-			return fmt.Errorf("fresh start: %w", err)
-		}
-		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("fresh start: %w", err)
-		}
-	}
+	path := l.env.Out.Path("config.yaml")
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
@@ -225,7 +223,7 @@ func (l *loop) open(ctx context.Context, ck string) error {
 		return err
 	}
 	l.ckpt = ck
-	path := l.env.Run.Path(ckptDir(ck) + "/replay.parquet")
+	path := l.env.Out.Path(ckptDir(ck) + "/replay.parquet")
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("checkpoint %s: replay buffer %s is missing: the checkpoint is incomplete; remove it to resume from an earlier one", ck, path)
 	}
@@ -242,7 +240,7 @@ func (l *loop) openRole(rc roles.Config, ck string) (*roles.Trained, error) {
 		opt.Learner.Group = l.dp.g
 	}
 	if ck != "" {
-		opt.Resume = &roles.Resume{Dir: l.env.Run.Path(roleDir(ck, rc.Role)), Optimizer: l.env.Run.Path(ckptDir(ck) + "/" + l.optimizerName(rc.Role))}
+		opt.Resume = &roles.Resume{Dir: l.env.Out.Path(roleDir(ck, rc.Role)), Optimizer: l.env.Out.Path(ckptDir(ck) + "/" + l.optimizerName(rc.Role))}
 	}
 	r, err := roles.OpenTrained(rc, opt, l.env.Log)
 	if err != nil && ck != "" {
@@ -345,7 +343,7 @@ func write[T any](l *loop, t *schemas.Table[T], rows []T, step int, phase string
 	parts := append([]pipeline.Partition{pipeline.Phase(phase), pipeline.Step(step)}, extra...)
 	rel := pipeline.ShardPath(t.Name, 0, parts...)
 	prov := l.env.Provenance()
-	w, err := pipeline.CreateShard(l.env.Run.Path(rel), t.Schema(), pipeline.WriteOptions{
+	w, err := pipeline.CreateShard(l.env.Out.Path(rel), t.Schema(), pipeline.WriteOptions{
 		Mem: l.env.Mem, Provenance: prov, RowGroupRows: l.env.RowGroupRows, CompressionLevel: l.env.Compression})
 	if err != nil {
 		return err
@@ -357,7 +355,7 @@ func write[T any](l *loop, t *schemas.Table[T], rows []T, step int, phase string
 		return err
 	}
 	failpoint.Hit("shard-mid")
-	_, err = l.env.Run.Commit(w, rel, prov, "")
+	_, err = l.env.Out.Commit(w, rel, prov, "")
 	return err
 }
 
