@@ -18,20 +18,42 @@ BIN    := $(CURDIR)/bin/evolm
 # The libtorch version at LIBTORCH: the wheel's version.py or the archive's
 # build-version (empty until the venv exists).
 TORCH_VERSION := $(shell sed -n "s/^__version__ = '\([^']*\)'.*/\1/p" '$(LIBTORCH)/version.py' 2>/dev/null || cat '$(LIBTORCH)/build-version' 2>/dev/null)
-# The stamp names the libtorch, its version and the mode it was generated for,
-# so switching any of them (a pip install that replaced torch included)
-# regenerates the overlay, and scripts/gotch-overlay.sh refuses a libtorch
-# that is not 2.1.0 with the fix.
-TORCH_STAMP := build/.torch-$(TORCH_CUDA)-$(shell echo '$(LIBTORCH) $(TORCH_VERSION)' | cksum | cut -d' ' -f1)
+# The stamp names the libtorch and its version, so switching either (a pip
+# install that replaced torch included) regenerates the overlay, and
+# scripts/gotch-overlay.sh refuses a libtorch that is not 2.1.0 with the fix.
+TORCH_STAMP := build/.torch-cpu-$(shell echo '$(LIBTORCH) $(TORCH_VERSION)' | cksum | cut -d' ' -f1)
 
-# Every go command below builds gotch through the generated workspace + overlay.
+# The CUDA build (TORCH_CUDA=1 make build; `make build-cuda` writes
+# bin/evolm-cuda, which `make test` checks on this machine's CPU): gotch
+# and the shims of the CPU build plus libtorch_cuda, c10_cuda and
+# ProcessGroupNCCL (scripts/gotch-overlay.sh writes build/overlay-cuda.json;
+# -tags evolm_cuda). Compiling them needs two CUDA headers that the wheel's
+# nvidia/ packages lack, crt/host_defines.h and nv/target: CUDA_HOME's
+# include/ (a toolkit; /usr/local/cuda when it has them), else build/cuda,
+# filled from the pinned nvidia-cuda-nvcc-cu12 and nvidia-cuda-cccl-cu12
+# wheels (scripts/constraints.txt). Only the build reads them: the binary
+# loads the wheel's libraries and needs a GPU driver only to use a GPU.
+CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/include/crt/host_defines.h),/usr/local/cuda,$(CURDIR)/build/cuda)
+BIN_CUDA  := $(CURDIR)/bin/evolm-cuda
+CUDA_STAMP := build/.torch-cuda-$(shell echo '$(LIBTORCH) $(TORCH_VERSION) $(CUDA_HOME)' | cksum | cut -d' ' -f1)
+CUDA_GOFLAGS := -overlay=$(CURDIR)/build/overlay-cuda.json -tags=evolm_cuda
+
+# Every go command below builds gotch through the generated workspace + overlay
+# (the CUDA one with TORCH_CUDA=1, whose go test commands add evolm_cuda to
+# their -tags: GO_TAGS).
 export GOWORK := $(CURDIR)/build/go.work
+ifeq ($(TORCH_CUDA),1)
+export GOFLAGS := $(CUDA_GOFLAGS)
+GO_TAGS := ,evolm_cuda
+else
 export GOFLAGS := -overlay=$(CURDIR)/build/overlay.json
+GO_TAGS :=
+endif
 export EVOLM_PYTHON := $(PY)
 export EVOLM_ROOT := $(CURDIR)
 GO_TEST_FLAGS ?= -count=1 -p 2 -timeout 60m
 
-.PHONY: build deps venv torch gloo npm test demo bench fuzz clean
+.PHONY: build build-cuda deps venv torch torch-cuda cuda-headers gloo npm test test-cuda demo bench fuzz clean
 
 # scripts/constraints.txt pins every transitive dependency, so that nothing
 # pulls another torch (and so another libtorch) into the venv.
@@ -59,9 +81,28 @@ gloo: build/.gloo
 
 $(TORCH_STAMP): $(VENV)/.ok build/.gloo scripts/gotch-overlay.sh go.mod
 	rm -f build/.torch-*
-	LIBTORCH=$(LIBTORCH) TORCH_CUDA=$(TORCH_CUDA) GOWORK=off GOFLAGS= scripts/gotch-overlay.sh
+	LIBTORCH=$(LIBTORCH) TORCH_CUDA=0 GOWORK=off GOFLAGS= scripts/gotch-overlay.sh
 	touch $@
 torch: $(TORCH_STAMP)
+
+# build/cuda/include: the two CUDA headers, from the wheels pinned in
+# scripts/constraints.txt (pip download, not installed: only the build reads
+# them, and only these: crt/ from nvcc, matching the wheel's CUDA 12.1
+# runtime; nv/ from CCCL, whose first wheel to ship it is 12.3's, a
+# preprocessor-only dispatch header).
+build/cuda/.ok: $(VENV)/.ok scripts/constraints.txt
+	rm -rf build/cuda && mkdir -p build/cuda/wheels
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps -c scripts/constraints.txt -d build/cuda/wheels nvidia-cuda-nvcc-cu12 nvidia-cuda-cccl-cu12
+	$(PY) scripts/cuda_headers.py build/cuda/wheels build/cuda/include
+	rm -rf build/cuda/wheels
+	touch $@
+cuda-headers: $(if $(filter $(CURDIR)/build/cuda,$(CUDA_HOME)),build/cuda/.ok)
+
+$(CUDA_STAMP): $(TORCH_STAMP) $(if $(filter $(CURDIR)/build/cuda,$(CUDA_HOME)),build/cuda/.ok)
+	rm -f build/.torch-cuda-*
+	LIBTORCH=$(LIBTORCH) TORCH_CUDA=1 CUDA_HOME=$(CUDA_HOME) GOWORK=off GOFLAGS= scripts/gotch-overlay.sh
+	touch $@
+torch-cuda: $(CUDA_STAMP)
 
 node_modules/.ok: package.json
 	npm install --no-audit --no-fund --loglevel=error
@@ -70,15 +111,30 @@ npm: node_modules/.ok
 
 deps: venv torch npm
 
-build: torch
+build: $(if $(filter 1,$(TORCH_CUDA)),torch-cuda,torch)
 	go build -o $(BIN) ./cmd/evolm
+
+build-cuda: torch-cuda
+	GOFLAGS='$(CUDA_GOFLAGS)' go build -o $(BIN_CUDA) ./cmd/evolm
 
 # One go test run covers everything: the e2e tag adds the slow end-to-end
 # tests (crash/resume, the loop, notebooks) to the unit and interop tests.
 test: deps
-	go vet -tags e2e ./...
+	go vet -tags e2e$(GO_TAGS) ./...
 	CGO_ENABLED=0 go test -count=1 ./method/...   # the method room builds and passes without cgo
-	go test $(GO_TEST_FLAGS) -tags e2e ./...
+	go test $(GO_TEST_FLAGS) -tags e2e$(GO_TAGS) ./...
+
+# The CUDA build on the CPU (no GPU needed): its own packages vetted, a
+# subset of the tests against it (the engine's HF parity, the loop end to
+# end, data parallelism on Gloo, c10d's collectives, the device checks),
+# and scripts/gpu-check.sh's steps on the CPU (--cpu, tiny shapes) with
+# bin/evolm-cuda. It reuses the CPU build's compiled gotch.
+CUDA_TEST_PKGS := ./model/torch ./model/dist ./model/llama ./stages/run ./cmd/evolm
+CUDA_TEST_RUN  := ^(TestDevice.*|TestCUDA.*|TestHFParity|TestCollectives|TestClosedAndBadArgs|TestE2ELoopAlternatesAndCheckpoints|TestE2EDataParallel|TestVersion.*)$$
+test-cuda: deps build-cuda
+	GOFLAGS='$(CUDA_GOFLAGS)' go vet -tags e2e,evolm_cuda ./model/... ./cmd/...
+	GOFLAGS='$(CUDA_GOFLAGS)' go test $(GO_TEST_FLAGS) -tags e2e,evolm_cuda -run '$(CUDA_TEST_RUN)' $(CUDA_TEST_PKGS)
+	scripts/gpu-check.sh --cpu --bin $(BIN_CUDA) --out build/gpu-check-cpu
 
 # The demo: tiny random Qwen3 checkpoints made on the spot, the bundled
 # sample prompts, and the whole co-evolution loop (stages/presets/demo.yaml).

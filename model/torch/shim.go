@@ -6,7 +6,6 @@ package torch
 
 /*
 #include <stdint.h>
-void at_manual_seed(int64_t);
 void at_set_num_threads(int);
 int at_get_num_threads();
 int at_grad_set_enabled(int);
@@ -37,9 +36,8 @@ func cClaimThread() bool { return C.evolm_claim_thread() == 1 }
 // (runtime.LockOSThread), or on one that has itself used libtorch.
 func ThreadClaimed() bool { return C.evolm_thread_claimed() == 1 }
 
-func cManualSeed(seed int64) { C.at_manual_seed(C.int64_t(seed)) }
-func cSetNumThreads(n int)   { C.at_set_num_threads(C.int(n)) }
-func cNumThreads() int       { return int(C.at_get_num_threads()) }
+func cSetNumThreads(n int) { C.at_set_num_threads(C.int(n)) }
+func cNumThreads() int     { return int(C.at_get_num_threads()) }
 
 func cGradSetEnabled(on bool) bool {
 	b := C.int(0)

@@ -25,7 +25,9 @@
 //
 // Defaults: CPU and float32. On CUDA, parameters are bfloat16 (ParamDType) and
 // numerically sensitive math (norms, softmax, RoPE) is done in float32 by the
-// model code.
+// model code. CUDA is initialized only when a CUDA device is first asked for
+// (CheckDevice, device.go), so a binary built with TORCH_CUDA=1 runs every
+// CPU path as the CPU build does, on a machine without a GPU too.
 package torch
 
 import (
@@ -65,9 +67,6 @@ var CPU = gotch.CPU
 
 // CUDA returns CUDA device i.
 func CUDA(i int) Device { return gotch.CudaBuilder(uint(i)) }
-
-// CUDAAvailable reports whether libtorch sees a CUDA device.
-func CUDAAvailable() bool { return gotch.CUDA.IsAvailable() }
 
 // ParseDevice parses "cpu", "cuda" or "cuda:N".
 func ParseDevice(s string) (Device, error) {
@@ -136,10 +135,6 @@ func ParseDType(s string) (DType, error) {
 
 // ElemSize is the size in bytes of one element of d.
 func ElemSize(d DType) int { return int(d.Size()) }
-
-// ManualSeed seeds libtorch's default generators (CPU and CUDA), like
-// torch.manual_seed.
-func ManualSeed(seed int64) { cManualSeed(seed) }
 
 // SetNumThreads sets libtorch's intra-op thread count (torch.set_num_threads).
 func SetNumThreads(n int) {
