@@ -11,6 +11,7 @@
 #include "c10d.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -254,6 +255,24 @@ int evolm_dist_nccl_built(void) {
   return 1;
 #else
   return 0;
+#endif
+}
+
+void evolm_dist_nccl_version(char* buf, int n) {
+  if (n <= 0) return;
+  buf[0] = '\0';
+#ifdef EVOLM_DIST_NCCL
+  // The loaded library's version where the build links it (the wheel's
+  // libnccl.so.2: EVOLM_DIST_NCCL_LIB), else the headers'.
+  int v = NCCL_VERSION_CODE;
+#ifdef EVOLM_DIST_NCCL_LIB
+  if (ncclGetVersion(&v) != ncclSuccess) v = 0;
+#endif
+  if (v <= 0) return;
+  // NCCL_VERSION(X, Y, Z): X*10000 + Y*100 + Z from 2.9 on (X*1000 + Y*100 + Z before).
+  const int major = v >= 20900 ? v / 10000 : v / 1000;
+  const int minor = v >= 20900 ? v % 10000 / 100 : v % 1000 / 100;
+  std::snprintf(buf, static_cast<size_t>(n), "%d.%d.%d", major, minor, v % 100);
 #endif
 }
 

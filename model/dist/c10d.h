@@ -20,6 +20,10 @@ enum { EVOLM_DIST_SUM = 0, EVOLM_DIST_AVG = 1, EVOLM_DIST_MAX = 2, EVOLM_DIST_MI
 // evolm_dist_nccl_built reports whether ProcessGroupNCCL was compiled in.
 int evolm_dist_nccl_built(void);
 
+// evolm_dist_nccl_version writes the version of the NCCL library this
+// process loaded ("2.18.1") into buf (n bytes), or "" without NCCL.
+void evolm_dist_nccl_version(char* buf, int n);
+
 // evolm_dist_init connects to (is_server: starts) the TCPStore at addr:port,
 // wraps it in store_prefix (empty: none) and the default group's prefixes as
 // torch.distributed.init_process_group does, and creates the backend

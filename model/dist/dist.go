@@ -82,6 +82,15 @@ var ErrClosed = errors.New("dist: group closed")
 // (TORCH_CUDA=1).
 func NCCLBuilt() bool { return C.evolm_dist_nccl_built() == 1 }
 
+// NCCLVersion is the version of the NCCL library this process loaded
+// ("2.18.1": the wheel's nvidia-nccl-cu12), or "" when NCCL is not built
+// in. Reading it needs no GPU.
+func NCCLVersion() string {
+	var buf [32]C.char
+	C.evolm_dist_nccl_version(&buf[0], C.int(len(buf)))
+	return C.GoString(&buf[0])
+}
+
 // Group is one c10d process group (the default group of Options.WorldSize
 // ranks). Its collectives must be called in the same order on every rank, as
 // in torch.distributed. They block until done and are safe to call from
@@ -126,6 +135,17 @@ func Init(ctx context.Context, o Options) (*Group, error) {
 	}
 	if o.WorldSize < 1 || o.Rank < 0 || o.Rank >= o.WorldSize {
 		return nil, fmt.Errorf("dist: init: rank %d out of range for world size %d", o.Rank, o.WorldSize)
+	}
+	if o.Backend == NCCL {
+		// Before the rendezvous, in one line: a build without NCCL, or a
+		// rank whose GPU this process cannot use (torch.CheckDevice), fails
+		// here rather than in c10d with CUDA's multi-line errors.
+		if !NCCLBuilt() {
+			return nil, fmt.Errorf("dist: init nccl rank %d of %d: this build has no NCCL (build with TORCH_CUDA=1 make build)", o.Rank, o.WorldSize)
+		}
+		if err := torch.CheckDevice(torch.CUDA(o.LocalRank)); err != nil {
+			return nil, fmt.Errorf("dist: init nccl rank %d of %d (LOCAL_RANK %d): %w", o.Rank, o.WorldSize, o.LocalRank, err)
+		}
 	}
 	timeout := o.Timeout
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {

@@ -508,5 +508,21 @@ func TestClosedAndBadArgs(t *testing.T) {
 		if _, err := Init(context.Background(), Options{Backend: NCCL, WorldSize: 1, MasterPort: freePort(t), Timeout: 5 * time.Second}); err == nil || !strings.Contains(err.Error(), "no NCCL") {
 			t.Errorf("nccl in a CPU build: err = %v", err)
 		}
+		if NCCLVersion() != "" {
+			t.Errorf("NCCLVersion() = %q in a build without NCCL", NCCLVersion())
+		}
+	} else {
+		// A CUDA build: NCCL's library answers without a GPU, and a rank
+		// whose device is missing (LOCAL_RANK past the visible devices)
+		// fails Init in one line naming it, before the rendezvous.
+		if v := NCCLVersion(); !strings.HasPrefix(v, "2.") {
+			t.Errorf("NCCLVersion() = %q, want NCCL 2.x", v)
+		}
+		devs, _ := torch.CUDADevices()
+		missing := len(devs)
+		_, err := Init(context.Background(), Options{Backend: NCCL, WorldSize: 1, LocalRank: missing, MasterPort: freePort(t), Timeout: 5 * time.Second})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("device cuda:%d: ", missing)) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("nccl on missing device cuda:%d: err = %q, want one line naming the device", missing, err)
+		}
 	}
 }
