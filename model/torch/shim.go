@@ -62,7 +62,7 @@ func cGradSetEnabled(on bool) bool {
 // that much free memory stays at the heap's top. (At a 1 MiB threshold a
 // tiny model's yes/no judge took 17.8–19.4 ms a request without it and
 // 13.3–14.8 with it, 9–10 under glibc's adaptive default, which also keeps
-// the blocks of 1 MiB and more: docs/engine-speed.md §33.)
+// the blocks of 1 MiB and more: docs/engine.md, "Host memory".)
 func SetMmapThreshold(n int) error {
 	if n <= 0 || C.evolm_mmap_threshold(C.int(n), C.int(TrimThreshold(n))) != 1 {
 		return fmt.Errorf("mallopt(M_MMAP_THRESHOLD, %d) and mallopt(M_TRIM_THRESHOLD, %d) failed", n, TrimThreshold(n))
