@@ -66,7 +66,7 @@ type Trainer struct {
 	Adapter *lora.Adapter  // the trained adapter with LoRA, else nil
 	// BaseModel is recorded as base_model_name_or_path in saved adapters.
 	BaseModel string
-	tr        *train.Trainer[[]backend.TrainSample]
+	tr        *train.Trainer[int] // micro-batches are indices into a step's own slices
 	cfg       TrainerConfig
 	save      model.SaveOptions
 }
@@ -111,7 +111,7 @@ func NewTrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.SaveOp
 		}
 	}
 	adam := optim.DefaultAdamW(cfg.LR)
-	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, GradCheckpointing: cfg.GradCheckpointing, DP: cfg.DP})
+	tr, err := train.New[int](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, GradCheckpointing: cfg.GradCheckpointing, DP: cfg.DP})
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("grpo trainer: %w", err)
@@ -130,7 +130,7 @@ func newLoRATrainer(policy, ref model.CausalLM, cfg TrainerConfig, save model.Sa
 	}
 	t := &Trainer{Policy: policy, Adapter: ad, cfg: cfg, save: save}
 	adam := optim.DefaultAdamW(cfg.LR)
-	tr, err := train.New[[]backend.TrainSample](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, Params: ad.Parameters(), GradCheckpointing: cfg.GradCheckpointing, DP: cfg.DP})
+	tr, err := train.New[int](policy, train.Config{AdamW: adam, WeightDecay: cfg.WeightDecay, MaxGradNorm: cfg.MaxGradNorm, Params: ad.Parameters(), GradCheckpointing: cfg.GradCheckpointing, DP: cfg.DP})
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("grpo trainer: %w", err)
@@ -222,14 +222,12 @@ func (t *Trainer) trainStep(ctx context.Context, batch []backend.TrainSample) (b
 			torch.ManualSeed(stepSeed(t.cfg.Seed, t.tr.Opt.StepCount()))
 		}
 	}
-	next := 0 // train.Step calls the loss once per micro-batch, in order
-	m, err := t.tr.Step(ctx, mbs, func(s *torch.Scope, mb []backend.TrainSample) (train.Loss, error) {
+	m, err := t.tr.Step(ctx, indices(len(mbs)), func(s *torch.Scope, i int) (train.Loss, error) {
 		var w []packWeight
 		if packW != nil {
-			w = packW[next]
+			w = packW[i]
 		}
-		next++
-		return t.microLoss(s, mb, w)
+		return t.microLoss(s, mbs[i], w)
 	})
 	if err != nil {
 		return backend.TrainStats{}, fmt.Errorf("grpo step: %w", err)
