@@ -12,4 +12,5 @@ import (
 	_ "github.com/evolm/evolm/stages/rollout"
 	_ "github.com/evolm/evolm/stages/rubrics"
 	_ "github.com/evolm/evolm/stages/run"
+	_ "github.com/evolm/evolm/stages/sft"
 )
