@@ -1,10 +1,16 @@
 // Package sample turns next-token logits into tokens: the logit processors
-// (temperature, top-k, top-p) and a seeded sampler.
+// (Adjust: logit bias, repetition, frequency and presence penalties, banned
+// and allowed tokens; then temperature, min-p, top-k, top-p) and a seeded
+// sampler.
 //
 // Contract:
 //
-//   - Order. Temperature first (logits / T, as HF), then top-k, then top-p on
-//     the distribution top-k left (renormalised), as HF and vLLM do. Top-p
+//   - Order. A row's Adjust first (see Adjust, vLLM's order), then
+//     temperature (logits / T, as HF), then min-p (vLLM's MinPLogitsProcessor:
+//     tokens below MinP × the top probability are dropped), then top-k,
+//     then top-p on the distribution the others left (renormalised), as
+//     vLLM does (HF applies min-p after top-p; the two agree unless both
+//     are on). Top-p
 //     keeps the smallest most-likely set whose mass is ≥ p: token j of the
 //     descending order is kept iff the mass before it is < p, so the most
 //     likely token is always kept. Temperature 0 is greedy: the argmax of the
@@ -45,10 +51,12 @@ import (
 	gts "github.com/sugarme/gotch/ts"
 )
 
-// Row is one row of a batch: its params and, unless it is greedy, its RNG.
+// Row is one row of a batch: its params, its Adjust (nil: none) and, unless
+// it is greedy, its RNG.
 type Row struct {
 	Params
-	RNG *RNG
+	RNG    *RNG
+	Adjust *Adjust
 }
 
 // Result holds one sampled token per row.
@@ -65,6 +73,7 @@ const (
 	kindNucleus      // top-p without top-k whose nucleus lies in the top nucleusK: that sorted prefix
 	kindSorted       // top-p without top-k, nucleus beyond the top nucleusK: full descending sort
 	kindTopK         // top-k (maybe with top-p): sorted top-k prefix
+	kindMinP         // min-p without top-k or top-p: vocabulary order, through dist
 )
 
 func rowKind(p Params, vocab int64) kind {
@@ -73,8 +82,13 @@ func rowKind(p Params, vocab int64) kind {
 		return kindGreedy
 	case p.topK(vocab):
 		return kindTopK
+	case p.topP() && p.minP():
+		// min-p's survivors need not lie in the top nucleusK.
+		return kindSorted
 	case p.topP():
 		return kindNucleus
+	case p.minP():
+		return kindMinP
 	}
 	return kindPlain
 }
@@ -143,6 +157,24 @@ func scaled(s *torch.Scope, x *torch.Tensor, ps []Params) *torch.Tensor {
 	return s.Div(x, s.To(s.FromFloat32(temps, int64(len(ps)), 1), dev, torch.Float32)) // (G, V)
 }
 
+// minP sets to −Inf the logits z (G, V) (after temperature) of every token
+// whose probability is below MinP times its row's most likely one's.
+func minP(s *torch.Scope, z *torch.Tensor, ps []Params, dev torch.Device) *torch.Tensor {
+	any := false
+	mins := make([]float32, len(ps))
+	for i, p := range ps {
+		if p.minP() {
+			mins[i], any = float32(p.MinP), true
+		}
+	}
+	if !any {
+		return z
+	}
+	probs := s.Softmax(z, -1, torch.NoDType)                                                                        // (G, V)
+	thr := s.Mul(s.Amax(probs, []int64{1}, true), s.To(s.FromFloat32(mins, int64(len(ps)), 1), dev, torch.Float32)) // (G, 1)
+	return s.MaskedFill(z, s.Track(probs.LtTensor(thr, false)), math.Inf(-1))
+}
+
 func check(logits *torch.Tensor, rows []Row) (b, v int64, err error) {
 	sh, err := torch.Shape(logits)
 	if err != nil {
@@ -176,9 +208,9 @@ func dist(s *torch.Scope, x *torch.Tensor, ps []Params, k kind, vocab int64) (pr
 		s.Fail(err)
 		return nil, nil
 	}
-	z := scaled(s, x, ps) // (G, V)
+	z := minP(s, scaled(s, x, ps), ps, dev) // (G, V)
 	switch k {
-	case kindPlain:
+	case kindPlain, kindMinP:
 		return s.Softmax(z, -1, torch.NoDType), nil
 	case kindNucleus, kindSorted:
 		// Probabilities of the full distribution, in descending order.
@@ -251,11 +283,31 @@ func SampleWith(s *torch.Scope, ws *Workspace, logits *torch.Tensor, rows []Row)
 		ws = &Workspace{}
 		defer ws.Close()
 	}
+	// Log-probs are the raw logits' (x − lse); rows sample from the
+	// adjusted ones.
+	raw, rawLSE := x, (*torch.Tensor)(nil)
+	if adjusting(rows) {
+		rawLSE = c.Logsumexp(raw, []int64{1}, true) // (B, 1)
+		adj := make([]*Adjust, len(rows))
+		for i, r := range rows {
+			adj[i] = r.Adjust
+		}
+		x = Adjusted(c, raw, adj)
+		if err := c.Err(); err != nil {
+			return Result{}, fmt.Errorf("sample: %w", err)
+		}
+	}
 	if simple(rows, vocab) {
 		tokens, lse := sampleSimple(c, ws, x, rows, b, vocab, dev)
-		return result(c, x, tokens, lse, b)
+		if rawLSE != nil {
+			lse = rawLSE
+		}
+		return result(c, raw, tokens, lse, b)
 	}
-	lse := c.Logsumexp(x, []int64{1}, true) // (B, 1): raw log-prob = x − lse (the value sampleSimple computes)
+	lse := rawLSE
+	if lse == nil {
+		lse = c.Logsumexp(x, []int64{1}, true) // (B, 1): raw log-prob = x − lse (the value sampleSimple computes)
+	}
 	params := make([]Params, len(rows))
 	for i, r := range rows {
 		params[i] = r.Params
@@ -278,7 +330,7 @@ func SampleWith(s *torch.Scope, ws *Workspace, logits *torch.Tensor, rows []Row)
 		tok, _ := sampleSimple(c, ws, c.IndexSelect(x, 0, ix), sub, g, vocab, dev)
 		tokens = c.Track(tokens.IndexCopy(0, ix, tok, false))
 	}
-	for _, k := range []kind{kindNucleus, kindSorted, kindTopK} {
+	for _, k := range []kind{kindNucleus, kindSorted, kindTopK, kindMinP} {
 		idx := gs[k]
 		if len(idx) == 0 {
 			continue
@@ -322,7 +374,7 @@ func SampleWith(s *torch.Scope, ws *Workspace, logits *torch.Tensor, rows []Row)
 			tokens = c.Track(tokens.IndexCopy(0, ix, c.Reshape(tok, g), false))
 		}
 	}
-	return result(c, x, tokens, lse, b)
+	return result(c, raw, tokens, lse, b)
 }
 
 // result copies the tokens (B) and their raw log-probs x[token] − lse to
