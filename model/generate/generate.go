@@ -14,26 +14,45 @@
 //     request with N samples gives the same completions as N requests of one
 //     sample with seeds Seed … Seed+N−1, and a row never depends on the rest
 //     of the batch (package sample explains the one float-level caveat).
+//   - Logit processors (rows.go), vLLM's, in its order, before temperature
+//     and the filters of sample.Params: allowed tokens and a Constraint's
+//     tokens, bad words, MinNewTokens' ban of the stop tokens, logit bias,
+//     then the repetition penalty over the prompt's and the output's tokens
+//     and the frequency and presence penalties over the output's (package
+//     sample's Adjust).
 //   - Stopping. A row stops at the first of: a stop token (kept as the last
-//     token, excluded from Text; FinishStop), a stop string appearing in the
-//     decoded completion (Text is cut before it, Tokens and LogProbs keep
-//     every token up to the one that completed it; FinishStop), or
-//     MaxNewTokens tokens (FinishLength). Stop strings are looked for in the
+//     token, excluded from Text unless IncludeStop; FinishStop), a stop
+//     string appearing in the decoded completion (Text is cut before it, or
+//     after it with IncludeStop; Tokens and LogProbs keep every token up to
+//     the one that completed it; FinishStop), MaxNewTokens tokens
+//     (FinishLength), or its request's Done channel closing (FinishAbort).
+//     Before MinNewTokens tokens the stop tokens are banned and stop strings
+//     are not looked for, and the text of the first MinNewTokens tokens is
+//     never searched, as vLLM does. Stop strings are looked for in the
 //     decoding of the row's last few tokens (enough for the longest stop
 //     string's bytes), then located in the full decoding.
 //   - Text is Decoder.Decode(tokens without a final stop token, skip
-//     special tokens), as vLLM's skip_special_tokens=True.
+//     special tokens unless KeepSpecial), as vLLM's skip_special_tokens.
 //   - Log-probs are the raw model's log-softmax at each sampled token
-//     (before temperature and filters), as vLLM and TRL report by default.
+//     (before processors, temperature and filters), as vLLM and TRL report
+//     by default; so are the TopLogProbs alternatives at each position and
+//     the prompt's log-probs (PromptLogProbs), computed in the prefill.
+//   - Streaming. A request with Stream gets a Delta after every decode step
+//     that gave one of its samples new tokens: the tokens, and the text
+//     that can no longer change (an incomplete UTF-8 character or the start
+//     of a possible stop string is held back). The deltas' text, joined,
+//     is a prefix of the sample's final Text; the rest comes with the
+//     delivered Sample.
 //   - Memory. Everything a call allocates is freed before it returns; caches
 //     are sized to the chunk's longest prompt plus its largest MaxNewTokens.
 //     Prompts are prefilled Options.PrefillChunk positions at a time (fewer
 //     for long prompts, so that a chunk's scores stay within
 //     PrefillScoreElems), so attention scores never take (prompt × prompt)
-//     memory. A decode step allocates no vocabulary-sized tensor: it writes
-//     its logits into, and samples in, two (rows, V) buffers the chunk keeps
-//     from step to step (sample.Workspace; docs/engine-speed.md has the
-//     profile that called for them).
+//     memory. A decode step allocates no vocabulary-sized tensor unless a
+//     row asks for processors or alternatives: it writes its logits into,
+//     and samples in, two (rows, V) buffers the chunk keeps from step to
+//     step (sample.Workspace; docs/engine-speed.md has the profile that
+//     called for them).
 //   - Sharing. With Options.Scheduler, concurrent calls take turns per
 //     prefill chunk and per decode step and stay within a memory budget
 //     (see Scheduler); a row's tokens do not depend on the interleaving.
@@ -46,12 +65,9 @@ package generate
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/sample"
-	"github.com/evolm/evolm/model/torch"
 )
 
 // Decoder turns token ids into text; *tokenizer.Tokenizer implements it.
@@ -65,17 +81,69 @@ type FinishReason string
 const (
 	FinishStop   FinishReason = "stop"   // a stop token or stop string
 	FinishLength FinishReason = "length" // MaxNewTokens reached
+	FinishAbort  FinishReason = "abort"  // the request's Done channel closed
 )
 
 // Request asks for N samples continuing one prompt.
 type Request struct {
-	Prompt       []int         // prompt token ids, unpadded; at least one
-	N            int           // samples; 0 means 1
-	Sampling     sample.Params // temperature, top-k, top-p
-	MaxNewTokens int           // most tokens per sample; > 0
-	StopTokens   []int         // ids that end a sample (EOS, <|im_end|> …)
-	StopStrings  []string      // strings that end a sample
-	Seed         uint64        // sample j draws from sample.NewRNG(Seed + j)
+	Prompt   []int         // prompt token ids, unpadded; at least one
+	N        int           // samples; 0 means 1
+	Sampling sample.Params // temperature, min-p, top-k, top-p
+	// MaxNewTokens is the most tokens per sample: > 0, or 0 with
+	// PromptLogProbs to score the prompt alone (the samples are then empty,
+	// FinishLength).
+	MaxNewTokens int
+	// MinNewTokens: before this many tokens the stop tokens are banned and
+	// stop strings do not end a sample (vLLM's min_tokens).
+	MinNewTokens int
+	StopTokens   []int    // ids that end a sample (EOS, <|im_end|>, stop_token_ids)
+	StopStrings  []string // strings that end a sample
+	// IncludeStop keeps in Text the stop string, or the stop token's text,
+	// that ended a sample (vLLM's include_stop_str_in_output).
+	IncludeStop bool
+	// KeepSpecial keeps special tokens in Text (skip_special_tokens=false).
+	KeepSpecial bool
+	Seed        uint64 // sample j draws from sample.NewRNG(Seed + j)
+	// Penalties, logit bias, allowed tokens and bad words: the logit
+	// processors (rows.go; zero values are off).
+	Penalties     Penalties
+	LogitBias     map[int]float64 // added to the logits of these ids
+	AllowedTokens []int           // when non-empty, every other id is banned
+	// BadWords are token sequences: the last token of one is banned when
+	// the output ends with the rest of it (a one-token word always is).
+	BadWords [][]int
+	// Constrain, when set, makes each sample's Constraint (structured
+	// output); StopTokens must then be non-empty and MinNewTokens 0.
+	Constrain func() Constraint
+	// TopLogProbs asks, at every sampled position, for this many most
+	// likely alternatives (Sample.Top).
+	TopLogProbs int
+	// PromptLogProbs asks for the log-prob of every prompt token after the
+	// first, with its rank and the PromptTop most likely alternatives
+	// (Sample.Prompt).
+	PromptLogProbs bool
+	PromptTop      int
+	// Stream, when set, receives the request's Deltas (see the package
+	// contract). It runs on the engine's goroutine, inside a scheduler turn:
+	// it must not block.
+	Stream func(Delta)
+	// Done, when non-nil, ends the request's samples (FinishAbort) at the
+	// next decode step once closed: a client that went away.
+	Done <-chan struct{}
+}
+
+// Penalties are vLLM's sampling penalties.
+type Penalties struct {
+	// Repetition divides positive logits and multiplies negative ones of
+	// every token in the prompt or the output so far; 0 or 1: off.
+	Repetition float64
+	// Frequency is subtracted from a token's logit once per time it occurs
+	// in the output so far, Presence once if it occurs at all.
+	Frequency, Presence float64
+}
+
+func (p Penalties) on() bool {
+	return p.Repetition != 0 && p.Repetition != 1 || p.Frequency != 0 || p.Presence != 0
 }
 
 func (r *Request) samples() int {
@@ -85,13 +153,55 @@ func (r *Request) samples() int {
 	return r.N
 }
 
+// Alt is one alternative at a position: a token id and its raw log-prob.
+type Alt struct {
+	ID      int
+	LogProb float32
+}
+
+// PromptPos is the log-prob of one prompt token given the tokens before it:
+// its rank among the vocabulary (1: the most likely; ties count as better,
+// as vLLM counts), and the most likely alternatives (Request.PromptTop).
+type PromptPos struct {
+	LogProb float32
+	Rank    int
+	Top     []Alt
+}
+
 // Sample is one completion.
 type Sample struct {
 	Tokens       []int     // generated ids (a final stop token included)
 	LogProbs     []float32 // raw-model log-prob of each of Tokens
+	Top          [][]Alt   // per token, the TopLogProbs most likely alternatives; nil unless asked
 	Text         string    // decoded completion, cut before a stop string
 	FinishReason FinishReason
 	StopString   string // the stop string that ended it, if any
+	StopToken    int    // the stop token that ended it; -1 if none
+	// Prompt holds, for prompt tokens 1 … P−1, their log-probs
+	// (Request.PromptLogProbs); nil unless asked. Every sample of a request
+	// shares one slice.
+	Prompt []PromptPos
+}
+
+// Delta is what a streamed request's sample gained in one decode step
+// (Request.Stream).
+type Delta struct {
+	Sample   int       // the sample's index within its request
+	Tokens   []int     // new tokens
+	LogProbs []float32 // their raw log-probs
+	Top      [][]Alt   // their alternatives (Request.TopLogProbs)
+	Text     string    // new text that no later token can change; may lag Tokens
+}
+
+// Constraint restricts one sample's tokens (structured output).
+type Constraint interface {
+	// Allow sets allow[id] (all false on entry; one entry per vocabulary
+	// id) for every token that may come next, when at most remaining
+	// tokens, this one included, may follow. It reports whether the output
+	// is complete already: the stop tokens may then come next as well.
+	Allow(allow []bool, remaining int) (complete bool)
+	// Accept advances the constraint past token id (never a stop token).
+	Accept(id int) error
 }
 
 // Options tune a Generator.
@@ -136,8 +246,8 @@ type Generator struct {
 }
 
 // New returns a generator over m; dec decodes completions (it may be nil
-// only when no request has stop strings and Text is not wanted: Text is
-// then empty).
+// only when no request has stop strings or streams and Text is not wanted:
+// Text is then empty).
 func New(m model.CausalLM, dec Decoder, opt Options) *Generator {
 	if opt.MaxBatch <= 0 {
 		opt.MaxBatch = 64
@@ -146,31 +256,71 @@ func New(m model.CausalLM, dec Decoder, opt Options) *Generator {
 }
 
 func (g *Generator) validate(reqs []Request) error {
-	vocab := g.m.Config().VocabSize
 	for i := range reqs {
-		r := &reqs[i]
-		switch {
-		case len(r.Prompt) == 0:
-			return fmt.Errorf("generate: request %d: empty prompt", i)
-		case r.N < 0:
-			return fmt.Errorf("generate: request %d: n = %d < 0", i, r.N)
-		case r.MaxNewTokens <= 0:
-			return fmt.Errorf("generate: request %d: max new tokens = %d, want > 0", i, r.MaxNewTokens)
-		case len(r.StopStrings) > 0 && g.dec == nil:
-			return fmt.Errorf("generate: request %d: stop strings need a decoder", i)
-		}
-		if err := r.Sampling.Validate(); err != nil {
+		if err := g.validateOne(&reqs[i]); err != nil {
 			return fmt.Errorf("generate: request %d: %w", i, err)
 		}
-		for _, id := range r.Prompt {
+	}
+	return nil
+}
+
+func (g *Generator) validateOne(r *Request) error {
+	vocab := g.m.Config().VocabSize
+	switch {
+	case len(r.Prompt) == 0:
+		return fmt.Errorf("empty prompt")
+	case r.N < 0:
+		return fmt.Errorf("n = %d < 0", r.N)
+	case r.MaxNewTokens < 0 || r.MaxNewTokens == 0 && !r.PromptLogProbs:
+		return fmt.Errorf("max new tokens = %d, want > 0 (or 0 with prompt log-probs)", r.MaxNewTokens)
+	case r.MinNewTokens < 0 || r.MinNewTokens > r.MaxNewTokens:
+		return fmt.Errorf("min new tokens = %d, want in [0, %d]", r.MinNewTokens, r.MaxNewTokens)
+	case (len(r.StopStrings) > 0 || r.Stream != nil) && g.dec == nil:
+		return fmt.Errorf("stop strings and streams need a decoder")
+	case r.TopLogProbs < 0 || r.PromptTop < 0:
+		return fmt.Errorf("top log-probs %d and prompt top %d must not be negative", r.TopLogProbs, r.PromptTop)
+	case r.Constrain != nil && (len(r.StopTokens) == 0 || r.MinNewTokens > 0):
+		return fmt.Errorf("a constraint needs stop tokens and no min new tokens")
+	}
+	if err := r.Sampling.Validate(); err != nil {
+		return err
+	}
+	inVocab := func(what string, ids []int) error {
+		for _, id := range ids {
 			if id < 0 || id >= vocab {
-				return fmt.Errorf("generate: request %d: prompt token %d outside the vocabulary [0, %d)", i, id, vocab)
+				return fmt.Errorf("%s token %d outside the vocabulary [0, %d)", what, id, vocab)
 			}
 		}
-		for _, s := range r.StopStrings {
-			if s == "" {
-				return fmt.Errorf("generate: request %d: empty stop string", i)
-			}
+		return nil
+	}
+	if err := inVocab("prompt", r.Prompt); err != nil {
+		return err
+	}
+	if err := inVocab("stop", r.StopTokens); err != nil {
+		return err
+	}
+	if err := inVocab("allowed", r.AllowedTokens); err != nil {
+		return err
+	}
+	for id := range r.LogitBias {
+		if err := inVocab("logit bias", []int{id}); err != nil {
+			return err
+		}
+	}
+	for _, w := range r.BadWords {
+		if len(w) == 0 {
+			return fmt.Errorf("empty bad word")
+		}
+		if err := inVocab("bad word", w); err != nil {
+			return err
+		}
+	}
+	if p := r.Penalties; p.Repetition < 0 || p.Repetition != p.Repetition || p.Frequency != p.Frequency || p.Presence != p.Presence {
+		return fmt.Errorf("penalties %+v: repetition must be ≥ 0 and none NaN", p)
+	}
+	for _, s := range r.StopStrings {
+		if s == "" {
+			return fmt.Errorf("empty stop string")
 		}
 	}
 	return nil
@@ -223,364 +373,4 @@ func (g *Generator) reserveChunk(ctx context.Context, reqs []Request, deliver fu
 	}
 	defer release() // also when the engine panics
 	return g.chunk(ctx, reqs, deliver)
-}
-
-// row is one sample being decoded.
-type row struct {
-	req, idx int // request within the chunk, sample index
-	rng      *sample.RNG
-	tokens   []int
-	lps      []float32
-	pos      int64 // position of the next token
-	done     bool
-	out      Sample
-}
-
-func (g *Generator) chunk(ctx context.Context, reqs []Request, deliver func(int, []Sample)) error {
-	// Engine work happens in turns (Options.Scheduler): take() ends the
-	// current turn, if any, and waits for the next.
-	var endTurn func()
-	defer func() {
-		if endTurn != nil {
-			endTurn()
-		}
-	}()
-	take := func() error {
-		if endTurn != nil {
-			endTurn()
-			endTurn = nil
-		}
-		done, err := g.opt.Scheduler.Turn(ctx)
-		if err != nil {
-			return err
-		}
-		endTurn = done
-		return nil
-	}
-	defer torch.SetGrad(false)()
-	s := torch.NewScope()
-	defer s.Close()
-	dev := g.m.Device()
-
-	P := int64(len(reqs))
-	Tp, maxNew := 0, 0
-	for i := range reqs {
-		Tp = max(Tp, len(reqs[i].Prompt))
-		maxNew = max(maxNew, reqs[i].MaxNewTokens)
-	}
-	ids := make([]int64, 0, P*int64(Tp))
-	mask := make([]int64, 0, P*int64(Tp))
-	pos := make([]int64, 0, P*int64(Tp))
-	for i := range reqs {
-		p := reqs[i].Prompt
-		for j := 0; j < Tp-len(p); j++ {
-			ids, mask, pos = append(ids, int64(g.opt.PadID)), append(mask, 0), append(pos, 0)
-		}
-		for j, id := range p {
-			ids, mask, pos = append(ids, int64(id)), append(mask, 1), append(pos, int64(j))
-		}
-	}
-
-	if err := take(); err != nil {
-		return err
-	}
-	cache, err := model.NewCache(g.m, int(P), Tp+maxNew)
-	if err != nil {
-		return err
-	}
-	defer func() { cache.Close() }()
-
-	// Prefill every prompt once, PrefillChunk positions per pass (one turn
-	// each); logits only at the last position.
-	var logits *torch.Tensor
-	for off, C := 0, int(g.prefillChunkFor(P, int64(Tp))); off < Tp; off += C {
-		if off > 0 {
-			if err := take(); err != nil {
-				return err
-			}
-		}
-		n := min(C, Tp-off)
-		cols := func(x []int64, upto int) []int64 { // columns [off, off+n) (or [0, upto)) of each prompt row
-			out := make([]int64, 0, int(P)*n)
-			for r := 0; r < int(P); r++ {
-				if upto > 0 {
-					out = append(out, x[r*Tp:r*Tp+upto]...)
-				} else {
-					out = append(out, x[r*Tp+off:r*Tp+off+n]...)
-				}
-			}
-			return out
-		}
-		ps := s.Child()
-		h, err := g.m.Hidden(ps, model.Batch{
-			IDs:       ps.To(ps.FromInt64(cols(ids, 0), P, int64(n)), dev, torch.Int64),
-			Positions: ps.To(ps.FromInt64(cols(pos, 0), P, int64(n)), dev, torch.Int64),
-			Mask:      ps.To(ps.FromInt64(cols(mask, off+n), P, int64(off+n)), dev, torch.Int64),
-			Cache:     cache,
-		})
-		if err == nil && off+n == Tp {
-			logits, err = g.m.Logits(ps, ps.Narrow(h, 1, int64(n)-1, 1)) // (P, 1, V)
-			logits = ps.MoveTo(s, logits)
-		}
-		ps.Close()
-		if err != nil {
-			return fmt.Errorf("prefill: %w", err)
-		}
-	}
-
-	// Expand to one row per sample.
-	var rows []*row
-	var expand []int64
-	for i := range reqs {
-		for j := 0; j < reqs[i].samples(); j++ {
-			rows = append(rows, &row{req: i, idx: j, rng: sample.NewRNG(reqs[i].Seed + uint64(j)), pos: int64(len(reqs[i].Prompt))})
-			expand = append(expand, int64(i))
-		}
-	}
-	// Each request is delivered once its last row is done (deliverDone,
-	// between turns).
-	left := make([]int, len(reqs))
-	out := make([][]Sample, len(reqs))
-	for i := range reqs {
-		left[i] = reqs[i].samples()
-		out[i] = make([]Sample, left[i])
-	}
-	var ready []int
-	deliverDone := func() {
-		if len(ready) == 0 {
-			return
-		}
-		if endTurn != nil {
-			endTurn()
-			endTurn = nil
-		}
-		for _, i := range ready {
-			deliver(i, out[i])
-		}
-		ready = ready[:0]
-	}
-
-	expanded, err := cache.Select(expand)
-	if err != nil {
-		return err
-	}
-	cache.Close()
-	cache = expanded
-	lsh, err := torch.Shape(logits)
-	if err != nil {
-		return err
-	}
-	V := lsh[2]
-	prev := s.Child()
-	next := prev.IndexSelect(prev.Reshape(logits, P, V), 0, prev.To(prev.FromInt64(expand, int64(len(expand))), dev, torch.Int64)) // (S, V)
-	if err := prev.Err(); err != nil {
-		prev.Close()
-		return err
-	}
-
-	ws := &sample.Workspace{}
-	defer ws.Close()
-	active := rows
-	for step := 0; ; step++ {
-		if err := ctx.Err(); err != nil {
-			prev.Close()
-			return err
-		}
-		if step > 0 {
-			if err := take(); err != nil {
-				prev.Close()
-				return err
-			}
-		}
-		srows := make([]sample.Row, len(active))
-		for i, r := range active {
-			srows[i] = sample.Row{Params: reqs[r.req].Sampling, RNG: r.rng}
-		}
-		res, err := sample.SampleWith(prev, ws, next, srows)
-		if err != nil {
-			prev.Close()
-			return fmt.Errorf("step %d: %w", step, err)
-		}
-		var keep []int64
-		var still []*row
-		for i, r := range active {
-			r.tokens = append(r.tokens, int(res.Tokens[i]))
-			r.lps = append(r.lps, res.LogProbs[i])
-			r.pos++
-			if err := g.finish(&reqs[r.req], r); err != nil {
-				prev.Close()
-				return err
-			}
-			if !r.done {
-				keep = append(keep, int64(i))
-				still = append(still, r)
-				continue
-			}
-			out[r.req][r.idx] = r.out
-			if left[r.req]--; left[r.req] == 0 {
-				ready = append(ready, r.req)
-			}
-		}
-		if len(still) == 0 {
-			prev.Close()
-			deliverDone()
-			break
-		}
-		if len(still) < len(active) {
-			compact, err := cache.Select(keep)
-			if err != nil {
-				prev.Close()
-				return err
-			}
-			cache.Close()
-			cache = compact
-		}
-		active = still
-		if len(ready) > 0 { // answer the finished requests, then take the engine back
-			deliverDone()
-			if err := take(); err != nil {
-				prev.Close()
-				return err
-			}
-		}
-
-		// Decode one token for every active row.
-		cur := s.Child()
-		A := int64(len(active))
-		Tk := int64(cache.Len()) + 1
-		stepIDs := make([]int64, A)
-		stepPos := make([]int64, A)
-		stepMask := make([]int64, 0, A*Tk)
-		for i, r := range active {
-			stepIDs[i] = int64(r.tokens[len(r.tokens)-1])
-			stepPos[i] = r.pos - 1
-			stepMask = append(stepMask, mask[r.req*Tp:(r.req+1)*Tp]...)
-			for j := int64(Tp); j < Tk; j++ {
-				stepMask = append(stepMask, 1)
-			}
-		}
-		h, err := g.m.Hidden(cur, model.Batch{
-			IDs:       cur.To(cur.FromInt64(stepIDs, A, 1), dev, torch.Int64),
-			Positions: cur.To(cur.FromInt64(stepPos, A, 1), dev, torch.Int64),
-			Mask:      cur.To(cur.FromInt64(stepMask, A, Tk), dev, torch.Int64),
-			Cache:     cache,
-		})
-		if err == nil {
-			next, err = g.logits(cur, ws, h, A, V, dev) // (A, V)
-		}
-		prev.Close()
-		prev = cur
-		if err != nil {
-			prev.Close()
-			return fmt.Errorf("step %d: %w", step, err)
-		}
-	}
-
-	return nil
-}
-
-// logits projects a decode step's hidden states h (A, 1, C) onto the
-// vocabulary: (A, V) float32, written into ws's logits buffer when the model
-// can (model.LogitsWriter), which saves a fresh (A, V) tensor per step.
-func (g *Generator) logits(s *torch.Scope, ws *sample.Workspace, h *torch.Tensor, A, V int64, dev torch.Device) (*torch.Tensor, error) {
-	if w, ok := g.m.(model.LogitsWriter); ok {
-		out, err := ws.Logits(s, A, V, dev)
-		if err != nil {
-			return nil, err
-		}
-		ok, err := w.WriteLogits(s, h, s.View(out, A, 1, V))
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return out, nil
-		}
-	}
-	lg, err := g.m.Logits(s, h)
-	if err != nil {
-		return nil, err
-	}
-	next := s.Reshape(lg, A, V)
-	return next, s.Err()
-}
-
-// finish decides whether r ended with its newest token and, if so, fills
-// r.out.
-func (g *Generator) finish(req *Request, r *row) error {
-	last := r.tokens[len(r.tokens)-1]
-	reason := FinishReason("")
-	switch {
-	case slices.Contains(req.StopTokens, last):
-		reason = FinishStop
-	case len(req.StopStrings) > 0:
-		stop, text, err := g.stopString(req.StopStrings, r.tokens)
-		if err != nil {
-			return err
-		}
-		if stop != "" {
-			r.done = true
-			r.out = Sample{Tokens: r.tokens, LogProbs: r.lps, Text: text, FinishReason: FinishStop, StopString: stop}
-			return nil
-		}
-	}
-	if reason == "" && len(r.tokens) >= req.MaxNewTokens {
-		reason = FinishLength
-	}
-	if reason == "" {
-		return nil
-	}
-	r.done = true
-	r.out = Sample{Tokens: r.tokens, LogProbs: r.lps, FinishReason: reason}
-	if g.dec != nil {
-		toks := r.tokens
-		if reason == FinishStop {
-			toks = toks[:len(toks)-1]
-		}
-		text, err := g.dec.Decode(toks, true)
-		if err != nil {
-			return fmt.Errorf("decode: %w", err)
-		}
-		r.out.Text = text
-	}
-	return nil
-}
-
-// stopString reports the stop string that the completion tokens now contain
-// (the earliest in the text) and the text before it, or "" when none does.
-func (g *Generator) stopString(stops []string, tokens []int) (stop, text string, err error) {
-	longest := 0
-	for _, s := range stops {
-		longest = max(longest, len(s))
-	}
-	// Every token decodes to at least one byte (save skipped specials), so
-	// the last longest+4 tokens cover any stop string the newest token ends.
-	tail := tokens[max(0, len(tokens)-longest-4):]
-	window, err := g.dec.Decode(tail, true)
-	if err != nil {
-		return "", "", fmt.Errorf("decode: %w", err)
-	}
-	found := false
-	for _, s := range stops {
-		if strings.Contains(window, s) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return "", "", nil
-	}
-	full, err := g.dec.Decode(tokens, true)
-	if err != nil {
-		return "", "", fmt.Errorf("decode: %w", err)
-	}
-	at := -1
-	for _, s := range stops {
-		if i := strings.Index(full, s); i >= 0 && (at < 0 || i < at) {
-			at, stop = i, s
-		}
-	}
-	if at < 0 {
-		return "", "", nil
-	}
-	return stop, full[:at], nil
 }

@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/torch"
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // letterDecoder is a test double for the tokenizer: id i decodes to the
@@ -159,18 +160,18 @@ func TestStopTokensAndStrings(t *testing.T) {
 		{
 			name: "length",
 			req:  Request{Prompt: prompts[1], MaxNewTokens: 6},
-			want: Sample{Tokens: free.Tokens[:6], Text: text(free.Tokens[:6]), FinishReason: FinishLength},
+			want: Sample{Tokens: free.Tokens[:6], Text: text(free.Tokens[:6]), FinishReason: FinishLength, StopToken: -1},
 		},
 		{
 			name: "stop token kept in tokens, not in text",
 			req:  Request{Prompt: prompts[1], MaxNewTokens: 32, StopTokens: []int{free.Tokens[k], 127}},
-			want: Sample{Tokens: free.Tokens[:k+1], Text: text(free.Tokens[:k]), FinishReason: FinishStop},
+			want: Sample{Tokens: free.Tokens[:k+1], Text: text(free.Tokens[:k]), FinishReason: FinishStop, StopToken: free.Tokens[k]},
 		},
 		{
 			// The stop string straddles tokens k−1 and k: "<x>.<y>".
 			name: "stop string across tokens",
 			req:  Request{Prompt: prompts[1], MaxNewTokens: 32, StopStrings: []string{"zzzz", text(free.Tokens[k-1 : k+1])[:3]}},
-			want: Sample{Tokens: free.Tokens[:k+1], Text: text(free.Tokens[:k-1]), FinishReason: FinishStop, StopString: text(free.Tokens[k-1 : k+1])[:3]},
+			want: Sample{Tokens: free.Tokens[:k+1], Text: text(free.Tokens[:k-1]), FinishReason: FinishStop, StopString: text(free.Tokens[k-1 : k+1])[:3], StopToken: -1},
 		},
 	}
 	for _, tc := range tests {
