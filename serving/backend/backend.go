@@ -29,6 +29,7 @@ package backend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -42,14 +43,115 @@ type Message struct {
 	Content string `json:"content"`
 }
 
-// Sampling holds the decoding parameters of a generation request.
+// Sampling holds the decoding parameters of a generation request. Beyond
+// the first six fields they are vLLM's sampling controls, with vLLM's
+// meanings; every zero value is vLLM's default (off).
 type Sampling struct {
-	MaxTokens   int      // most tokens to generate per completion; must be > 0
+	// MaxTokens is the most tokens to generate per completion: > 0, or 0
+	// with GenerateRequest.PromptLogProbs to score the prompt alone.
+	MaxTokens   int
 	Temperature float64  // 0 means greedy decoding
 	TopP        float64  // nucleus mass in (0, 1]; 0 or 1 disables it
 	TopK        int      // keep the k most likely tokens; 0 disables it
 	Seed        *int64   // nil: unseeded; otherwise the run is reproducible for a given backend and model
 	Stop        []string // generation ends before the first occurrence of any of these strings
+
+	// MinP drops tokens whose probability (after temperature) is below
+	// MinP times the most likely one's; in [0, 1].
+	MinP float64
+	// RepetitionPenalty divides the positive logits, and multiplies the
+	// negative ones, of every token of the prompt and the output so far
+	// (> 0; 0 or 1: off). PresencePenalty and FrequencyPenalty, in [−2, 2],
+	// are subtracted from a token's logit once if it occurs in the output,
+	// and once per occurrence.
+	RepetitionPenalty, PresencePenalty, FrequencyPenalty float64
+	// LogitBias is added to the logits of these token ids; values in
+	// [−100, 100].
+	LogitBias map[int]float64
+	// AllowedTokenIDs, when non-empty, are the only tokens that may be
+	// generated; BadWords are never generated (their last token is banned
+	// where the output ends with the rest).
+	AllowedTokenIDs []int
+	BadWords        []string
+	// MinTokens: before this many tokens, neither a stop token nor a stop
+	// string ends a completion.
+	MinTokens int
+	// StopTokenIDs end a completion, besides the model's end tokens, which
+	// IgnoreEOS turns off.
+	StopTokenIDs []int
+	IgnoreEOS    bool
+	// IncludeStopStr keeps the stop string, or the stop token's text, that
+	// ended a completion in its Text.
+	IncludeStopStr bool
+	// KeepSpecialTokens keeps special tokens in Text
+	// (skip_special_tokens=false).
+	KeepSpecialTokens bool
+	// TruncatePromptTokens keeps only the prompt's last k tokens; 0: all.
+	TruncatePromptTokens int
+}
+
+// Check checks the ranges of s.
+func (s *Sampling) Check() error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case s.MaxTokens < 0:
+		return fmt.Errorf("max_tokens = %d, want > 0", s.MaxTokens)
+	case s.Temperature < 0 || math.IsNaN(s.Temperature):
+		return fmt.Errorf("temperature = %v, want >= 0", s.Temperature)
+	case s.TopP < 0 || s.TopP > 1 || math.IsNaN(s.TopP):
+		return fmt.Errorf("top_p = %v, want in [0, 1]", s.TopP)
+	case s.TopK < 0:
+		return fmt.Errorf("top_k = %d < 0", s.TopK)
+	case s.MinP < 0 || s.MinP > 1 || math.IsNaN(s.MinP):
+		return fmt.Errorf("min_p = %v, want in [0, 1]", s.MinP)
+	case s.RepetitionPenalty < 0 || !finite(s.RepetitionPenalty):
+		return fmt.Errorf("repetition_penalty = %v, want > 0", s.RepetitionPenalty)
+	case s.PresencePenalty < -2 || s.PresencePenalty > 2 || math.IsNaN(s.PresencePenalty):
+		return fmt.Errorf("presence_penalty = %v, want in [-2, 2]", s.PresencePenalty)
+	case s.FrequencyPenalty < -2 || s.FrequencyPenalty > 2 || math.IsNaN(s.FrequencyPenalty):
+		return fmt.Errorf("frequency_penalty = %v, want in [-2, 2]", s.FrequencyPenalty)
+	case s.MinTokens < 0 || s.MinTokens > s.MaxTokens:
+		return fmt.Errorf("min_tokens = %d, want in [0, max_tokens %d]", s.MinTokens, s.MaxTokens)
+	case s.TruncatePromptTokens < 0:
+		return fmt.Errorf("truncate_prompt_tokens = %d, want >= 1", s.TruncatePromptTokens)
+	}
+	for id, v := range s.LogitBias {
+		if v < -100 || v > 100 || math.IsNaN(v) {
+			return fmt.Errorf("logit_bias[%d] = %v, want in [-100, 100]", id, v)
+		}
+	}
+	for i, w := range s.BadWords {
+		if w == "" {
+			return fmt.Errorf("bad_words[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// OutputFormat is structured output: the text of every completion is one
+// value of it, by constrained decoding.
+type OutputFormat struct {
+	// Type is FormatJSONObject (any JSON object), FormatJSONSchema (a value
+	// of Schema) or FormatChoice (exactly one of Choices).
+	Type    string
+	Schema  json.RawMessage
+	Choices []string
+}
+
+// Output format types.
+const (
+	FormatJSONObject = "json_object"
+	FormatJSONSchema = "json_schema"
+	FormatChoice     = "choice"
+)
+
+// StreamDelta is what one completion of a streamed request gained: new
+// tokens, and new text that no later token changes (it may lag the tokens).
+// The deltas' texts, joined, are a prefix of the completion's final Text.
+type StreamDelta struct {
+	Index    int            // the completion's index within its request
+	Text     string         // new text
+	LogProbs []TokenLogProb // the new tokens (Token, TokenID, LogProb; Top when asked)
 }
 
 // GenerateRequest asks for N completions of one prompt. Exactly one of Prompt
@@ -60,13 +162,30 @@ type GenerateRequest struct {
 	ID       string    // caller's stable row key; see the package contract
 	Prompt   string    // rendered prompt text
 	Messages []Message // chat conversation, rendered by the backend
-	N        int       // completions to sample; 0 means 1
+	// PromptTokenIDs is the prompt as token ids of the model's vocabulary,
+	// instead of Prompt or Messages.
+	PromptTokenIDs []int
+	N              int // completions to sample; 0 means 1
 	Sampling
 	// LogProbs asks for the log-prob of every sampled token.
 	LogProbs bool
 	// TopLogProbs asks, at every sampled position, for this many most likely
 	// alternatives with their log-probs (0 = none). It implies LogProbs.
 	TopLogProbs int
+	// PromptLogProbs asks for the log-prob of every prompt token after the
+	// first (GenerateResponse.PromptLogProbs), with its rank and the
+	// PromptTopLogProbs most likely alternatives.
+	PromptLogProbs    bool
+	PromptTopLogProbs int
+	// Format, when set, constrains every completion to a value of it.
+	Format *OutputFormat
+	// Stream, when set, receives each completion's StreamDeltas as they
+	// come, before the response. It must not block: an engine calls it
+	// between decode steps.
+	Stream func(StreamDelta)
+	// Done, when non-nil, ends the request's completions (FinishAbort) once
+	// closed: a client that went away. A backend checks it between steps.
+	Done <-chan struct{}
 }
 
 // Samples returns the number of completions the request asks for.
@@ -79,25 +198,40 @@ func (r *GenerateRequest) Samples() int {
 
 // Validate checks the request on its own.
 func (r *GenerateRequest) Validate() error {
+	prompts := 0
+	for _, set := range []bool{r.Prompt != "", len(r.Messages) > 0, len(r.PromptTokenIDs) > 0} {
+		if set {
+			prompts++
+		}
+	}
 	switch {
 	case r.ID == "":
 		return errors.New("empty request id")
-	case r.Prompt != "" && len(r.Messages) > 0:
+	case prompts > 1 && r.Prompt != "" && len(r.Messages) > 0:
 		return fmt.Errorf("request %s: both prompt and messages set", r.ID)
-	case r.Prompt == "" && len(r.Messages) == 0:
-		return fmt.Errorf("request %s: neither prompt nor messages set", r.ID)
+	case prompts > 1:
+		return fmt.Errorf("request %s: both prompt token ids and a prompt or messages set", r.ID)
+	case prompts == 0:
+		return fmt.Errorf("request %s: neither prompt nor messages (nor prompt token ids) set", r.ID)
 	case r.N < 0:
 		return fmt.Errorf("request %s: n = %d < 0", r.ID, r.N)
-	case r.MaxTokens <= 0:
-		return fmt.Errorf("request %s: max_tokens = %d, want > 0", r.ID, r.MaxTokens)
-	case r.Temperature < 0 || math.IsNaN(r.Temperature):
-		return fmt.Errorf("request %s: temperature = %v, want >= 0", r.ID, r.Temperature)
-	case r.TopP < 0 || r.TopP > 1 || math.IsNaN(r.TopP):
-		return fmt.Errorf("request %s: top_p = %v, want in [0, 1]", r.ID, r.TopP)
-	case r.TopK < 0:
-		return fmt.Errorf("request %s: top_k = %d < 0", r.ID, r.TopK)
-	case r.TopLogProbs < 0:
-		return fmt.Errorf("request %s: top_logprobs = %d < 0", r.ID, r.TopLogProbs)
+	case r.MaxTokens <= 0 && !(r.MaxTokens == 0 && r.PromptLogProbs):
+		return fmt.Errorf("request %s: max_tokens = %d, want > 0 (or 0 with prompt log-probs)", r.ID, r.MaxTokens)
+	case r.TopLogProbs < 0 || r.PromptTopLogProbs < 0:
+		return fmt.Errorf("request %s: top_logprobs = %d, prompt_logprobs = %d, want >= 0", r.ID, r.TopLogProbs, r.PromptTopLogProbs)
+	}
+	if err := r.Sampling.Check(); err != nil {
+		return fmt.Errorf("request %s: %w", r.ID, err)
+	}
+	if f := r.Format; f != nil {
+		switch {
+		case f.Type == FormatJSONSchema && len(f.Schema) == 0:
+			return fmt.Errorf("request %s: json_schema format without a schema", r.ID)
+		case f.Type == FormatChoice && len(f.Choices) == 0:
+			return fmt.Errorf("request %s: choice format without choices", r.ID)
+		case f.Type != FormatJSONObject && f.Type != FormatJSONSchema && f.Type != FormatChoice:
+			return fmt.Errorf("request %s: output format %q, want json_object, json_schema or choice", r.ID, f.Type)
+		}
 	}
 	for _, s := range r.Stop {
 		if s == "" {
@@ -113,6 +247,7 @@ type FinishReason string
 const (
 	FinishStop   FinishReason = "stop"   // end-of-sequence token or a stop string
 	FinishLength FinishReason = "length" // MaxTokens reached
+	FinishAbort  FinishReason = "abort"  // the request's Done closed
 )
 
 // TopLogProb is one alternative at a sampled position.
@@ -144,6 +279,29 @@ type Completion struct {
 	// tell (an OpenAI server reports only the total over all samples).
 	Tokens   int
 	LogProbs []TokenLogProb // one per generated token; nil unless asked for
+	// StopString is the stop string that ended the completion, StopTokenID
+	// the stop token (nil: none, or unknown); vLLM's stop_reason.
+	StopString  string
+	StopTokenID *int
+}
+
+// PromptLogProb is the log-prob of one prompt token given those before it
+// (GenerateRequest.PromptLogProbs): its rank in the vocabulary (1: the most
+// likely) and the most likely alternatives.
+type PromptLogProb struct {
+	TokenID int
+	Token   string // decoded text
+	LogProb float64
+	Rank    int
+	Top     []RankedLogProb
+}
+
+// RankedLogProb is one alternative at a prompt position.
+type RankedLogProb struct {
+	TokenID int
+	Token   string
+	LogProb float64
+	Rank    int
 }
 
 // Token id sources (Completion.TokenSource).
@@ -160,6 +318,12 @@ type GenerateResponse struct {
 	PromptTokens int          // prompt length in tokens; -1 when unknown
 	Completions  []Completion // N of them, ordered by Index; nil when Failure is set
 	Failure      *RowFailure  // non-nil when this row failed permanently
+	// PromptTokenIDs and PromptText are the prompt the model saw (after
+	// TruncatePromptTokens), when the backend knows them; PromptLogProbs
+	// holds one entry per prompt token after the first, when asked.
+	PromptTokenIDs []int
+	PromptText     string
+	PromptLogProbs []PromptLogProb
 }
 
 // Generator samples completions.
