@@ -83,7 +83,7 @@ def mlflow(uri, run_id):
     run = c.get_run(run_id)
     series = {k: [(m.step, m.value) for m in c.get_metric_history(run_id, k)] for k in run.data.metrics}
     extra = {"status": run.info.status, "params": len(run.data.params),
-             "tags": {k: v for k, v in run.data.tags.items() if k.startswith("evolm.")}}
+             "evolm_tags": {k: v for k, v in run.data.tags.items() if k.startswith("evolm.")}}
     return series, extra
 
 

@@ -55,7 +55,7 @@ type report struct {
 	Problems    []string       `json:"problems"`
 	NProblems   int            `json:"n_problems"`
 	Status      string         `json:"status"`
-	Tagged      map[string]any `json:"tags_evolm"`
+	Tagged      map[string]any `json:"evolm_tags"`
 	HParams     map[string]any `json:"hparams"`
 	HParamsTags []string       `json:"hparams_tags"`
 	Texts       map[string]int `json:"texts"`
@@ -85,11 +85,6 @@ func check(t *testing.T, run string, args ...string) map[string]report {
 		if err := json.Unmarshal(raw, &r); err != nil {
 			t.Fatal(err)
 		}
-		var tags struct {
-			Tags map[string]any `json:"tags"`
-		}
-		_ = json.Unmarshal(raw, &tags)
-		r.Tagged = tags.Tags
 		reps[k] = r
 		if r.NProblems > 0 {
 			t.Errorf("%s: %d problems:\n  %s", k, r.NProblems, strings.Join(r.Problems, "\n  "))
