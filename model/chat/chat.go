@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 
 	"github.com/evolm/evolm/internal/thinking"
 )
@@ -66,9 +67,17 @@ type FunctionCall struct {
 type Options struct {
 	// AddGenerationPrompt appends the opening of an assistant turn.
 	AddGenerationPrompt bool
+	// ContinueFinalMessage ends the rendering inside the final message,
+	// right after its content, so that generation continues it, as
+	// transformers' apply_chat_template(continue_final_message=True) cuts
+	// it. It excludes AddGenerationPrompt.
+	ContinueFinalMessage bool
 	// DisableThinking is the template's enable_thinking=False: the
 	// generation prompt then carries an empty <think>\n\n</think>\n\n.
+	// EnableThinking, when set, wins over it (a request's
+	// chat_template_kwargs.enable_thinking over a server's default).
 	DisableThinking bool
+	EnableThinking  *bool
 	// Tools are JSON schemas of callable functions, listed in the system turn.
 	Tools []json.RawMessage
 }
@@ -85,6 +94,9 @@ const (
 func Render(msgs []Message, opt Options) (string, error) {
 	if len(msgs) == 0 {
 		return "", errors.New("chat: no messages")
+	}
+	if opt.ContinueFinalMessage && opt.AddGenerationPrompt {
+		return "", errors.New("chat: continue_final_message and add_generation_prompt cannot both be set")
 	}
 	for i, m := range msgs {
 		switch m.Role {
@@ -158,14 +170,41 @@ func Render(msgs []Message, opt Options) (string, error) {
 			}
 		}
 	}
+	disable := opt.DisableThinking
+	if opt.EnableThinking != nil {
+		disable = !*opt.EnableThinking
+	}
 	if opt.AddGenerationPrompt {
 		b.WriteString(imStart + "assistant\n")
-		if opt.DisableThinking {
+		if disable {
 			b.WriteString("<think>\n\n</think>\n\n")
 		}
 	}
+	if opt.ContinueFinalMessage {
+		return continueFinal(b.String(), msgs[len(msgs)-1].Content)
+	}
 	return b.String(), nil
 }
+
+// continueFinal cuts rendered right after the final message's content, as
+// transformers 4.51's apply_chat_template does: at the content's last
+// occurrence (stripped of whitespace), keeping its leading whitespace
+// where the template kept it.
+func continueFinal(rendered, final string) (string, error) {
+	stripped := strings.TrimFunc(final, pySpace)
+	if !strings.Contains(rendered, stripped) {
+		return "", errors.New("chat: continue_final_message is set but the final message does not appear in the chat after applying the chat template")
+	}
+	at := strings.LastIndex(rendered, stripped)
+	lstripped := strings.TrimLeftFunc(final, pySpace)
+	if end := at + len(lstripped); end <= len(rendered) && rendered[at:end] == final {
+		return rendered[:end], nil
+	}
+	return rendered[:at+len(stripped)], nil
+}
+
+// pySpace is Python's str.isspace for one character.
+func pySpace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
 
 // toolArguments renders arguments as the template does: a string verbatim,
 // anything else through tojson.

@@ -96,10 +96,11 @@ var conversations = []conversation{
 }
 
 type templateCase struct {
-	Messages            []Message         `json:"messages"`
-	Tools               []json.RawMessage `json:"tools"`
-	AddGenerationPrompt bool              `json:"add_generation_prompt"`
-	EnableThinking      *bool             `json:"enable_thinking"`
+	Messages             []Message         `json:"messages"`
+	Tools                []json.RawMessage `json:"tools"`
+	AddGenerationPrompt  bool              `json:"add_generation_prompt"`
+	ContinueFinalMessage bool              `json:"continue_final_message"`
+	EnableThinking       *bool             `json:"enable_thinking"`
 }
 
 // TestRenderMatchesOfficialTemplate renders every conversation with and
@@ -121,9 +122,25 @@ func TestRenderMatchesOfficialTemplate(t *testing.T) {
 		for _, gen := range []bool{false, true} {
 			for _, think := range []*bool{nil, new(true), new(false)} {
 				opt := Options{AddGenerationPrompt: gen, Tools: c.tools, DisableThinking: think != nil && !*think}
-				vs = append(vs, variant{c, opt, templateCase{c.msgs, c.tools, gen, think}})
+				vs = append(vs, variant{c, opt, templateCase{c.msgs, c.tools, gen, false, think}})
 			}
 		}
+		// continue_final_message, where the final message has text the
+		// template keeps.
+		if last := c.msgs[len(c.msgs)-1]; strings.TrimSpace(last.Content) != "" && !strings.Contains(last.Content, "</think>") {
+			for _, think := range []*bool{nil, new(false)} {
+				opt := Options{ContinueFinalMessage: true, Tools: c.tools, EnableThinking: think}
+				vs = append(vs, variant{c, opt, templateCase{c.msgs, c.tools, false, true, think}})
+			}
+		}
+	}
+	for _, msgs := range [][]Message{
+		{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello, I am"}},
+		{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "  spaced out  \n"}},
+		{{Role: "system", Content: "s"}, {Role: "user", Content: "Complete: the sky is"}},
+	} {
+		c := conversation{name: "continue " + msgs[len(msgs)-1].Content, msgs: msgs}
+		vs = append(vs, variant{c, Options{ContinueFinalMessage: true}, templateCase{msgs, nil, false, true, nil}})
 	}
 	cases := make([]templateCase, len(vs))
 	for i, v := range vs {
@@ -151,7 +168,7 @@ func TestRenderMatchesOfficialTemplate(t *testing.T) {
 		t.Fatalf("reference rendered %d conversations, want %d", len(want), len(vs))
 	}
 	for i, v := range vs {
-		name := fmt.Sprintf("%s/gen=%v/enable_thinking=%s", v.conv.name, v.opt.AddGenerationPrompt, thinkStr(v.python.EnableThinking))
+		name := fmt.Sprintf("%s/gen=%v/continue=%v/enable_thinking=%s", v.conv.name, v.opt.AddGenerationPrompt, v.opt.ContinueFinalMessage, thinkStr(v.python.EnableThinking))
 		got, err := Render(v.conv.msgs, v.opt)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -181,6 +198,7 @@ func TestRenderErrors(t *testing.T) {
 		{"unknown role", []Message{{Role: "user"}, {Role: "critic"}}, Options{}, `messages[1]: unknown role "critic"`},
 		{"bad tool schema", []Message{{Role: "user"}}, Options{Tools: []json.RawMessage{json.RawMessage(`{"a":`)}}, "tools[0]"},
 		{"bad arguments", []Message{{Role: "assistant", ToolCalls: []ToolCall{call("f", `{1}`)}}}, Options{}, "messages[0].tool_calls[0].function.arguments"},
+		{"continue and generation prompt", []Message{{Role: "user", Content: "x"}}, Options{ContinueFinalMessage: true, AddGenerationPrompt: true}, "cannot both"},
 	}
 	for _, tc := range tests {
 		_, err := Render(tc.msgs, tc.opt)
@@ -209,6 +227,28 @@ func TestPyJSON(t *testing.T) {
 		}
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("PyJSON(%s) (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}
+
+func TestParseToolCalls(t *testing.T) {
+	tests := []struct {
+		text    string
+		content string
+		calls   []ParsedCall
+		ok      bool
+	}{
+		{"plain answer", "plain answer", nil, false},
+		{"Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\",\"n\":1.0}}\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+			"Let me check.\n", []ParsedCall{{"get_weather", `{"city": "Paris", "n": 1.0}`}, {"f", "{}"}}, true},
+		{"<tool_call>{\"name\": \"g\", \"arguments\": {\"q\": \"ü\"}}", "", []ParsedCall{{"g", `{"q": "ü"}`}}, true}, // unclosed
+		{"x<tool_call>{not json}</tool_call>", "x<tool_call>{not json}</tool_call>", nil, false},
+		{"<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", nil, false},
+	}
+	for _, tc := range tests {
+		content, calls, ok := ParseToolCalls(tc.text)
+		if content != tc.content || ok != tc.ok || !cmp.Equal(calls, tc.calls) {
+			t.Errorf("ParseToolCalls(%q) = %q, %v, %v; want %q, %v, %v", tc.text, content, calls, ok, tc.content, tc.calls, tc.ok)
 		}
 	}
 }
