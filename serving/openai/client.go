@@ -13,9 +13,13 @@
 //     endpoints (a semaphore held only during an attempt, never during a
 //     backoff).
 //   - Each attempt has its own timeout. HTTP 408, 425, 429 and 5xx,
-//     timeouts, connection errors and truncated or invalid JSON are retried
-//     with exponential backoff and full jitter, honouring Retry-After. Every
-//     retry is logged at Warn with the endpoint, status, attempt and backoff.
+//     timeouts, connection errors, truncated or invalid JSON, and a 200
+//     answer that does not fit its request (log-probs asked for but
+//     missing, an impossible positive log-prob, choices that are not
+//     exactly 0..n-1) are retried with exponential backoff and full jitter,
+//     honouring Retry-After: a broken answer is never stored as a row's
+//     missing or shifted score. Every retry is logged at Warn with the
+//     endpoint, status, attempt and backoff.
 //   - Any other 4xx is a permanent failure of that row alone: its response
 //     carries a backend.RowFailure. When a row exhausts its attempts the whole
 //     call fails with an *ExhaustedError naming the endpoints and the last

@@ -25,17 +25,19 @@ import (
 type fault int
 
 const (
-	ok             fault = iota // a valid answer
-	status429                   // 429 with Retry-After: 1
-	status500                   // 500 with an OpenAI error body
-	status503                   // 503 without a body
-	status400                   // a permanent rejection
-	hang                        // no answer until the client gives up
-	stallBody                   // headers, half the body, then nothing until the client gives up
-	dropConn                    // close the connection without an answer
-	truncatedJSON               // 200 with the first half of the JSON
-	shortBody                   // 200 whose Content-Length promises more than is sent
-	servedThenDrop              // compute a full answer, count it as served, then drop the connection
+	ok              fault = iota // a valid answer
+	status429                    // 429 with Retry-After: 1
+	status500                    // 500 with an OpenAI error body
+	status503                    // 503 without a body
+	status400                    // a permanent rejection
+	hang                         // no answer until the client gives up
+	stallBody                    // headers, half the body, then nothing until the client gives up
+	dropConn                     // close the connection without an answer
+	truncatedJSON                // 200 with the first half of the JSON
+	shortBody                    // 200 whose Content-Length promises more than is sent
+	servedThenDrop               // compute a full answer, count it as served, then drop the connection
+	noLogprobs                   // 200 with a valid answer whose log-probs were left out
+	positiveLogprob              // 200 with a valid answer whose every log-prob is +5
 )
 
 // faultServer is the test double of an OpenAI-compatible server that
@@ -115,7 +117,43 @@ func (s *faultServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.served[id]++
 		s.mu.Unlock()
 		hijackClose(w)
+	case noLogprobs, positiveLogprob:
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(mangleLogprobs(body, f == noLogprobs))
 	}
+}
+
+// mangleLogprobs rewrites an answer's log-probs: drops every "logprobs"
+// block (drop), or sets every log-prob number to +5.
+func mangleLogprobs(body []byte, drop bool) []byte {
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		panic(err)
+	}
+	var walk func(v any, inLP bool) any
+	walk = func(v any, inLP bool) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if k == "logprobs" && drop {
+					delete(x, k)
+					continue
+				}
+				x[k] = walk(e, inLP || strings.Contains(k, "logprob"))
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e, inLP)
+			}
+		case float64:
+			if inLP && !drop {
+				return 5.0
+			}
+		}
+		return v
+	}
+	b, _ := json.Marshal(walk(v, false))
+	return b
 }
 
 func hijackClose(w http.ResponseWriter) {

@@ -99,10 +99,7 @@ func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int
 		body.Logprobs = &k
 	}
 	var resp CompletionResponse
-	if err := c.call(ctx, r.ID, "/completions", body, checked(c, &resp)); err != nil {
-		return err
-	}
-	return finish(res, &resp, n, func(ch CompletionChoice) (backend.Completion, error) {
+	conv := func(ch CompletionChoice) (backend.Completion, error) {
 		comp := backend.Completion{Index: ch.Index, Text: ch.Text, FinishReason: backend.FinishReason(ch.FinishReason), Tokens: -1}
 		var lps []backend.TokenLogProb
 		if ch.Logprobs != nil {
@@ -113,18 +110,25 @@ func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int
 		}
 		c.tokenIDs(&comp, lps)
 		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
-	})
+	}
+	// The answer is checked as it is decoded: one that does not fit the
+	// request is a failed attempt, retried.
+	return c.call(ctx, r.ID, "/completions", body, checked(c, &resp, func() error { return finish(res, &resp, n, conv) }))
 }
 
-// checked decodes an answer into resp and checks its version
-// (Config.CheckModel).
-func checked[C any](c *Client, resp *Response[C]) func([]byte) error {
+// checked decodes an answer into resp, checks its version
+// (Config.CheckModel) and then runs use on it: an error of use (a
+// *malformedError) makes the answer a failed attempt.
+func checked[C any](c *Client, resp *Response[C], use func() error) func([]byte) error {
 	dec := decodeInto(resp)
 	return func(b []byte) error {
 		if err := dec(b); err != nil {
 			return err
 		}
-		return c.checkVersion(resp.Model, resp.Metadata)
+		if err := c.checkVersion(resp.Model, resp.Metadata); err != nil {
+			return err
+		}
+		return use()
 	}
 }
 
@@ -165,27 +169,45 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 		}
 	}
 	var resp ChatResponse
-	if err := c.call(ctx, r.ID, "/chat/completions", body, checked(c, &resp)); err != nil {
-		return err
-	}
-	return finish(res, &resp, n, func(ch ChatChoice) (backend.Completion, error) {
+	conv := func(ch ChatChoice) (backend.Completion, error) {
 		comp := backend.Completion{Index: ch.Index, Text: ch.Message.Content, FinishReason: backend.FinishReason(ch.FinishReason), Tokens: -1}
 		var lps []backend.TokenLogProb
 		if ch.Logprobs != nil {
 			lps = make([]backend.TokenLogProb, len(ch.Logprobs.Content))
 			for i, t := range ch.Logprobs.Content {
-				lps[i] = backend.TokenLogProb{Token: t.Token, TokenID: -1, LogProb: fromWireLogprob(t.Logprob)}
+				lp, err := logprob(t.Logprob)
+				if err != nil {
+					return comp, fmt.Errorf("token %d: %w", i, err)
+				}
+				lps[i] = backend.TokenLogProb{Token: t.Token, TokenID: -1, LogProb: lp}
 				if r.TopLogProbs > 0 {
 					lps[i].Top = make([]backend.TopLogProb, len(t.TopLogprobs))
 					for j, a := range t.TopLogprobs {
-						lps[i].Top[j] = backend.TopLogProb{Token: a.Token, LogProb: fromWireLogprob(a.Logprob)}
+						if lps[i].Top[j].LogProb, err = logprob(a.Logprob); err != nil {
+							return comp, fmt.Errorf("token %d alternative %q: %w", i, a.Token, err)
+						}
+						lps[i].Top[j].Token = a.Token
 					}
 				}
 			}
 		}
 		c.tokenIDs(&comp, lps)
 		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
-	})
+	}
+	return c.call(ctx, r.ID, "/chat/completions", body, checked(c, &resp, func() error { return finish(res, &resp, n, conv) }))
+}
+
+// logprobSlack is how far above 0 a log-prob may be and still be rounding:
+// log p ≤ 0 for every probability, and a server that sends more is broken.
+const logprobSlack = 1e-4
+
+// logprob converts a wire log-prob (fromWireLogprob), refusing an
+// impossible one: above 0 (beyond rounding, which is clamped to 0) or NaN.
+func logprob(v float64) (float64, error) {
+	if math.IsNaN(v) || v > logprobSlack {
+		return 0, fmt.Errorf("impossible log-prob %v (a log-probability is at most 0)", v)
+	}
+	return min(fromWireLogprob(v), 0), nil
 }
 
 // keepLogprobs counts a choice's tokens from its log-probs (present: the
@@ -206,8 +228,9 @@ func keepLogprobs(comp *backend.Completion, lps []backend.TokenLogProb, present,
 }
 
 // finish stores resp's model and prompt tokens in res and its choices,
-// converted by conv and checked by collect, as res's completions; a
-// malformed answer is res's failure instead.
+// converted by conv and checked by collect, as res's completions. A
+// malformed answer (wrong choices, log-probs asked for but missing or
+// impossible) is a *malformedError: the attempt failed, and is retried.
 func finish[C any](res *backend.GenerateResponse, resp *Response[C], n int, conv func(C) (backend.Completion, error)) error {
 	if resp.Model != "" {
 		res.Model = resp.Model
@@ -218,8 +241,7 @@ func finish[C any](res *backend.GenerateResponse, resp *Response[C], n int, conv
 	}
 	comps, err := collect(resp.Choices, n, conv)
 	if err != nil {
-		res.Failure = &backend.RowFailure{Reason: backend.FailureMalformed, Message: err.Error()}
-		return nil
+		return &malformedError{err.Error()}
 	}
 	if n == 1 && u != nil && comps[0].Tokens < 0 {
 		comps[0].Tokens = u.CompletionTokens
@@ -266,21 +288,31 @@ func fromCompletionLogprobs(lp *CompletionLogprobs) ([]backend.TokenLogProb, err
 	for i, tok := range lp.Tokens {
 		v := math.Inf(-1)
 		if p := lp.TokenLogprobs[i]; p != nil {
-			v = fromWireLogprob(*p)
+			var err error
+			if v, err = logprob(*p); err != nil {
+				return nil, fmt.Errorf("token %d: %w", i, err)
+			}
 		}
 		out[i] = backend.TokenLogProb{Token: tok, TokenID: -1, LogProb: v}
 		if lp.TopLogprobs != nil && len(lp.TopLogprobs[i]) > 0 {
-			out[i].Top = topFromMap(lp.TopLogprobs[i])
+			var err error
+			if out[i].Top, err = topFromMap(lp.TopLogprobs[i]); err != nil {
+				return nil, fmt.Errorf("token %d: %w", i, err)
+			}
 		}
 	}
 	return out, nil
 }
 
 // topFromMap orders a legacy top_logprobs map, most likely first.
-func topFromMap(m map[string]float64) []backend.TopLogProb {
+func topFromMap(m map[string]float64) ([]backend.TopLogProb, error) {
 	top := make([]backend.TopLogProb, 0, len(m))
 	for tok, v := range m {
-		top = append(top, backend.TopLogProb{Token: tok, LogProb: fromWireLogprob(v)})
+		lp, err := logprob(v)
+		if err != nil {
+			return nil, fmt.Errorf("alternative %q: %w", tok, err)
+		}
+		top = append(top, backend.TopLogProb{Token: tok, LogProb: lp})
 	}
 	sort.Slice(top, func(a, b int) bool {
 		if top[a].LogProb != top[b].LogProb {
@@ -288,5 +320,5 @@ func topFromMap(m map[string]float64) []backend.TopLogProb {
 		}
 		return top[a].Token < top[b].Token
 	})
-	return top
+	return top, nil
 }

@@ -120,19 +120,30 @@ func among(r *backend.ScoreRequest, lps [][]float64) [][]float64 {
 func (c *Client) scoreExt(ctx context.Context, r *backend.ScoreRequest) ([][]float64, string, error) {
 	body := ScoreBody{Model: c.cfg.Model, Prefix: r.Prefix, Suffixes: r.Suffixes, Candidates: r.Candidates, AmongCandidates: r.AmongCandidates}
 	var resp ScoreAnswer
-	if err := c.call(ctx, r.ID, "/evolm/score", body, decodeInto(&resp)); err != nil {
+	dec := decodeInto(&resp)
+	check := func(b []byte) error {
+		if err := dec(b); err != nil {
+			return err
+		}
+		if len(resp.Logprobs) != len(r.Suffixes) {
+			return &malformedError{fmt.Sprintf("%d log-prob rows for %d suffixes", len(resp.Logprobs), len(r.Suffixes))}
+		}
+		for k, row := range resp.Logprobs {
+			if len(row) != len(r.Candidates) {
+				return &malformedError{fmt.Sprintf("suffix %d: %d log-probs for %d candidates", k, len(row), len(r.Candidates))}
+			}
+			for j := range row {
+				lp, err := logprob(row[j])
+				if err != nil {
+					return &malformedError{fmt.Sprintf("suffix %d candidate %q: %v", k, r.Candidates[j], err)}
+				}
+				row[j] = lp
+			}
+		}
+		return nil
+	}
+	if err := c.call(ctx, r.ID, "/evolm/score", body, check); err != nil {
 		return nil, "", err
-	}
-	if len(resp.Logprobs) != len(r.Suffixes) {
-		return nil, "", &malformedError{fmt.Sprintf("%d log-prob rows for %d suffixes", len(resp.Logprobs), len(r.Suffixes))}
-	}
-	for k, row := range resp.Logprobs {
-		if len(row) != len(r.Candidates) {
-			return nil, "", &malformedError{fmt.Sprintf("suffix %d: %d log-probs for %d candidates", k, len(row), len(r.Candidates))}
-		}
-		for j := range row {
-			row[j] = fromWireLogprob(row[j])
-		}
 	}
 	return resp.Logprobs, resp.Model, nil
 }
@@ -145,25 +156,36 @@ func (c *Client) scoreOne(ctx context.Context, key, prompt string, cands []strin
 	one, t1, k := 1, 1.0, c.cfg.ScoreTopLogprobs
 	body := CompletionRequest{Model: c.cfg.Model, Prompt: Strings{prompt}, MaxTokens: &one, Temperature: &t1, N: &one, Logprobs: &k}
 	var resp CompletionResponse
-	if err := c.call(ctx, key, "/completions", body, decodeInto(&resp)); err != nil {
-		return nil, "", err
-	}
-	if len(resp.Choices) != 1 || resp.Choices[0].Logprobs == nil {
-		return nil, "", &malformedError{fmt.Sprintf("%d choices, want one with log-probs", len(resp.Choices))}
-	}
-	lp := resp.Choices[0].Logprobs
-	if len(lp.TopLogprobs) == 0 || len(lp.Tokens) == 0 || len(lp.TokenLogprobs) == 0 {
-		return nil, "", &malformedError{"no log-probs for the first position"}
-	}
-	top := lp.TopLogprobs[0]
 	out := make([]float64, len(cands))
-	for j, cand := range cands {
-		out[j] = math.Inf(-1)
-		if v, ok := top[cand]; ok {
-			out[j] = fromWireLogprob(v)
-		} else if lp.Tokens[0] == cand && lp.TokenLogprobs[0] != nil {
-			out[j] = fromWireLogprob(*lp.TokenLogprobs[0])
+	dec := decodeInto(&resp)
+	check := func(b []byte) error {
+		if err := dec(b); err != nil {
+			return err
 		}
+		if len(resp.Choices) != 1 || resp.Choices[0].Logprobs == nil {
+			return &malformedError{fmt.Sprintf("%d choices, want one with log-probs (asked for %d alternatives)", len(resp.Choices), k)}
+		}
+		lp := resp.Choices[0].Logprobs
+		if len(lp.TopLogprobs) == 0 || len(lp.Tokens) == 0 || len(lp.TokenLogprobs) == 0 {
+			return &malformedError{"no log-probs for the first position"}
+		}
+		top := lp.TopLogprobs[0]
+		for j, cand := range cands {
+			out[j] = math.Inf(-1)
+			var err error
+			if v, ok := top[cand]; ok {
+				out[j], err = logprob(v)
+			} else if lp.Tokens[0] == cand && lp.TokenLogprobs[0] != nil {
+				out[j], err = logprob(*lp.TokenLogprobs[0])
+			}
+			if err != nil {
+				return &malformedError{fmt.Sprintf("candidate %q: %v", cand, err)}
+			}
+		}
+		return nil
+	}
+	if err := c.call(ctx, key, "/completions", body, check); err != nil {
+		return nil, "", err
 	}
 	return out, resp.Model, nil
 }

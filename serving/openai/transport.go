@@ -57,7 +57,9 @@ func (e *rejectedError) Error() string {
 	return fmt.Sprintf("%s: HTTP %d: %s", e.endpoint, e.status, e.message)
 }
 
-// malformedError is a usable-looking 200 answer that does not fit the request.
+// malformedError is a usable-looking 200 answer that does not fit the
+// request. Found while decoding, it fails the attempt (retried); after the
+// last attempt the call fails with an *ExhaustedError naming it.
 type malformedError struct{ message string }
 
 func (e *malformedError) Error() string { return e.message }
@@ -310,6 +312,13 @@ func (c *Client) attemptAt(ctx context.Context, ep *endpoint, id, path string, p
 			c.takeOut(ctx, ep, ve.msg)
 			return ep, &attemptError{status: resp.StatusCode, err: fmt.Errorf("%s: %w", ep.base, ve)}
 		}
+		var mal *malformedError
+		if errors.As(err, &mal) {
+			// Valid JSON that does not answer the request (log-probs asked
+			// for but missing, impossible log-probs, wrong choices): a
+			// broken answer, retried like a 5xx, never stored as a score.
+			return ep, &attemptError{status: resp.StatusCode, err: fmt.Errorf("unusable answer: %w", mal)}
+		}
 		return ep, &attemptError{status: resp.StatusCode, err: fmt.Errorf("invalid JSON answer (%d bytes): %w", len(data), err)}
 	}
 	return ep, nil
@@ -384,6 +393,10 @@ func decodeInto[T any](v *T) func([]byte) error {
 // rowFailure turns a permanent error into a row failure, or returns the
 // error when it must fail the whole call.
 func rowFailure(err error) (*backend.RowFailure, error) {
+	var ex *ExhaustedError
+	if errors.As(err, &ex) {
+		return nil, err // attempts ran out, whatever the last one's error
+	}
 	var rej *rejectedError
 	if errors.As(err, &rej) {
 		return &backend.RowFailure{Reason: backend.FailureRejected, Message: rej.Error()}, nil
