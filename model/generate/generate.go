@@ -51,8 +51,8 @@
 //     memory. A decode step allocates no vocabulary-sized tensor unless a
 //     row asks for processors or alternatives: it writes its logits into,
 //     and samples in, two (rows, V) buffers the chunk keeps from step to
-//     step (sample.Workspace; docs/engine-speed.md has the profile that
-//     called for them).
+//     step (sample.Workspace: fresh ones cost a third of a batched step in
+//     page faults; docs/engine.md, "Sampling").
 //   - Sharing. With Options.Scheduler, concurrent calls take turns per
 //     prefill chunk and per decode step and stay within a memory budget
 //     (see Scheduler); a row's tokens do not depend on the interleaving.
