@@ -306,6 +306,10 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 	if err := spec.checkRequired(cfg.Section("stages." + name)); err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
+	cfg, err := withBase(cfg, spec, opts.Log)
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", name, err)
+	}
 	st, err := spec.New(StageView(cfg, spec))
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
@@ -359,6 +363,30 @@ func RunStage(ctx context.Context, name string, cfg *Config, opts RunOptions) er
 	}
 	env.Log.Info("done", "shards", len(m.Shards), "rows", m.Rows(""), "elapsed", time.Since(start).Round(time.Millisecond).String())
 	return nil
+}
+
+// withBase applies the stage's base config (Spec.Base), logging it and
+// each key the command changed from it.
+func withBase(cfg *Config, spec Spec, log *slog.Logger) (*Config, error) {
+	if spec.Base == nil {
+		return cfg, nil
+	}
+	path := spec.Base(StageView(cfg, spec))
+	if path == "" {
+		return cfg, nil
+	}
+	out, changes, err := cfg.WithBase(path, spec.Uses)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Info("settings start from "+path, "stage", spec.Name, "sections", strings.Join(spec.Uses, ", "), "changed", len(changes))
+	for _, c := range changes {
+		log.Info("setting changed from "+path, "stage", spec.Name, "key", c.Key, "now", fmtValue(c.Now), "from", c.NowSource, "was", fmtValue(c.Base))
+	}
+	return out, nil
 }
 
 // prepare readies the run directory for the stage under its lock: it

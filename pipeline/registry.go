@@ -81,6 +81,12 @@ type Spec struct {
 	// than tables (the loop's checkpoints): --fresh replaces each as a whole
 	// once the stage has succeeded.
 	Dirs []string `json:"dirs,omitempty"`
+	// Base, when set, names a saved config file (a source run's
+	// config.yaml) from the stage's view: RunStage takes from it every key
+	// of the sections the stage uses (Uses) that the command left at its
+	// default (Config.WithBase), and logs the keys the command changed.
+	// "": no base.
+	Base func(cfg *Config) string `json:"-"`
 	// Replace marks a stage whose output is derived from the run (export,
 	// analyze): a rerun with other settings replaces its output, through the
 	// same staging as --fresh, instead of refusing.
