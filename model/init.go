@@ -137,17 +137,26 @@ func initCheckpoint(opts InitOptions) (*Config, error) {
 			return nil, fmt.Errorf("model init: %w", err)
 		}
 	}
-	nTok, err := tokenizerSize(filepath.Join(tokDir, "tokenizer.json"))
+	tk, err := tokenizerSize(filepath.Join(tokDir, "tokenizer.json"))
 	if err != nil {
 		return nil, fmt.Errorf("model init: %w", err)
 	}
+	gen := QwenGenerationConfig()
 	vocab := QwenVocabSize
-	if nTok > vocab {
-		vocab = (nTok + 127) / 128 * 128
+	qwen := tk.endOfText == *gen.BOSTokenID && tk.imEnd == gen.EOSTokenID[0]
+	if tk.n > vocab || !qwen {
+		// Another tokenizer (a smaller one cut from Qwen's, say): the
+		// embedding covers its ids, and its own end tokens end a turn.
+		vocab = (tk.n + 127) / 128 * 128
 	}
 	cfg, err := PresetConfig(opts.Arch, opts.Preset, vocab)
 	if err != nil {
 		return nil, fmt.Errorf("model init: %w", err)
+	}
+	if !qwen && tk.imEnd >= 0 && tk.endOfText >= 0 {
+		bos, pad := tk.endOfText, tk.endOfText
+		cfg.BOSTokenID, cfg.EOSTokenID = &bos, TokenIDs{tk.imEnd}
+		gen.BOSTokenID, gen.PadTokenID, gen.EOSTokenID = &bos, &pad, TokenIDs{tk.imEnd, tk.endOfText}
 	}
 	dt := opts.DType
 	if dt == 0 {
@@ -162,41 +171,53 @@ func initCheckpoint(opts InitOptions) (*Config, error) {
 	draw := func(s *torch.Scope, name string, shape []int64) *torch.Tensor {
 		return s.ToDType(randomParam(s, name, shape, cfg.InitializerRange), dt)
 	}
-	if err := save(m, opts.OutDir, SaveOptions{DType: dt, Generation: QwenGenerationConfig(), TokenizerDir: tokDir}, draw); err != nil {
+	if err := save(m, opts.OutDir, SaveOptions{DType: dt, Generation: gen, TokenizerDir: tokDir}, draw); err != nil {
 		return nil, fmt.Errorf("model init: %w", err)
 	}
 	return cfg, nil
 }
 
-// tokenizerSize is one more than the largest id in tokenizer.json (vocab and
-// added tokens).
-func tokenizerSize(path string) (int, error) {
+// tokenizerIDs are what Init reads of a tokenizer.json.
+type tokenizerIDs struct {
+	n                int // one more than the largest id (vocab and added tokens)
+	endOfText, imEnd int // ids of <|endoftext|> and <|im_end|>; -1: absent
+}
+
+// tokenizerSize reads the size and the end tokens of tokenizer.json.
+func tokenizerSize(path string) (tokenizerIDs, error) {
+	out := tokenizerIDs{endOfText: -1, imEnd: -1}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
 	var tj struct {
 		Model struct {
 			Vocab map[string]int `json:"vocab"`
 		} `json:"model"`
 		AddedTokens []struct {
-			ID int `json:"id"`
+			ID      int    `json:"id"`
+			Content string `json:"content"`
 		} `json:"added_tokens"`
 	}
 	if err := json.Unmarshal(b, &tj); err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
+		return out, fmt.Errorf("%s: %w", path, err)
 	}
-	n := 0
 	for _, id := range tj.Model.Vocab {
-		n = max(n, id+1)
+		out.n = max(out.n, id+1)
 	}
 	for _, a := range tj.AddedTokens {
-		n = max(n, a.ID+1)
+		out.n = max(out.n, a.ID+1)
+		switch a.Content {
+		case "<|endoftext|>":
+			out.endOfText = a.ID
+		case "<|im_end|>":
+			out.imEnd = a.ID
+		}
 	}
-	if n == 0 {
-		return 0, fmt.Errorf("%s: no vocabulary", path)
+	if out.n == 0 {
+		return out, fmt.Errorf("%s: no vocabulary", path)
 	}
-	return n, nil
+	return out, nil
 }
 
 // qwen3TokenizerRel is where npm puts the real Qwen3 tokenizer.json.
