@@ -36,6 +36,16 @@ func (a Accuracy) Value() float64 {
 	return float64(a.Correct) / float64(a.Judged)
 }
 
+// Coverage is the share of (pair, rubric) with both scores,
+// Judged/(Judged+Missing): the accuracy is over that share only. NaN when
+// there are none.
+func (a Accuracy) Coverage() float64 {
+	if a.Judged+a.Missing == 0 {
+		return math.NaN()
+	}
+	return float64(a.Judged) / float64(a.Judged+a.Missing)
+}
+
 // MeanMargin is the mean s(a+) − s(a−) over judged rows; NaN when none.
 func (a Accuracy) MeanMargin() float64 {
 	if a.Judged == 0 {
@@ -124,8 +134,9 @@ func cutLast(s string) (string, string, bool) {
 const ResultsTable = "replay_results"
 
 // ResultsSchema: one row per group; step -1 and strategy "" mean all.
+// Version 2 added coverage (judged / (judged + missing)).
 var ResultsSchema = func() *arrow.Schema {
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{ResultsTable, "1"})
+	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{ResultsTable, "2"})
 	return arrow.NewSchema([]arrow.Field{
 		{Name: "group", Type: arrow.BinaryTypes.String}, // overall | strategy | step
 		{Name: "step", Type: arrow.PrimitiveTypes.Int64},
@@ -135,6 +146,7 @@ var ResultsSchema = func() *arrow.Schema {
 		{Name: "correct", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "accuracy", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
 		{Name: "mean_margin", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "coverage", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
 	}, &md)
 }()
 
@@ -159,7 +171,7 @@ func BuildResults(mem memory.Allocator, acc []Accuracy) arrow.RecordBatch {
 		b.Field(3).(*array.Int64Builder).Append(a.Judged)
 		b.Field(4).(*array.Int64Builder).Append(a.Missing)
 		b.Field(5).(*array.Int64Builder).Append(a.Correct)
-		for k, v := range []float64{a.Value(), a.MeanMargin()} {
+		for k, v := range []float64{a.Value(), a.MeanMargin(), a.Coverage()} {
 			fb := b.Field(6 + k).(*array.Float64Builder)
 			if math.IsNaN(v) {
 				fb.AppendNull()
@@ -174,7 +186,7 @@ func BuildResults(mem memory.Allocator, acc []Accuracy) arrow.RecordBatch {
 // WriteTable prints accuracies as an aligned table.
 func WriteTable(w io.Writer, acc []Accuracy) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "group\tstep\tstrategy\tjudged\tmissing\taccuracy\tmean_margin")
+	fmt.Fprintln(tw, "group\tstep\tstrategy\tjudged\tmissing\tcoverage\taccuracy\tmean_margin")
 	for _, a := range acc {
 		step := "all"
 		if a.Step >= 0 {
@@ -184,7 +196,22 @@ func WriteTable(w io.Writer, acc []Accuracy) error {
 		if strat == "" {
 			strat = "all"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.3f\t%.3f\n", group(a), step, strat, a.Judged, a.Missing, a.Value(), a.MeanMargin())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\n", group(a), step, strat, a.Judged, a.Missing, a.Coverage(), a.Value(), a.MeanMargin())
 	}
 	return tw.Flush()
+}
+
+// CheckCoverage returns an error when the overall coverage (acc[0]) is
+// below min: an accuracy over a small share of the pairs is not the
+// judge's accuracy (missing scores are rarely missing at random).
+func CheckCoverage(acc []Accuracy, min float64) error {
+	if len(acc) == 0 {
+		return nil
+	}
+	a := acc[0]
+	if c := a.Coverage(); a.Judged+a.Missing > 0 && c < min {
+		return fmt.Errorf("coverage %.3f: %d of %d (pair, rubric) have both scores, below %s %.3f: the accuracy %.3f covers too few pairs (see the judgments' score_missing_reason; lower the bound to accept it)",
+			c, a.Judged, a.Judged+a.Missing, KeyMinCoverage, min, a.Value())
+	}
+	return nil
 }

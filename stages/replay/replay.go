@@ -16,6 +16,11 @@
 //     rubric generator of roles.rubric_generator sample n candidates per
 //     pair from the question alone, as the co-evolution loop writes
 //     rubric-phase rubrics.
+//   - Settings: the judge, the rubric generator and the rubric rules start
+//     from the source run's saved config.yaml (as `evolm run` wrote it):
+//     only what the command sets (--config, env vars, flags) overrides it,
+//     and each key it changed is logged. A source without config.yaml
+//     starts from the defaults.
 //   - Judge: roles.judge (model, mode, sampling, prompts, backend); one
 //     judgment per (answer, rubric), response ids
 //     "<pair_id>/chosen" and "<pair_id>/rejected". A rubric failing R_format
@@ -23,9 +28,13 @@
 //     rubrics written are the source's (or generator's) rows, unchanged.
 //   - Outputs in the target run, per source step: pairs (copied rows),
 //     rubrics (reused or new) and judgments, all under
-//     <table>/phase=rubric/step=NNNNNN/; then replay_results
-//     (replay_results/part-00000.parquet), printed to stderr. A rerun resumes
-//     after the steps whose judgments are committed.
+//     <table>/phase=rubric/step=N/; then replay_results
+//     (replay_results/part-00000.parquet), printed to stderr, each accuracy
+//     with its coverage (the share of (pair, rubric) with both scores). A
+//     rerun resumes after the steps whose judgments are committed.
+//   - Failures: a step whose every judge (or generator) call failed on the
+//     backend stops the replay before anything of it is written; an overall
+//     coverage below min_coverage fails it after the results are printed.
 package replay
 
 import (
@@ -59,6 +68,7 @@ const (
 	KeySeed          = lmstage.KeySeed
 	KeySteps         = "steps"
 	KeyInvalidRubric = "invalid_rubric"
+	KeyMinCoverage   = "min_coverage"
 )
 
 func init() {
@@ -81,7 +91,12 @@ the target run. The source run is never modified.`,
 			{Key: KeySteps, Type: pipeline.TypeString, Default: "", Description: "source steps to replay (e.g. 10-20,25); empty: all"},
 			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: rules.InvalidRawText, Enum: rules.InvalidPolicies,
 				Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop does) or skip"},
+			{Key: KeyMinCoverage, Type: pipeline.TypeFloat, Default: 0.5, Min: pipeline.Bound(0), Max: pipeline.Bound(1),
+				Description: "fail when fewer than this share of (pair, rubric) have both scores (the accuracy covers only those); 0 accepts any coverage"},
 		},
+		// The judge, rubric generator and rubric rules start from the source
+		// run's saved config.yaml: the command overrides only what it sets.
+		Base: func(cfg *pipeline.Config) string { return sourceConfig(cfg.String(KeySource)) },
 		Uses: roles.Uses(roles.RubricGenerator, roles.Judge),
 		Moved: map[string]string{
 			"generator_model": roles.Section(roles.RubricGenerator) + "." + roles.KeyModel + " (with stages.replay.new_rubrics: true)",
@@ -97,7 +112,21 @@ type Stage struct {
 	NewRubrics    bool
 	Steps         export.StepSet
 	InvalidRubric string
+	MinCoverage   float64
 	cfg           *pipeline.Config // the stage's view: its roles
+}
+
+// sourceConfig returns the source run's saved config (config.yaml, which
+// `evolm run` writes), or "" when it has none.
+func sourceConfig(source string) string {
+	if source == "" {
+		return ""
+	}
+	p := filepath.Join(source, "config.yaml")
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	return p
 }
 
 func newReplayFromConfig(cfg *pipeline.Config) (*Stage, error) {
@@ -106,7 +135,7 @@ func newReplayFromConfig(cfg *pipeline.Config) (*Stage, error) {
 		return nil, cfg.Errorf(KeySteps, "%v", err)
 	}
 	s := &Stage{Source: cfg.String(KeySource), NewRubrics: cfg.Bool(KeyNewRubrics), Steps: steps,
-		InvalidRubric: cfg.String(KeyInvalidRubric), cfg: cfg}
+		InvalidRubric: cfg.String(KeyInvalidRubric), MinCoverage: cfg.Float(KeyMinCoverage), cfg: cfg}
 	if s.Source == "" {
 		return nil, cfg.Unsetf(KeySource, "no source run given")
 	}
@@ -195,6 +224,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err := WriteTable(env.Stderr, acc); err != nil {
 		return err
 	}
+	if err := CheckCoverage(acc, s.MinCoverage); err != nil {
+		return err
+	}
 	var inputs []string
 	for _, sh := range pairShards {
 		inputs = append(inputs, sh.Path)
@@ -257,6 +289,11 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 		if err != nil {
 			return nil, nil, fmt.Errorf("rubric generator: %w", err)
 		}
+		var f pipeline.RowFailures
+		lmstage.RecordFailures(&f, rolls)
+		if err := allFailed(env, &f, "rubric generator", step); err != nil {
+			return nil, nil, err
+		}
 		for i := range rolls {
 			rubs = append(rubs, rubrics.FromRollout(&rolls[i]))
 		}
@@ -268,9 +305,13 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 	for _, p := range pairs {
 		resps = append(resps, judge.PairResponses(&p)...)
 	}
-	js, _, err := jf.New(schemas.PhaseRubric, step).Judge(ctx, resps, byItem)
+	jd := jf.New(schemas.PhaseRubric, step)
+	js, _, err := jd.Judge(ctx, resps, byItem)
 	if err != nil {
 		return nil, nil, fmt.Errorf("judge: %w", err)
+	}
+	if err := allFailed(env, jd.Failures(), "judge", step); err != nil {
+		return nil, nil, err
 	}
 	var inputs []string
 	for _, sh := range append(append([]pipeline.TableShard{}, pairShards...), rubShards...) {
@@ -288,6 +329,20 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 		return nil, nil, err
 	}
 	return pairs, js, nil
+}
+
+// allFailed adds a step's model calls to the stage's failure counts, and
+// returns an error when every one of them failed on the backend (a model id
+// the server does not serve, an unreachable endpoint): nothing of the step
+// is written, and the replay stops there.
+func allFailed(env *pipeline.Env, f *pipeline.RowFailures, who string, step int64) error {
+	rows, failed, first := f.Counts()
+	env.Failures.Add(int(rows), int(failed), first)
+	if rows > 0 && failed == rows {
+		return fmt.Errorf("%s: %w: %d of %d calls of step %d; the first: %s (nothing of the step was written: check the model, the server's --model-id and the endpoints)",
+			who, pipeline.ErrAllRowsFailed, failed, rows, step, first)
+	}
+	return nil
 }
 
 func tableTask[T any](env *pipeline.Env, t *schemas.Table[T], rel string, inputs []string, rows []T) pipeline.Task {
