@@ -20,14 +20,16 @@ const (
 	JudgmentsTable = "eval_judgments" // the judgments made (schemas.Judgments)
 )
 
-func meta(name string) *arrow.Metadata {
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{name, "1"})
+func meta(name string) *arrow.Metadata { return metaVersion(name, "1") }
+
+func metaVersion(name, version string) *arrow.Metadata {
+	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{name, version})
 	return &md
 }
 
 // ResultsSchema is the schema of eval_results. Scores are fractions in
 // [0, 1] (Ties can be slightly outside: its margin term is in (−1, 1)); null
-// where undefined.
+// where undefined. Version 2 added coverage (Report.Coverage).
 var ResultsSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "benchmark", Type: arrow.BinaryTypes.String},
 	{Name: "subset", Type: arrow.BinaryTypes.String},
@@ -39,7 +41,8 @@ var ResultsSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "ci_level", Type: arrow.PrimitiveTypes.Float64},
 	{Name: "bootstrap_samples", Type: arrow.PrimitiveTypes.Int64},
 	{Name: "bootstrap_seed", Type: arrow.PrimitiveTypes.Int64},
-}, meta(ResultsTable))
+	{Name: "coverage", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+}, metaVersion(ResultsTable, "2"))
 
 // ItemsSchema is the schema of eval_items.
 var ItemsSchema = arrow.NewSchema([]arrow.Field{
@@ -76,6 +79,7 @@ func BuildResults(mem memory.Allocator, r Report) arrow.RecordBatch {
 		b.Field(7).(*array.Float64Builder).Append(r.Bootstrap.Level)
 		b.Field(8).(*array.Int64Builder).Append(int64(r.Bootstrap.Samples))
 		b.Field(9).(*array.Int64Builder).Append(int64(r.Bootstrap.Seed))
+		appendOpt(b.Field(10).(*array.Float64Builder), r.Coverage(s.Subset))
 	}
 	return b.NewRecordBatch()
 }

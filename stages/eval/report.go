@@ -344,15 +344,47 @@ func ScorePairwise(items []PairScored, b Bootstrap) (Report, error) {
 	return withScores(rep, b, pooledSpecs(MetricAccuracy, bySub, all), "")
 }
 
+// Coverage is the share of a subset's items (every item for Overall) whose
+// every score is present: a missing score counts against the item (a tie
+// or a loss), so a score over few covered items says little about the
+// judge. NaN when the subset has no items.
+func (r Report) Coverage(subset string) float64 {
+	var n, full int
+	for _, it := range r.Items {
+		if subset != Overall && it.Subset != subset {
+			continue
+		}
+		n++
+		if !slices.ContainsFunc(it.Scores, math.IsNaN) {
+			full++
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return float64(full) / float64(n)
+}
+
+// CheckCoverage returns an error when a report's coverage over all its
+// items is below min (stages.eval.min_coverage).
+func CheckCoverage(r Report, min float64) error {
+	if c := r.Coverage(Overall); !math.IsNaN(c) && c < min {
+		return fmt.Errorf("%s: coverage %.3f: only that share of the items has every score, below min_coverage %.3f: the scores say little about the judge (see eval_judgments' score_missing_reason; lower the bound to accept it)",
+			r.Benchmark, c, min)
+	}
+	return nil
+}
+
 // WriteTable prints reports as an aligned table: benchmark, subset, metric,
-// n, score and the bootstrap interval, scores in percent.
+// n, the coverage (Report.Coverage), score and the bootstrap interval,
+// scores in percent.
 func WriteTable(w io.Writer, reports ...Report) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "benchmark\tsubset\tmetric\tn\tscore\tci")
+	fmt.Fprintln(tw, "benchmark\tsubset\tmetric\tn\tcoverage\tscore\tci")
 	for _, r := range reports {
 		for _, s := range r.Scores {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t[%s, %s] (%.0f%%, B=%d)\n", s.Benchmark, s.Subset, s.Metric, s.N,
-				pct(s.Score), pct(s.CILow), pct(s.CIHigh), 100*r.Bootstrap.Level, r.Bootstrap.Samples)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t[%s, %s] (%.0f%%, B=%d)\n", s.Benchmark, s.Subset, s.Metric, s.N,
+				pct(r.Coverage(s.Subset)), pct(s.Score), pct(s.CILow), pct(s.CIHigh), 100*r.Bootstrap.Level, r.Bootstrap.Samples)
 		}
 	}
 	return tw.Flush()

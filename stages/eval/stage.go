@@ -30,6 +30,7 @@ const (
 	KeyBootSeed      = "bootstrap_seed"
 	KeySeed          = lmstage.KeySeed
 	KeyInvalidRubric = "invalid_rubric"
+	KeyMinCoverage   = "min_coverage"
 )
 
 func init() {
@@ -60,6 +61,8 @@ The generator and judge are the run's: roles.rubric_generator and roles.judge
 			{Key: KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed of rubric and judge sampling; each row's seed derives from it and the row's key"},
 			{Key: KeyInvalidRubric, Type: pipeline.TypeString, Default: rules.InvalidRawText, Enum: rules.InvalidPolicies,
 				Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop does) or skip"},
+			{Key: KeyMinCoverage, Type: pipeline.TypeFloat, Default: 0.5, Min: pipeline.Bound(0), Max: pipeline.Bound(1),
+				Description: "fail when fewer than this share of the items have every score (a missing score counts as a loss); 0 accepts any coverage"},
 		},
 		Uses:  roles.Uses(roles.RubricGenerator, roles.Judge),
 		Moved: map[string]string{"generator_model": roles.Section(roles.RubricGenerator) + "." + roles.KeyModel, "judge_model": roles.Section(roles.Judge) + "." + roles.KeyModel},
@@ -74,6 +77,7 @@ type Stage struct {
 	Limit, Batch  int
 	Bootstrap     Bootstrap
 	InvalidRubric string
+	MinCoverage   float64
 	cfg           *pipeline.Config // the stage's view: its roles
 }
 
@@ -81,7 +85,7 @@ func newEvalFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	s := &Stage{
 		Benchmark: cfg.String(KeyBenchmark), Input: cfg.Strings(KeyInput), Limit: cfg.Int(KeyLimit), Batch: cfg.Int(KeyBatch),
 		Bootstrap:     Bootstrap{Samples: cfg.Int(KeySamples), Seed: uint64(cfg.Int(KeyBootSeed))},
-		InvalidRubric: cfg.String(KeyInvalidRubric), cfg: cfg,
+		InvalidRubric: cfg.String(KeyInvalidRubric), MinCoverage: cfg.Float(KeyMinCoverage), cfg: cfg,
 	}
 	switch {
 	case s.Limit < 0:
@@ -230,6 +234,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		return fmt.Errorf("judge: %w (nothing was scored: check the judge's model, the server's --model-id and the endpoints)", err)
 	}
 	if err := WriteTable(env.Stderr, rep); err != nil {
+		return err
+	}
+	if err := CheckCoverage(rep, s.MinCoverage); err != nil {
 		return err
 	}
 	if err := WriteReports(ctx, env, files, rep); err != nil {
