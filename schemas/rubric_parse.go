@@ -188,8 +188,11 @@ func looseText(raw json.RawMessage) string {
 // and exponent, or inf, infinity and nan, signed, in any case.
 var pyFloat = regexp.MustCompile(`(?i)^[+-]?(?:(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:e[+-]?\d(?:_?\d)*)?|inf|infinity|nan)$`)
 
-// pythonFloat reads a JSON value as Python's float() does: a number, a
+// PythonFloat reads a JSON value as Python's float() does: a number, a
 // boolean (true is 1) or a numeric string. NaN and ±Inf come back as such.
+// The official EVOLM code reads rubric weights and judge scores with it.
+func PythonFloat(raw json.RawMessage) (float64, error) { return pythonFloat(raw) }
+
 func pythonFloat(raw json.RawMessage) (float64, error) {
 	raw = bytes.TrimSpace(raw)
 	switch string(raw) {

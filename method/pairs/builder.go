@@ -36,11 +36,16 @@ type Config struct {
 	Policy backend.Sampling
 	// Infer samples the back-translated question (temperature 0.3, top-p 0.95).
 	Infer backend.Sampling
+	// InferCheckpoint is the checkpoint id recorded in the rows of inferred
+	// questions ("" is Checkpoint): "initial" when a frozen copy of the
+	// initial model infers them (Builder.Inferrer).
+	InferCheckpoint string
 	// Rubric samples the rubric of the rubric-guided strategy; the official
 	// code uses the training generation config (temperature 1.0, top-p 0.95).
 	Rubric backend.Sampling
-	// RubricFormat reads the rubric-guided strategy's rubric (strict when
-	// empty; lenient is the official reading).
+	// RubricFormat reads the rubric-guided strategy's rubric for prompts
+	// that list its criteria (strict when empty; lenient is the official
+	// reading).
 	RubricFormat schemas.RubricFormat
 	// Seed is the base of every draw and sampling seed.
 	Seed int64
@@ -60,11 +65,19 @@ const (
 	// AgeGlobalSteps is evolm's earlier clock: this step minus the entry's,
 	// rubric steps included.
 	AgeGlobalSteps AgeClock = "global_steps"
+	// AgeNewestGlobal is the official code's clock: the newest buffered
+	// answer's step minus the entry's, in global steps (rubric steps
+	// counted), so that ages do not grow during a rubric phase but a rubric
+	// phase between two answers counts.
+	AgeNewestGlobal AgeClock = "newest_global"
 )
+
+// AgeClocks lists the age clocks.
+var AgeClocks = []AgeClock{AgePolicySteps, AgeGlobalSteps, AgeNewestGlobal}
 
 // ParseAgeClock validates a config value.
 func ParseAgeClock(s string) (AgeClock, error) {
-	return choice.Parse("temporal age clock", s, AgePolicySteps, AgeGlobalSteps)
+	return choice.Parse("temporal age clock", s, AgeClocks...)
 }
 
 // DefaultConfig returns the official settings with maxTokens new tokens per
@@ -119,7 +132,7 @@ func (c Config) ageAt(step int64, buf *Buffer) func(schemas.ReplayEntry) int64 {
 		return func(e schemas.ReplayEntry) int64 { return step - e.Step }
 	}
 	idx := c.PolicyIndex
-	if idx == nil {
+	if idx == nil || c.Age == AgeNewestGlobal {
 		idx = func(s int64) int64 { return s }
 	}
 	// The official code measures from the newest policy step the buffer has
@@ -141,12 +154,16 @@ type Item struct {
 
 // Builder builds the pairs of one rubric-phase step.
 type Builder struct {
-	Policy    backend.Generator // answers and infers questions
+	Policy    backend.Generator // answers (and infers questions when Inferrer is nil)
 	RubricGen backend.Generator // writes the rubric of the rubric-guided strategy (the policy model when shared)
-	Prompts   *prompts.Set
-	Buffer    *Buffer
-	Cfg       Config
-	Log       *slog.Logger
+	// Inferrer infers the back-translated questions: a frozen copy of the
+	// initial model (the official default); nil: Policy, the model being
+	// trained.
+	Inferrer backend.Generator
+	Prompts  *prompts.Set
+	Buffer   *Buffer
+	Cfg      Config
+	Log      *slog.Logger
 }
 
 // Result is what one step built.
@@ -322,20 +339,26 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 	}
 
 	// Round 2: back-translated questions, rubric-guided answers.
-	var round2 []*gen
+	var round2, inferGens []*gen
 	infer := make([]*gen, len(items))
 	guided := make([][2]*gen, len(items))
 	for i := range items {
 		switch strategies[i] {
 		case schemas.StrategyBacktranslate:
-			msg, err := b.Prompts.QuestionInference(thinking.Strip(plus[i].out.Text))
+			msgs, err := b.Prompts.QuestionInference(thinking.Strip(plus[i].out.Text))
 			if err != nil {
 				return Result{}, err
 			}
-			infer[i] = newGen(i, "inferred_question", schemas.RolePolicy, []backend.Message{{Role: "user", Content: msg}}, b.Cfg.Infer)
-			round2 = append(round2, infer[i])
+			infer[i] = newGen(i, "inferred_question", schemas.RolePolicy, msgs, b.Cfg.Infer)
+			if b.Cfg.InferCheckpoint != "" {
+				infer[i].out.Checkpoint = b.Cfg.InferCheckpoint
+			}
+			inferGens = append(inferGens, infer[i])
 		case schemas.StrategyRubricGuided:
-			system, err := b.Prompts.PolicyWithRubric(rubricCriteria(rubric[i].out.Text, b.Cfg.RubricFormat))
+			// The rubric as the generator wrote it, as the official code
+			// shows it (its criteria for prompts that list them).
+			raw := rubric[i].out.Text
+			system, err := b.Prompts.PolicyWithRubric(prompts.Rubric{Text: prompts.PolicyRubricText(raw), Criteria: prompts.ParsedCriteria(raw, b.Cfg.RubricFormat)})
 			if err != nil {
 				return Result{}, fmt.Errorf("pairs step %d item %d: %w", step, i, err)
 			}
@@ -343,6 +366,13 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 			guided[i][1] = newGen(i, "rejected", schemas.RolePolicy, answerMsgs(policySystem, items[i].Question), b.Cfg.Policy)
 			round2 = append(round2, guided[i][0], guided[i][1])
 		}
+	}
+	inferrer := b.Inferrer
+	if inferrer == nil {
+		inferrer = b.Policy
+	}
+	if err := b.run(ctx, inferrer, inferGens); err != nil {
+		return Result{}, err
 	}
 	if err := b.run(ctx, b.Policy, round2); err != nil {
 		return Result{}, err
@@ -376,7 +406,7 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 			p.Rejected, p.RejectedRolloutID = answerText(guided[i][1]), guided[i][1].out.RolloutID
 		}
 	}
-	for _, gs := range [][]*gen{round1, rubricGens, round2, round3} {
+	for _, gs := range [][]*gen{round1, rubricGens, inferGens, round2, round3} {
 		for _, g := range gs {
 			res.Rollouts = append(res.Rollouts, *g.out)
 		}
@@ -388,27 +418,6 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 
 // answerText is the answer as judged: the completion with thinking removed.
 func answerText(g *gen) string { return thinking.Strip(g.out.Text) }
-
-// rubricCriteria turns a generated rubric into prompt criteria; an
-// unparseable one is shown as its raw text, one criterion of weight 1.
-func rubricCriteria(raw string, f schemas.RubricFormat) []prompts.Criterion {
-	if f == "" {
-		f = schemas.FormatStrict
-	}
-	cs, err := schemas.ValidateRubricAs(raw, f)
-	if err != nil || len(cs) == 0 {
-		text := schemas.StripThink(raw)
-		if text == "" {
-			text = "The response answers the question correctly and helpfully."
-		}
-		return []prompts.Criterion{{Criterion: text, Weight: 1}}
-	}
-	out := make([]prompts.Criterion, len(cs))
-	for i, c := range cs {
-		out[i] = prompts.Criterion{Criterion: c.Criterion, Weight: c.Weight}
-	}
-	return out
-}
 
 // run sends gs to g and fills their rollout rows. A row that failed
 // permanently fails the step: a pair cannot be half built.
@@ -449,4 +458,10 @@ func (b *Builder) run(ctx context.Context, g backend.Generator, gs []*gen) error
 func ptr[T any](v T) *T { return &v }
 
 // Enum lists the age clocks (a config key's allowed values).
-func (AgeClock) Enum() []string { return []string{string(AgePolicySteps), string(AgeGlobalSteps)} }
+func (AgeClock) Enum() []string {
+	out := make([]string, len(AgeClocks))
+	for i, c := range AgeClocks {
+		out[i] = string(c)
+	}
+	return out
+}

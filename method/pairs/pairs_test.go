@@ -157,7 +157,7 @@ func (g *scriptedGenerator) Generate(_ context.Context, reqs []backend.GenerateR
 	for i, r := range reqs {
 		last := r.Messages[len(r.Messages)-1].Content
 		text := "answer to: " + last
-		if strings.Contains(last, "Infer the single question") {
+		if strings.HasSuffix(r.ID, "/inferred_question") {
 			text = "<think>hmm</think>inferred question for " + r.ID
 		}
 		if strings.HasSuffix(r.ID, "/rubric") {
@@ -370,4 +370,86 @@ func defaultPrompts(t *testing.T) *prompts.Set {
 		t.Fatal(err)
 	}
 	return set
+}
+
+// inferrerDouble is a test double of a frozen copy of the initial model: it
+// infers questions only, and records the requests it got.
+type inferrerDouble struct{ reqs []backend.GenerateRequest }
+
+func (g *inferrerDouble) Generate(_ context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
+	out := make([]backend.GenerateResponse, len(reqs))
+	for i, r := range reqs {
+		g.reqs = append(g.reqs, r)
+		out[i] = backend.GenerateResponse{ID: r.ID, Model: "frozen", Completions: []backend.Completion{{Text: "frozen question for " + r.ID, Tokens: 1, FinishReason: backend.FinishStop}}}
+	}
+	return out, nil
+}
+
+// TestInferrerInfersTheQuestions: with an Inferrer (back-translation source
+// frozen_initial), every inferred question comes from it, at the inference
+// temperature, as a system and a user message; the rows record its model and
+// the initial checkpoint; the policy answers the rest.
+func TestInferrerInfersTheQuestions(t *testing.T) {
+	set := defaultPrompts(t)
+	buf, _ := NewBuffer(16)
+	pol, inf := &scriptedGenerator{}, &inferrerDouble{}
+	cfg := DefaultConfig(16)
+	cfg.Weights = map[string]float64{schemas.StrategyBacktranslate: 1}
+	cfg.Checkpoint, cfg.InferCheckpoint = "step-000040", "initial"
+	b := &Builder{Policy: pol, RubricGen: pol, Inferrer: inf, Prompts: set, Buffer: buf, Cfg: cfg}
+	items := []Item{{PromptID: "p0", Question: "Q0?"}, {PromptID: "p1", Question: "Q1?"}}
+	res, err := b.Build(context.Background(), 40, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inf.reqs) != len(items) {
+		t.Fatalf("the inferrer got %d requests, want %d", len(inf.reqs), len(items))
+	}
+	for _, r := range inf.reqs {
+		if !strings.HasSuffix(r.ID, "/inferred_question") || r.Sampling.Temperature != 0.3 || len(r.Messages) != 2 || r.Messages[0].Role != "system" {
+			t.Errorf("inferrer request %s: temperature %v, messages %v", r.ID, r.Sampling.Temperature, r.Messages)
+		}
+	}
+	for _, p := range res.Pairs {
+		if p.InferredQuestion == nil || !strings.HasPrefix(*p.InferredQuestion, "frozen question") || !strings.Contains(p.Rejected, "frozen question") {
+			t.Errorf("pair %s: inferred %v, a− %q", p.PairID, p.InferredQuestion, p.Rejected)
+		}
+	}
+	for _, r := range res.Rollouts {
+		frozen := strings.HasSuffix(r.RolloutID, "/inferred_question")
+		if frozen != (r.Model == "frozen") || frozen != (r.Checkpoint == "initial") {
+			t.Errorf("rollout %s: model %s checkpoint %s", r.RolloutID, r.Model, r.Checkpoint)
+		}
+	}
+}
+
+// TestAgeNewestGlobal: the official clock counts global steps from the
+// newest buffered answer: ages do not grow during a rubric phase, and a
+// rubric phase between two answers counts.
+func TestAgeNewestGlobal(t *testing.T) {
+	buf, _ := NewBuffer(16)
+	// K = 2: policy steps 0, 1, 4, 5; entries from steps 1 and 4.
+	buf.Add(schemas.ReplayEntry{Step: 1}, schemas.ReplayEntry{Step: 4})
+	pol := func(s int64) int64 { return s/4*2 + min(s%4, 2) }
+	for _, tc := range []struct {
+		clock AgeClock
+		step  int64
+		want  []int64 // ages of the entries of steps 1 and 4
+	}{
+		{AgeNewestGlobal, 6, []int64{3, 0}},
+		{AgeNewestGlobal, 7, []int64{3, 0}},
+		{AgePolicySteps, 7, []int64{1, 0}},
+		{AgeGlobalSteps, 7, []int64{6, 3}},
+	} {
+		cfg := DefaultConfig(16)
+		cfg.Age, cfg.PolicyIndex = tc.clock, pol
+		age := cfg.ageAt(tc.step, buf)
+		got := []int64{age(buf.Entries()[0]), age(buf.Entries()[1])}
+		if d := cmp.Diff(tc.want, got); d != "" {
+			t.Errorf("%s at step %d (-want +got):\n%s", tc.clock, tc.step, d)
+		}
+	}
+	if _, err := ParseAgeClock("newest_global"); err != nil {
+		t.Error(err)
+	}
 }

@@ -64,7 +64,7 @@ func ReasonOf(err error) Reason {
 
 // Verdict is a parsed generative judgment.
 type Verdict struct {
-	Score     float64 // in [0, 1]
+	Score     float64 // in [0, 1] (ParseJudgeOfficial: any finite number)
 	Reasoning string  // the "reasoning" field, "" when absent
 }
 
@@ -108,6 +108,69 @@ func ParseJudge(reply string) (Verdict, error) {
 	v := Verdict{Score: min(max(score, 0), 1)}
 	if r, ok := obj["reasoning"]; ok {
 		_ = json.Unmarshal(r, &v.Reasoning) // a non-string reasoning is not the score's problem
+	}
+	return v, nil
+}
+
+// JudgeReply names a way of reading a generative judge's reply
+// (rubric.judge_reply).
+type JudgeReply string
+
+const (
+	// ReplyStrict is evolm's reading, ParseJudge: thinking stripped, the
+	// last JSON object with a "score", a finite score in [0, 1].
+	ReplyStrict JudgeReply = "strict"
+	// ReplyOfficial is the official EVOLM code's reading,
+	// ParseJudgeOfficial: the span from the first '{' to the last '}' of
+	// the raw reply, repaired, its "score" read as Python's float(), no
+	// range check.
+	ReplyOfficial JudgeReply = "official"
+)
+
+// Enum lists the readings (a config key's allowed values).
+func (JudgeReply) Enum() []string { return []string{string(ReplyStrict), string(ReplyOfficial)} }
+
+// Parse reads a judge reply under reading r ("" is ReplyStrict).
+func (r JudgeReply) Parse(reply string) (Verdict, error) {
+	switch r {
+	case ReplyStrict, "":
+		return ParseJudge(reply)
+	case ReplyOfficial:
+		return ParseJudgeOfficial(reply)
+	}
+	return Verdict{}, fmt.Errorf("judge reply reading %q: want %s or %s", r, ReplyStrict, ReplyOfficial)
+}
+
+// ParseJudgeOfficial reads a generative judge's reply as the official EVOLM
+// code does (rubric_judge_rewards.py judge_answer_with_rubric over
+// extract_json_from_response): the span from the first '{' to the last '}'
+// of the reply as it is — thinking included, so a brace in the thinking
+// starts the span there — read as json_repair reads it (officialJSON) into
+// one JSON object that must have a "score"; the score is
+// what Python's float() reads (a number, a numeric string, a boolean) and
+// is not range checked: 1.7 and −0.2 pass through. A score that is NaN or
+// ±Inf, which the official code carries as NaN into the group-mean fill, is
+// a missing score here (ReasonScoreNotFinite), which the loop fills the same
+// way.
+func ParseJudgeOfficial(reply string) (Verdict, error) {
+	obj, ok := officialJSON(reply)
+	if !ok {
+		return Verdict{}, &ScoreError{Reason: ReasonNotJSON, Detail: excerpt(reply)}
+	}
+	raw, ok := obj["score"]
+	if !ok {
+		return Verdict{}, &ScoreError{Reason: ReasonMissingScore, Detail: `the JSON object has no "score"`}
+	}
+	score, err := schemas.PythonFloat(raw)
+	if err != nil {
+		return Verdict{}, &ScoreError{Reason: ReasonScoreNotNumber, Detail: fmt.Sprintf("score is %s", excerpt(string(raw)))}
+	}
+	if math.IsNaN(score) || math.IsInf(score, 0) {
+		return Verdict{}, &ScoreError{Reason: ReasonScoreNotFinite, Detail: fmt.Sprintf("score is %s", excerpt(string(raw)))}
+	}
+	v := Verdict{Score: score}
+	if r, ok := obj["reasoning"]; ok {
+		_ = json.Unmarshal(r, &v.Reasoning)
 	}
 	return v, nil
 }

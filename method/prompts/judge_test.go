@@ -1,6 +1,7 @@
 package prompts
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/serving/backend"
 )
 
@@ -168,6 +170,77 @@ func TestYesNoScore(t *testing.T) {
 	} {
 		if _, _, err := YesNoScore(yn, tc.weights, tc.lps); ReasonOf(err) != tc.reason {
 			t.Errorf("%s: err = %v, want reason %q", tc.name, err, tc.reason)
+		}
+	}
+}
+
+// officialReplies are judge replies on which the official reading and
+// evolm's differ, or that test the official one's edges.
+var officialReplies = []struct {
+	name, reply string
+	want        *float64 // nil: missing
+	reason      Reason
+}{
+	{"plain", `{"reasoning": "ok", "score": 0.75}`, ptr(0.75), ""},
+	{"out of range kept", `{"reasoning": "great", "score": 1.7}`, ptr(1.7), ""},
+	{"negative kept", `{"score": -0.2}`, ptr(-0.2), ""},
+	{"ten scale kept", `Score: {"score": 8}`, ptr(8), ""},
+	{"numeric string", `{"score": " 0.3 "}`, ptr(0.3), ""},
+	{"boolean", `{"score": true}`, ptr(1), ""},
+	{"repaired single quotes", `{'reasoning': 'x', 'score': 0.4,}`, ptr(0.4), ""},
+	{"brace in the thinking", "<think>use {braces}</think>\n{\"score\": 0.6}", ptr(0.6), ""},
+	{"draft with other keys: a list", "<think>{\"score\": 0.5} hmm</think>{\"reasoning\": \"r\", \"score\": 0.9}", nil, ReasonNotJSON},
+	{"draft with the same keys: replaced", "<think>{\"reasoning\": \"d\", \"score\": 0.5}</think>{\"reasoning\": \"r\", \"score\": 0.9}", ptr(0.9), ""},
+	{"int then float: not the same shape", `{"score": 1} {"score": 0.5}`, nil, ReasonNotJSON},
+	{"unquoted keys draft", `{a: 1} text {"score": 0.9}`, nil, ReasonNotJSON},
+	{"truncated", `{"reasoning": "abc", "score": 0.`, nil, ReasonNotJSON},
+	{"thinking without braces", "<think>fine</think>\n{\"score\": 0.6}", ptr(0.6), ""},
+	{"no json", "Score: 0.8", nil, ReasonNotJSON},
+	{"no score", `{"rating": 0.5}`, nil, ReasonMissingScore},
+	{"word", `{"score": "high"}`, nil, ReasonScoreNotNumber},
+	{"nan string", `{"score": "nan"}`, nil, ReasonScoreNotFinite},
+}
+
+func ptr(f float64) *float64 { return &f }
+
+// TestParseJudgeOfficial: the official reading keeps scores outside [0, 1]
+// and reads the raw reply, thinking included.
+func TestParseJudgeOfficial(t *testing.T) {
+	for _, tt := range officialReplies {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := ReplyOfficial.Parse(tt.reply)
+			if ReasonOf(err) != tt.reason {
+				t.Fatalf("reason %q (%v), want %q", ReasonOf(err), err, tt.reason)
+			}
+			if tt.want != nil && v.Score != *tt.want {
+				t.Errorf("score %v, want %v", v.Score, *tt.want)
+			}
+		})
+	}
+	if _, err := JudgeReply("lenient").Parse("{}"); err == nil {
+		t.Error("an unknown reading parses")
+	}
+}
+
+// TestParseJudgeOfficialMatchesReference runs the official reading in
+// Python, with the json_repair the official code imports, on every reply.
+func TestParseJudgeOfficialMatchesReference(t *testing.T) {
+	var in []string
+	for _, tt := range officialReplies {
+		in = append(in, tt.reply)
+	}
+	body, _ := json.Marshal(in)
+	var ref []*float64
+	if err := json.Unmarshal(testutil.RunPythonInput(t, "judge_reply_reference.py", body), &ref); err != nil || len(ref) != len(in) {
+		t.Fatalf("reference output: %v (%d for %d)", err, len(ref), len(in))
+	}
+	for i, tt := range officialReplies {
+		v, err := ParseJudgeOfficial(tt.reply)
+		switch {
+		case ref[i] == nil && err == nil:
+			t.Errorf("%s: the official code gets no score, evolm %v", tt.name, v.Score)
+		case ref[i] != nil && (err != nil || v.Score != *ref[i]):
+			t.Errorf("%s: the official code reads %v, evolm %v (%v)", tt.name, *ref[i], v.Score, err)
 		}
 	}
 }

@@ -3,8 +3,9 @@
 //
 // Each role's prompt is a text/template file of the project's own under
 // templates/, embedded in the binary. A run may override any of them with a
-// file of its own (Load, or LoadDir for every <role>.tmpl in a directory).
-// Every template starts with a header comment
+// file of its own (Load, or LoadDir for every <role>.tmpl in a directory;
+// `evolm prompts import` writes such files from the official EVOLM code,
+// Imported). Every template starts with a header comment
 //
 //	{{- /* evolm-prompt name=<role> [variant=<v>] version=<n> ... */ -}}
 //
@@ -24,12 +25,20 @@
 //
 // # Chat prompts
 //
-// rubric_question, rubric_pair and judge_generative render to chat messages
-// (RubricForQuestion, RubricForPair, JudgeGenerative return
-// []backend.Message): a file may define a "system" template, sent as the
-// system message when it renders to more than white space, and a "user"
-// template; a file that defines no "user" template is the user message as a
-// whole (so a one-message override written for version 1 still works).
+// Every prompt but judge_yesno renders to chat messages. A file may define a
+// "system" template, sent as the system message when it renders to more
+// than white space, and a "user" template; a file that defines no "user"
+// template is the user message as a whole (so a one-message override
+// written for version 1 still works). The policy's prompts (policy,
+// policy_with_rubric) are system prompts only: the user turns are the
+// prompt's own. Their "system" template is sent exactly as it renders; a
+// file without one is the system prompt as a whole, white space trimmed.
+//
+// A rubric reaches a prompt as the generator wrote it (Rubric.Text, the
+// official code's choice) and as parsed criteria (Rubric.Criteria, weights
+// renormalized): the default templates show the text, evolm's first prompts
+// the criteria. JudgeRubricText and PolicyRubricText are the official code's
+// ways of removing the generator's reasoning from the text.
 //
 // # Variants
 //
@@ -38,23 +47,24 @@
 // override of a prompt wins over its variant. The embedded template of variant
 // v of prompt p is templates/<p>.<v>.tmpl.
 //
-//   - rubric_generator: official (default) or evolm. official is laid out as
-//     the official EVOLM code asks for rubrics: the instructions and a worked
-//     example in the system message, the bare question as the user message,
-//     5 to 10 atomic criteria written from the question alone without
-//     assuming an answer, each with scoring levels. It says nothing about how
-//     specific criteria should be, since the paper reports that shift as an
-//     outcome of training. evolm is evolm's first prompt (one user message, 2
-//     to 6 criteria, "name the concrete facts … no bare labels"), kept
-//     byte for byte.
-//   - judge: official (default) or evolm. official gives the generative judge
-//     a system message with the grading instructions and two worked examples,
-//     then the question, the whole rubric as rubric JSON (criteria, weights
-//     renormalized to sum to 1, scoring levels in the generator's order) and
-//     the answer; the official code sends the generator's raw rubric, which
-//     holds the same. Its yes/no judge shows each criterion with its scoring
-//     levels. evolm is evolm's first judge prompts, which show each criterion
-//     as "(weight w) criterion" only.
+//   - rubric_generator: official (default) or evolm. official follows the
+//     official EVOLM code's rubric_generation_v3 prompt in evolm's words: the
+//     instructions and a worked example in the system message, the bare
+//     question as the user message, 2 to 5 atomic criteria written from the
+//     question alone, each with scoring levels, and a dealbreaker criterion
+//     of high weight (about 0.8) stating the expected answer of a question
+//     whose short answer can be checked. It says nothing about how specific
+//     criteria should be, since the paper reports that shift as an outcome
+//     of training. evolm is evolm's first prompt (one user message, 2 to 6
+//     criteria, "name the concrete facts … no bare labels"), kept byte for
+//     byte.
+//   - judge: official (default) or evolm. official follows the official
+//     judge: a one-line system message, then the question, the rubric as the
+//     generator wrote it and the answer, then the grading instructions and
+//     two worked examples, with no rule the official judge lacks. Its yes/no
+//     judge shows each criterion with its scoring levels. evolm is evolm's
+//     first judge prompts, which show each criterion as "(weight w)
+//     criterion" only.
 //   - policy: none (default) sends no system prompt; assistant sends the
 //     one-line "You are a helpful assistant." system prompt of the official
 //     code.
@@ -70,7 +80,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -78,9 +87,6 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
-
-	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/serving/backend"
 )
 
 //go:embed templates/*.tmpl
@@ -101,14 +107,6 @@ const (
 
 // Names lists every role prompt.
 var Names = []Name{Policy, PolicyWithRubric, RubricQuestion, RubricPair, JudgeGenerative, JudgeYesNo, QuestionInference}
-
-// Criterion is the part of a rubric criterion that prompts show: the
-// criterion, its weight and its scoring levels (may be empty).
-type Criterion struct {
-	Criterion string
-	Weight    float64
-	Levels    []schemas.Level
-}
 
 // Variant names. Each role prompt with alternatives has a default variant
 // (listed first in Variants); the others are chosen per model role with
@@ -162,15 +160,15 @@ var header = regexp.MustCompile(`^\{\{-?\s*/\*\s*evolm-prompt\s+name=(\S+)(?:\s+
 var funcs = template.FuncMap{
 	"inc":        func(i int) int { return i + 1 },
 	"weight":     formatWeight,
-	"rubricJSON": rubricJSON,
+	"rubricJSON": RubricJSON,
 }
 
 func formatWeight(w float64) string { return strconv.FormatFloat(w, 'f', 2, 64) }
 
-// rubricJSON renders criteria as the rubric JSON the generator writes
+// RubricJSON renders criteria as the rubric JSON the generator writes
 // (README.md, "The method"), one criterion a line: criterion, weight (two decimals) and,
 // when it has any, its scoring levels in their order.
-func rubricJSON(cs []Criterion) (string, error) {
+func RubricJSON(cs []Criterion) (string, error) {
 	str := func(v string) (string, error) {
 		var b bytes.Buffer
 		enc := json.NewEncoder(&b)
@@ -214,38 +212,6 @@ func rubricJSON(cs []Criterion) (string, error) {
 	b.WriteString("\n]}")
 	return b.String(), nil
 }
-
-// sample is the data an override is test-rendered with when loaded.
-var sample = map[Name]any{
-	Policy:            struct{}{},
-	PolicyWithRubric:  rubricData{Criteria: []Criterion{{Criterion: "States the answer.", Weight: 0.5}, {Criterion: "Shows the steps.", Weight: 0.5}}},
-	RubricQuestion:    questionData{Question: "What is 2+2?"},
-	RubricPair:        pairData{Question: "What is 2+2?", ResponseA: "4", ResponseB: "5"},
-	JudgeGenerative:   judgeData{Question: "What is 2+2?", Response: "4", Criteria: sampleCriteria},
-	QuestionInference: answerData{Answer: "4"},
-}
-
-var sampleCriteria = []Criterion{{Criterion: "Says 4.", Weight: 1, Levels: []schemas.Level{{Score: "1.0", Text: "Says 4"}, {Score: "0.0", Text: "Does not"}}}}
-
-// chatNames are the prompts rendered as chat messages: an optional system
-// message (template "system") and the user message (template "user", or the
-// whole file when it defines none).
-var chatNames = map[Name]bool{RubricQuestion: true, RubricPair: true, JudgeGenerative: true}
-
-type (
-	questionData struct{ Question string }
-	answerData   struct{ Answer string }
-	rubricData   struct{ Criteria []Criterion }
-	pairData     struct{ Question, ResponseA, ResponseB string }
-	judgeData    struct {
-		Question, Response string
-		Criteria           []Criterion
-	}
-	yesNoData struct {
-		Question, Response, Criterion string
-		Levels                        []schemas.Level
-	}
-)
 
 func parse(name Name, src []byte, source string) (*Template, error) {
 	m := header.FindSubmatch(src)
@@ -351,8 +317,10 @@ func embeddedPath(n Name, v string) string {
 }
 
 // LoadDir is Load with every <role>.tmpl file found in dir as an override;
-// roles without a file keep the embedded prompt. A .tmpl file that names no
-// role is an error, so a misspelt override is not silently ignored.
+// roles without a file keep the embedded prompt. A file <role>.<name>.tmpl
+// is an alternative for a role (`evolm prompts import` writes one per
+// official rubric prompt) and is not loaded. A .tmpl file that names no role
+// is an error, so a misspelt override is not silently ignored.
 func LoadDir(dir string) (*Set, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -364,23 +332,12 @@ func LoadDir(dir string) (*Set, error) {
 		if !ok || e.IsDir() {
 			continue
 		}
+		if role, _, alt := strings.Cut(name, "."); alt && slices.Contains(Names, Name(role)) {
+			continue
+		}
 		overrides[Name(name)] = filepath.Join(dir, e.Name())
 	}
 	return Load(overrides)
-}
-
-// check renders a template on its sample data.
-func (s *Set) check(n Name) error {
-	if n == JudgeYesNo {
-		_, _, err := s.JudgeYesNo("What is 2+2?", "4", sampleCriteria)
-		return err
-	}
-	if chatNames[n] {
-		_, err := s.chat(n, sample[n])
-		return err
-	}
-	_, err := s.render(n, "", sample[n])
-	return err
 }
 
 // Template returns the loaded template of a role.
@@ -393,160 +350,4 @@ func (s *Set) Versions() map[string]string {
 		out[string(n)] = t.Version
 	}
 	return out
-}
-
-func (s *Set) render(n Name, sub string, data any) (string, error) {
-	t := s.tmpls[n]
-	if t == nil {
-		return "", fmt.Errorf("prompt %s: not loaded", n)
-	}
-	var b bytes.Buffer
-	var err error
-	if sub == "" {
-		err = t.tmpl.Execute(&b, data)
-	} else {
-		err = t.tmpl.ExecuteTemplate(&b, sub, data)
-	}
-	if err != nil {
-		return "", fmt.Errorf("prompt %s: render: %w", t.Version, err)
-	}
-	return b.String(), nil
-}
-
-// normalized returns the criteria with weights scaled to sum to 1. It fails
-// on an empty rubric, a weight that is negative or not finite, and weights
-// that sum to zero.
-func normalized(cs []Criterion) ([]Criterion, error) {
-	ws := make([]float64, len(cs))
-	for i, c := range cs {
-		ws[i] = c.Weight
-	}
-	ws, err := normalizeWeights(ws)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Criterion, len(cs))
-	for i, c := range cs {
-		out[i] = Criterion{Criterion: c.Criterion, Weight: ws[i], Levels: c.Levels}
-	}
-	return out, nil
-}
-
-// chat renders a chat prompt: the "system" template when the file defines
-// one and it renders to more than white space, then the user message (the
-// "user" template, or the whole file).
-func (s *Set) chat(n Name, data any) ([]backend.Message, error) {
-	t := s.tmpls[n]
-	if t == nil {
-		return nil, fmt.Errorf("prompt %s: not loaded", n)
-	}
-	var msgs []backend.Message
-	if t.tmpl.Lookup("system") != nil {
-		sys, err := s.render(n, "system", data)
-		if err != nil {
-			return nil, err
-		}
-		if strings.TrimSpace(sys) != "" {
-			msgs = append(msgs, backend.Message{Role: "system", Content: sys})
-		}
-	}
-	sub := ""
-	if t.tmpl.Lookup("user") != nil {
-		sub = "user"
-	}
-	user, err := s.render(n, sub, data)
-	if err != nil {
-		return nil, err
-	}
-	return append(msgs, backend.Message{Role: "user", Content: user}), nil
-}
-
-// Policy renders the policy's system prompt, without surrounding white
-// space; "" means send none.
-func (s *Set) Policy() (string, error) {
-	p, err := s.render(Policy, "", struct{}{})
-	return strings.TrimSpace(p), err
-}
-
-// PolicyWithRubric renders the policy's system prompt carrying a rubric.
-func (s *Set) PolicyWithRubric(cs []Criterion) (string, error) {
-	n, err := normalized(cs)
-	if err != nil {
-		return "", fmt.Errorf("prompt %s: %w", PolicyWithRubric, err)
-	}
-	return s.render(PolicyWithRubric, "", rubricData{Criteria: n})
-}
-
-// RubricForQuestion renders the rubric generator's messages for a question:
-// a system message when the variant has one (official: the instructions and
-// a worked example, with the bare question as the user message), then the
-// user message.
-func (s *Set) RubricForQuestion(question string) ([]backend.Message, error) {
-	return s.chat(RubricQuestion, questionData{Question: question})
-}
-
-// RubricForPair renders the rubric generator's messages for a question and
-// two responses, shown in the order given.
-func (s *Set) RubricForPair(question, a, b string) ([]backend.Message, error) {
-	return s.chat(RubricPair, pairData{Question: question, ResponseA: a, ResponseB: b})
-}
-
-// JudgeGenerative renders the generative judge's messages for one response
-// under a rubric (weights renormalized to sum to 1, scoring levels kept): a
-// system message when the variant has one, then the user message.
-func (s *Set) JudgeGenerative(question, response string, cs []Criterion) ([]backend.Message, error) {
-	n, err := normalized(cs)
-	if err != nil {
-		return nil, fmt.Errorf("prompt %s: %w", JudgeGenerative, err)
-	}
-	return s.chat(JudgeGenerative, judgeData{Question: question, Response: response, Criteria: n})
-}
-
-// JudgeYesNo renders the yes/no judge's prompt for every criterion of a
-// rubric: the shared prefix and one suffix per criterion, so that
-// prefix+suffixes[k] asks about criterion k and ends where the answer token
-// goes (backend.ScoreRequest's shape).
-func (s *Set) JudgeYesNo(question, response string, cs []Criterion) (prefix string, suffixes []string, err error) {
-	if len(cs) == 0 {
-		return "", nil, fmt.Errorf("prompt %s: %w", JudgeYesNo, &ScoreError{Reason: ReasonEmptyRubric})
-	}
-	prefix, err = s.render(JudgeYesNo, "prefix", yesNoData{Question: question, Response: response})
-	if err != nil {
-		return "", nil, err
-	}
-	for _, c := range cs {
-		suf, err := s.render(JudgeYesNo, "suffix", yesNoData{Question: question, Response: response, Criterion: c.Criterion, Levels: c.Levels})
-		if err != nil {
-			return "", nil, err
-		}
-		suffixes = append(suffixes, suf)
-	}
-	return prefix, suffixes, nil
-}
-
-// QuestionInference renders the back-translation message for an answer.
-func (s *Set) QuestionInference(answer string) (string, error) {
-	return s.render(QuestionInference, "", answerData{Answer: answer})
-}
-
-// normalizeWeights scales weights to sum to 1.
-func normalizeWeights(ws []float64) ([]float64, error) {
-	if len(ws) == 0 {
-		return nil, &ScoreError{Reason: ReasonEmptyRubric}
-	}
-	var sum float64
-	for i, w := range ws {
-		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-			return nil, &ScoreError{Reason: ReasonBadWeight, Detail: fmt.Sprintf("criterion %d has weight %v", i, w)}
-		}
-		sum += w
-	}
-	if sum == 0 {
-		return nil, &ScoreError{Reason: ReasonZeroWeights, Detail: fmt.Sprintf("%d criteria, all weights 0", len(ws))}
-	}
-	out := make([]float64, len(ws))
-	for i, w := range ws {
-		out[i] = w / sum
-	}
-	return out, nil
 }

@@ -1,7 +1,6 @@
 package prompts
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,9 +29,9 @@ func TestDefaultVersions(t *testing.T) {
 		t.Fatalf("%d versions, want %d: %v", len(v), len(Names), v)
 	}
 	want := map[Name]string{
-		Policy: "policy.none@v1", PolicyWithRubric: "policy_with_rubric@v1", QuestionInference: "question_inference@v1",
-		RubricQuestion: "rubric_question.official@v2", RubricPair: "rubric_pair.official@v2",
-		JudgeGenerative: "judge_generative.official@v2", JudgeYesNo: "judge_yesno.official@v2",
+		Policy: "policy.none@v1", PolicyWithRubric: "policy_with_rubric@v2", QuestionInference: "question_inference@v2",
+		RubricQuestion: "rubric_question.official@v3", RubricPair: "rubric_pair.official@v3",
+		JudgeGenerative: "judge_generative.official@v3", JudgeYesNo: "judge_yesno.official@v2",
 	}
 	for _, n := range Names {
 		re := regexp.MustCompile(`^` + regexp.QuoteMeta(want[n]) + `\+sha256:[0-9a-f]{8}$`)
@@ -101,11 +100,19 @@ func TestRender(t *testing.T) {
 	if p, err := s.Policy(); err != nil || p != "" {
 		t.Errorf("Policy() = %q, %v; want the empty system prompt", p, err)
 	}
-	p, err := s.PolicyWithRubric(cs)
+	// The policy sees the rubric as the generator wrote it, scoring levels
+	// and all, not the parsed criteria.
+	text := `{"criteria": [{"criterion": "Gives the value 42.", "weight": 3, "scoring_levels": {"1.0": "42 {exactly}", "0.0": "other"}}]}`
+	p, err := s.PolicyWithRubric(Rubric{Text: text, Criteria: cs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustContain(t, "policy_with_rubric", p, "1. (weight 0.75) Gives the value 42.\n2. (weight 0.25) Cites the formula.\n")
+	if !strings.HasPrefix(p, "You are a helpful assistant.\n\n") || !strings.HasSuffix(p, "\n\n"+text) {
+		t.Errorf("policy_with_rubric = %q, want the assistant line, one instruction and the rubric text last", p)
+	}
+	if strings.Contains(p, "(weight") || strings.Contains(p, "do not mention") {
+		t.Errorf("policy_with_rubric lists parsed criteria or adds a rule the official prompt lacks:\n%s", p)
+	}
 
 	pr, err := s.RubricForPair("Q?", "first {{answer}}", "second")
 	if err != nil {
@@ -114,19 +121,26 @@ func TestRender(t *testing.T) {
 	if len(pr) != 2 || pr[0].Role != "system" || pr[1].Role != "user" {
 		t.Fatalf("rubric_pair messages = %v, want system and user", pr)
 	}
-	mustContain(t, "rubric_pair system", pr[0].Content, "5 to 10 criteria", "from the question only, without assuming what the answer is", `"scoring_levels"`)
+	mustContain(t, "rubric_pair system", pr[0].Content, "2 to 5 criteria", "The dealbreaker", "from the question only, without assuming what the answer is", `"scoring_levels"`)
 	mustContain(t, "rubric_pair user", pr[1].Content, "Q?\n\n<response_a>\nfirst {{answer}}\n</response_a>", "<response_b>\nsecond\n</response_b>")
 
 	qi, err := s.QuestionInference("Paris is the capital.")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustContain(t, "question_inference", qi, "<response>\nParis is the capital.\n</response>")
+	if len(qi) != 2 || qi[0].Role != "system" || qi[1].Role != "user" {
+		t.Fatalf("question_inference messages = %v, want system and user (as the official code sends)", qi)
+	}
+	mustContain(t, "question_inference system", qi[0].Content, "question only")
+	mustContain(t, "question_inference user", qi[1].Content, "\n\nParis is the capital.\n\n")
 }
 
 // TestRubricPromptOfficial: the default rubric prompt has the official
-// layout: the instructions and a worked example in the system message, the
-// bare question as the user message, and none of evolm's steering.
+// layout and substance (rubric_generation_v3): the instructions and a worked
+// example in the system message, the bare question as the user message, 2
+// to 5 criteria with scoring levels, a dealbreaker of weight about 0.8 that
+// states the expected answer of a checkable question, and none of evolm's
+// steering.
 func TestRubricPromptOfficial(t *testing.T) {
 	s := mustDefault(t)
 	q := "How far is the Moon?\nAnswer in km."
@@ -142,8 +156,9 @@ func TestRubricPromptOfficial(t *testing.T) {
 	}
 	sys := msgs[0].Content
 	mustContain(t, "rubric_question system", sys,
-		"5 to 10 criteria", "Each criterion checks one thing", "Write the criteria from the question only, without assuming what the answer is",
-		"weights sum to 1.0", `{"criteria": [{"criterion": `, `"weight"`, `"scoring_levels"`,
+		"2 to 5 criteria", "Each criterion checks one thing", "Write the criteria from the question only, without assuming what the answer is",
+		"weights sum to 1.0", "The dealbreaker", `states that answer, as in "The final answer is equivalent to 100"`, "such as 0.8",
+		"A rubric may have no dealbreaker", "scoring levels", `{"criteria": [{"criterion": `, `"weight"`, `"scoring_levels"`,
 		`Example. Question: "How should I store leftover cooked rice`)
 	for _, steer := range []string{"2 to 6", "concrete facts", "bare labels", `"accuracy"`, "THIS question"} {
 		if strings.Contains(sys, steer) {
@@ -155,7 +170,7 @@ func TestRubricPromptOfficial(t *testing.T) {
 	ex := sys[strings.Index(sys, "Example. Question:"):]
 	ex = ex[strings.Index(ex, "\n")+1:]
 	crit, err := schemas.ValidateRubric(ex)
-	if err != nil || len(crit) < 5 || len(crit) > 10 {
+	if err != nil || len(crit) < 2 || len(crit) > 5 {
 		t.Errorf("worked example: %d criteria, err %v", len(crit), err)
 	}
 	for i, lv := range schemas.RubricLevels(ex) {
@@ -198,34 +213,43 @@ func TestRubricPromptEvolm(t *testing.T) {
 	}
 }
 
-// TestJudgeSeesScoringLevels: the default generative judge gets a system
-// message with the instructions and worked examples, and a user message with
-// the question, the whole rubric (weights renormalized, every scoring level
-// in order) and the answer; the yes/no judge shows each criterion's levels.
-func TestJudgeSeesScoringLevels(t *testing.T) {
+// TestJudgeOfficialLayout: the default generative judge has the official
+// layout: a one-line system message; a user message with the question, the
+// rubric exactly as given (scoring levels, braces and all) and the answer,
+// then the instructions, with no rule the official judge lacks. The yes/no
+// judge shows each criterion's levels.
+func TestJudgeOfficialLayout(t *testing.T) {
 	s := mustDefault(t)
 	cs := []Criterion{
 		{Criterion: "Gives the value 42.", Weight: 3, Levels: []schemas.Level{
 			{Score: "1.0", Text: "States 42 with the unit"}, {Score: "0.5", Text: "States 42 without the unit"}, {Score: "0.0", Text: "Another value or none"}}},
 		{Criterion: `Cites "the formula" <E=mc^2>.`, Weight: 1},
 	}
-	msgs, err := s.JudgeGenerative("Q?", "R.", cs)
+	text := "{\"criteria\": [{\"criterion\": \"Gives the value 42.\", \"weight\": 0.75, \"scoring_levels\": {\"1.0\": \"States 42\"}}]} {{.Rubric}} }}"
+	msgs, err := s.JudgeGenerative("Q?", "R.", Rubric{Text: text, Criteria: cs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1].Role != "user" {
 		t.Fatalf("judge messages = %v, want system and user", msgs)
 	}
-	mustContain(t, "judge system", msgs[0].Content, "scoring levels", "Multiply each rating by the criterion's weight",
-		"Worked example 1.", "Worked example 2.", `"score": 0.85}`, `{"reasoning": "<for each criterion: rating × weight; then the sum>", "score": <number from 0.0 to 1.0>}`)
-	wantRubric := "<rubric>\n{\"criteria\": [\n" +
-		`  {"criterion": "Gives the value 42.", "weight": 0.75, "scoring_levels": {"1.0": "States 42 with the unit", "0.5": "States 42 without the unit", "0.0": "Another value or none"}},` + "\n" +
-		`  {"criterion": "Cites \"the formula\" <E=mc^2>.", "weight": 0.25}` + "\n]}\n</rubric>"
-	mustContain(t, "judge user", msgs[1].Content, "<question>\nQ?\n</question>", wantRubric, "<answer>\nR.\n</answer>")
-	rub := msgs[1].Content[strings.Index(msgs[1].Content, "<rubric>\n")+len("<rubric>\n") : strings.Index(msgs[1].Content, "\n</rubric>")]
-	var doc schemas.RubricDoc
-	if err := json.Unmarshal([]byte(rub), &doc); err != nil || len(doc.Criteria) != 2 || len(doc.Criteria[0].ScoringLevels) != 3 {
-		t.Errorf("the judge's rubric is not the rubric JSON: %v %+v", err, doc)
+	if strings.Contains(msgs[0].Content, "\n") {
+		t.Errorf("judge system message %q, want one line", msgs[0].Content)
+	}
+	user := msgs[1].Content
+	if want := "Question: Q?\n\nRubric: " + text + "\n\nAnswer to evaluate: R.\n\n"; !strings.HasPrefix(user, want) {
+		t.Errorf("judge user message starts %q, want %q", user[:min(len(user), len(want))], want)
+	}
+	mustContain(t, "judge user", user, "multiply the rating by the criterion's weight", "Example 1", "Example 2", `"score": 0.85}`,
+		`{"reasoning": "<for each criterion: rating × weight; then the sum>", "score": <number from 0.0 to 1.0>}`)
+	for _, extra := range []string{"Grade only what the rubric asks", "as it is written", "between two levels", "<rubric>"} {
+		if strings.Contains(user, extra) {
+			t.Errorf("judge prompt adds %q, which the official judge lacks", extra)
+		}
+	}
+	// A rubric that has no usable criteria is still shown as written.
+	if msgs, err := s.JudgeGenerative("Q?", "R.", Rubric{Text: "be nice"}); err != nil || !strings.Contains(msgs[1].Content, "Rubric: be nice\n") {
+		t.Errorf("judge under an unparsed rubric: %v, %v", msgs, err)
 	}
 
 	_, sufs, err := s.JudgeYesNo("Q?", "R.", cs)
@@ -249,7 +273,7 @@ func TestJudgeEvolm(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := []Criterion{{Criterion: "Gives the value 42.", Weight: 3, Levels: []schemas.Level{{Score: "1.0", Text: "States 42"}}}, {Criterion: "Cites the formula.", Weight: 1}}
-	j, err := s.JudgeGenerative("Q?", "R.", cs)
+	j, err := s.JudgeGenerative("Q?", "R.", Rubric{Text: "ignored", Criteria: cs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,15 +325,14 @@ func TestRubricErrors(t *testing.T) {
 		cs   []Criterion
 		want Reason
 	}{
-		{"empty", nil, ReasonEmptyRubric},
 		{"zero weights", []Criterion{{Criterion: "a"}, {Criterion: "b"}}, ReasonZeroWeights},
 		{"negative weight", []Criterion{{Criterion: "a", Weight: -1}, {Criterion: "b", Weight: 2}}, ReasonBadWeight},
 	}
 	for _, tt := range tests {
-		if _, err := s.JudgeGenerative("q", "r", tt.cs); ReasonOf(err) != tt.want {
+		if _, err := s.JudgeGenerative("q", "r", Rubric{Criteria: tt.cs}); ReasonOf(err) != tt.want {
 			t.Errorf("JudgeGenerative %s: err = %v, want %s", tt.name, err, tt.want)
 		}
-		if _, err := s.PolicyWithRubric(tt.cs); ReasonOf(err) != tt.want {
+		if _, err := s.PolicyWithRubric(Rubric{Criteria: tt.cs}); ReasonOf(err) != tt.want {
 			t.Errorf("PolicyWithRubric %s: err = %v, want %s", tt.name, err, tt.want)
 		}
 	}
@@ -330,7 +353,7 @@ func TestOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := s.QuestionInference("42")
-	if err != nil || got != "What was asked? 42" {
+	if err != nil || len(got) != 1 || got[0] != (backend.Message{Role: "user", Content: "What was asked? 42"}) {
 		t.Errorf("override renders %q, %v", got, err)
 	}
 	tm := s.Template(QuestionInference)
@@ -349,7 +372,15 @@ func TestOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := ds.QuestionInference("a"); got != "Q? a" || !strings.HasPrefix(ds.Template(QuestionInference).Version, "question_inference@v2+") {
+	// An alternative of a role (<role>.<name>.tmpl) is not an override.
+	if err := os.WriteFile(filepath.Join(odir, "judge_generative.judge_v1.tmpl"), []byte("not a template {{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err = LoadDir(odir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ds.QuestionInference("a"); len(got) != 1 || got[0].Content != "Q? a" || !strings.HasPrefix(ds.Template(QuestionInference).Version, "question_inference@v2+") {
 		t.Errorf("LoadDir override renders %q, version %q", got, ds.Template(QuestionInference).Version)
 	}
 	os.WriteFile(filepath.Join(odir, "judge_generativ.tmpl"), []byte("x"), 0o644)
@@ -367,6 +398,7 @@ func TestOverride(t *testing.T) {
 		{"wrong role in header", map[Name]string{Policy: write("b.tmpl", "{{/* evolm-prompt name=judge_yesno version=1 */}}")}, `header names "judge_yesno"`},
 		{"parse error", map[Name]string{Policy: write("c.tmpl", "{{/* evolm-prompt name=policy version=1 */}}{{if}}")}, "missing value for if"},
 		{"unknown field", map[Name]string{RubricQuestion: write("d.tmpl", "{{/* evolm-prompt name=rubric_question version=1 */}}{{.Questoin}}")}, "can't evaluate field Questoin"},
+		{"policy with a user template", map[Name]string{Policy: write("f.tmpl", `{{/* evolm-prompt name=policy version=1 */}}{{define "system"}}S{{end}}{{define "user"}}U{{end}}`)}, `defines a "user" template`},
 		{"yes/no without suffix", map[Name]string{JudgeYesNo: write("e.tmpl", `{{/* evolm-prompt name=judge_yesno version=1 */}}{{define "prefix"}}{{.Question}}{{end}}`)}, `no template "suffix"`},
 		{"unknown role", map[Name]string{"critic": good}, `unknown role "critic"`},
 	}

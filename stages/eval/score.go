@@ -44,6 +44,8 @@ type RubricJudge struct {
 	// InvalidRubric is the policy for rubrics failing R_format
 	// (rules.InvalidRawText, as the loop; rules.InvalidSkip).
 	InvalidRubric string
+	// Format is the R_format reading (rubric.format; "" is strict).
+	Format schemas.RubricFormat
 
 	// Rubrics and Judgments accumulate every row made, for the output.
 	Rubrics   []schemas.Rubric
@@ -68,7 +70,7 @@ func (s *RubricJudge) Score(ctx context.Context, reqs []ScoreRequest) ([][]float
 	}
 	byItem := map[string][]schemas.Rubric{}
 	for i := range rolls {
-		rub := rubrics.FromRollout(&rolls[i])
+		rub := rubrics.FromRolloutAs(&rolls[i], s.Format)
 		byItem[rub.ItemID] = append(byItem[rub.ItemID], rules.JudgingRubric(rub, s.InvalidRubric))
 		s.Rubrics = append(s.Rubrics, rub)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/roles"
 	"github.com/evolm/evolm/stages/judge"
+	"github.com/evolm/evolm/stages/rubrics"
 )
 
 // Name is the stage's registered name.
@@ -64,7 +65,7 @@ The generator and judge are the run's: roles.rubric_generator and roles.judge
 			{Key: KeyMinCoverage, Type: pipeline.TypeFloat, Default: 0.5, Min: pipeline.Bound(0), Max: pipeline.Bound(1),
 				Description: "fail when fewer than this share of the items have every score (a missing score counts as a loss); 0 accepts any coverage"},
 		},
-		Uses:  roles.Uses(roles.RubricGenerator, roles.Judge),
+		Uses:  append(roles.Uses(roles.RubricGenerator, roles.Judge), rubrics.Section),
 		Moved: map[string]string{"generator_model": roles.Section(roles.RubricGenerator) + "." + roles.KeyModel, "judge_model": roles.Section(roles.Judge) + "." + roles.KeyModel},
 		New:   func(cfg *pipeline.Config) (pipeline.Stage, error) { return newEvalFromConfig(cfg) },
 	})
@@ -124,8 +125,10 @@ func OpenGenerator(cfg *pipeline.Config, log *slog.Logger) (*Generator, error) {
 // JudgeFactory is an opened judge backend; New makes a judge that records
 // the given phase and step in its judgments.
 type JudgeFactory struct {
-	Backend   *roles.Backend
-	Mode      string
+	Backend *roles.Backend
+	Mode    string
+	// Rules are the rubric section's (rubric.format, rubric.judge_reply).
+	Rules     rubrics.Rules
 	Spec      lmstage.SampleSpec
 	Prompts   *prompts.Set
 	BatchRows int
@@ -135,19 +138,23 @@ type JudgeFactory struct {
 func (f *JudgeFactory) New(phase string, step int64) *judge.Judge {
 	spec := f.Spec
 	spec.Phase, spec.Step = phase, step
-	return judge.New(f.Backend, judge.Options{Mode: f.Mode, Prompts: f.Prompts, Spec: spec, BatchRows: f.BatchRows})
+	return judge.New(f.Backend, judge.Options{Mode: f.Mode, Prompts: f.Prompts, Spec: spec, BatchRows: f.BatchRows, Reply: f.Rules.JudgeReply})
 }
 
 // OpenJudge opens the judge of roles.judge (cfg is a stage's view that uses
 // it). The caller closes f.Backend.
 func OpenJudge(cfg *pipeline.Config, log *slog.Logger) (*JudgeFactory, error) {
+	rr, err := rubrics.ReadRules(cfg)
+	if err != nil {
+		return nil, err
+	}
 	rc, set, b, err := openRole(cfg, roles.Judge, log)
 	if err != nil {
 		return nil, err
 	}
 	spec := lmstage.ReadSampleSpec(cfg, rc)
 	spec.N = 1
-	return &JudgeFactory{Backend: b, Mode: rc.Mode, Spec: spec, Prompts: set, BatchRows: rc.BatchRows}, nil
+	return &JudgeFactory{Backend: b, Mode: rc.Mode, Rules: rr, Spec: spec, Prompts: set, BatchRows: rc.BatchRows}, nil
 }
 
 // openRole reads role's config from cfg and its prompt set, and opens its
@@ -178,7 +185,7 @@ func OpenRubricJudge(cfg *pipeline.Config, log *slog.Logger) (*RubricJudge, func
 		return nil, nil, err
 	}
 	rj := &RubricJudge{Generator: g.Backend, GenSpec: g.Spec, Prompts: g.Prompts,
-		Judge: jf.New(g.Spec.Phase, g.Spec.Step), BatchRows: g.BatchRows}
+		Judge: jf.New(g.Spec.Phase, g.Spec.Step), BatchRows: g.BatchRows, Format: jf.Rules.Format}
 	return rj, func() { g.Backend.Close(); jf.Backend.Close() }, nil
 }
 

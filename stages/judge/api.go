@@ -18,6 +18,14 @@ type Options struct {
 	Spec      lmstage.SampleSpec // phase, step, sampling and base seed of the judge calls; N is 1
 	BatchRows int                // requests per backend call
 	YesNo     *prompts.YesNo     // yes/no candidates; nil: prompts.DefaultYesNo
+	// Reply is how a generative judge's reply is read (rubric.judge_reply;
+	// "" is strict).
+	Reply prompts.JudgeReply
+	// JudgeUnparsed asks the generative judge under a rubric with no
+	// criteria too (the official rule for an unusable rubric in the rubric
+	// phase), showing it its text, which may be empty; otherwise such a
+	// rubric gets no call and a missing score (empty_rubric).
+	JudgeUnparsed bool
 }
 
 // Judge scores responses under rubrics with the stage's rules (see the
@@ -32,7 +40,7 @@ func New(b *roles.Backend, o Options) *Judge {
 		yn = *o.YesNo
 	}
 	o.Spec.N, o.Spec.Role = 1, schemas.RoleJudge
-	st := &Stage{mode: o.Mode, spec: o.Spec, prompts: o.Prompts, yn: yn, batchRows: max(o.BatchRows, 1)}
+	st := &Stage{mode: o.Mode, spec: o.Spec, prompts: o.Prompts, yn: yn, batchRows: max(o.BatchRows, 1), reply: o.Reply, judgeUnparsed: o.JudgeUnparsed}
 	return &Judge{j: &judge{Stage: st, b: b, version: o.Prompts.Template(st.promptName()).Version, failures: &pipeline.RowFailures{}}}
 }
 

@@ -26,9 +26,9 @@ import (
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
-	_ "github.com/evolm/evolm/serving/torchbe"
 	"github.com/evolm/evolm/serving/server"
 	"github.com/evolm/evolm/serving/torchbe"
+	_ "github.com/evolm/evolm/serving/torchbe"
 	_ "github.com/evolm/evolm/stages/dedup"
 	_ "github.com/evolm/evolm/stages/judge"
 	_ "github.com/evolm/evolm/stages/rollout"
@@ -264,7 +264,8 @@ func checkTables(t *testing.T, mem memory.Allocator, w *e2eWorld, dir, mode stri
 	if mode == schemas.JudgeYesNo && scored != e2ePrompts*e2eN {
 		t.Errorf("%d yes/no judgments scored, want %d (one per response under its handwritten rubric)", scored, e2ePrompts*e2eN)
 	}
-	if v := tb.judgeMeta[lmstage.MetaPromptPrefix+"judge_"+mode]; !strings.HasPrefix(v, "judge_"+mode+".official@v2+") {
+	version := map[string]string{schemas.JudgeGenerative: "@v3+", schemas.JudgeYesNo: "@v2+"}[mode]
+	if v := tb.judgeMeta[lmstage.MetaPromptPrefix+"judge_"+mode]; !strings.HasPrefix(v, "judge_"+mode+".official"+version) {
 		t.Errorf("judgments metadata lacks the judge prompt version: %v", tb.judgeMeta)
 	}
 	return tb
@@ -377,7 +378,7 @@ func TestE2EModelStages(t *testing.T) {
 					t.Errorf("%s: %s: the judge's reply is not kept", bk.name, r.JudgmentID)
 				}
 			}
-			if !strings.HasPrefix(meta[lmstage.MetaPromptPrefix+"judge_generative"], "judge_generative.official@v2+") {
+			if !strings.HasPrefix(meta[lmstage.MetaPromptPrefix+"judge_generative"], "judge_generative.official@v3+") {
 				t.Errorf("%s: metadata %v", bk.name, meta)
 			}
 			gen[bk.name] = rows

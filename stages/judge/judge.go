@@ -16,13 +16,16 @@
 //   - Row count: exactly one judgment per (response, rubric of its item),
 //     judgment_id "<response_id>|<rubric_id>". A response whose item has no
 //     rubric gets none (and is counted in a log line).
-//   - The judge sees the response without its thinking (model/chat's
-//     StripThinking) and the rubric's criteria with their weights
-//     renormalized.
+//   - The judge sees the response without its thinking (internal/thinking)
+//     and the rubric as the generator wrote it, its reasoning removed as the
+//     official code removes it (prompts.JudgeRubricText), with its parsed
+//     criteria (weights renormalized) for prompts that list them; a rubric
+//     row that kept no text shows its criteria as rubric JSON.
 //   - Modes. generative: one chat call per (response, rubric) at the judge
-//     temperature; the reply is parsed by prompts.ParseJudge, and a reply
+//     temperature; the reply is read as rubric.judge_reply says
+//     (prompts.JudgeReply: strict, or the official reading), and a reply
 //     that is not JSON, has no score, or a score that is not a number, NaN
-//     or outside [0, 1] leaves score null with score_missing_reason
+//     or (strict) outside [0, 1] leaves score null with score_missing_reason
 //     "<reason>: <detail>" and the raw reply kept. yesno: one Score request
 //     per (response, rubric) whose suffixes are the criteria; P(yes)/(P(yes)+P(no))
 //     per criterion (prompts.YesNoScore) goes to criterion_scores and the
@@ -48,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -59,6 +63,7 @@ import (
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
 	"github.com/evolm/evolm/serving/roles"
+	"github.com/evolm/evolm/stages/rubrics"
 )
 
 // Name is the stage's name.
@@ -105,7 +110,7 @@ backend, mode, sampling) is configured once in roles.judge.`,
 		Inputs:  []string{schemas.Rollouts.Name, schemas.Pairs.Name, schemas.Rubrics.Name, schemas.Prompts.Name},
 		Outputs: []string{schemas.Judgments.Name},
 		Fields:  fields,
-		Uses:    roles.Uses(roles.Judge),
+		Uses:    append(roles.Uses(roles.Judge), rubrics.Section),
 		Moved:   roles.MovedStageKeys(roles.Judge),
 		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
 	})
@@ -120,6 +125,10 @@ type Stage struct {
 	batchRows                  int
 	prompts                    *prompts.Set
 	yn                         prompts.YesNo
+	reply                      prompts.JudgeReply
+	// judgeUnparsed asks the generative judge under a rubric that has no
+	// criteria too, showing its text (Options.JudgeUnparsed).
+	judgeUnparsed bool
 }
 
 func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
@@ -127,10 +136,14 @@ func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
+	rr, err := rubrics.ReadRules(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Stage{
 		source: cfg.String(KeySource), mode: c.Role.Mode, role: cfg.String(KeyRole),
 		responses: cfg.Strings(KeyResponses), rubrics: cfg.Strings(KeyRubrics), prompt: cfg.Strings(KeyPrompts),
-		spec: c.Spec, judge: c.Role, batchRows: c.Role.BatchRows, prompts: c.Prompts, yn: prompts.DefaultYesNo,
+		spec: c.Spec, judge: c.Role, batchRows: c.Role.BatchRows, prompts: c.Prompts, yn: prompts.DefaultYesNo, reply: rr.JudgeReply,
 	}, nil
 }
 
@@ -343,6 +356,7 @@ type job struct {
 	row      schemas.Judgment
 	question string
 	answer   string
+	rubric   string // the rubric's text as the judge sees it
 	criteria []prompts.Criterion
 	weights  []float64
 }
@@ -374,7 +388,7 @@ func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][
 			switch {
 			case r.Failed != nil:
 				row.ScoreMissingReason = missing("response_failed: " + *r.Failed)
-			case len(rub.Criteria) == 0:
+			case len(rub.Criteria) == 0 && !(j.judgeUnparsed && j.mode == schemas.JudgeGenerative):
 				detail := "rubric has no criteria"
 				if rub.ParseError != nil {
 					detail += " (" + *rub.ParseError + ")"
@@ -385,7 +399,7 @@ func (j *judge) judge(ctx context.Context, resps []Response, byItem map[string][
 				out = append(out, row)
 				continue
 			}
-			jb := job{row: row, question: r.Question, answer: thinking.Strip(r.Text)}
+			jb := job{row: row, question: r.Question, answer: thinking.Strip(r.Text), rubric: prompts.JudgeRubricText(rub.RawText)}
 			all := rub.ScoringLevels
 			if all == nil {
 				// A version-1 rubrics file kept no levels: read them from the
@@ -499,7 +513,15 @@ func (sc scoring[Req, Res]) run(ctx context.Context, jobs []job) ([]schemas.Judg
 func (j *judge) generative(ctx context.Context, jobs []job) ([]schemas.Judgment, error) {
 	return scoring[backend.GenerateRequest, backend.GenerateResponse]{
 		request: func(jb *job) (backend.GenerateRequest, error) {
-			msgs, err := j.prompts.JudgeGenerative(jb.question, jb.answer, jb.criteria)
+			text := jb.rubric
+			if strings.TrimSpace(text) == "" && len(jb.criteria) > 0 {
+				// A rubrics row that kept no text (built from criteria).
+				var err error
+				if text, err = prompts.RubricJSON(jb.criteria); err != nil {
+					return backend.GenerateRequest{}, err
+				}
+			}
+			msgs, err := j.prompts.JudgeGenerative(jb.question, jb.answer, prompts.Rubric{Text: text, Criteria: jb.criteria})
 			if err != nil {
 				return backend.GenerateRequest{}, err
 			}
@@ -515,7 +537,7 @@ func (j *judge) generative(ctx context.Context, jobs []job) ([]schemas.Judgment,
 				return fmt.Errorf("request %s: %d completions, want 1", res.ID, len(res.Completions))
 			}
 			row.RawText = res.Completions[0].Text
-			v, err := prompts.ParseJudge(row.RawText)
+			v, err := j.reply.Parse(row.RawText)
 			if err != nil {
 				row.ScoreMissingReason = missing(reasonText(err))
 				return nil

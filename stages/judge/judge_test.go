@@ -39,8 +39,8 @@ func (f *fakeJudgeBackend) Generate(_ context.Context, reqs []backend.GenerateRe
 		f.seen = append(f.seen, r.Messages)
 		user := r.Messages[len(r.Messages)-1].Content
 		for resp, reply := range f.replies {
-			// <answer> in the official judge prompt, <response> in evolm's.
-			if strings.Contains(user, "<answer>\n"+resp+"\n</answer>") || strings.Contains(user, "<response>\n"+resp+"\n</response>") {
+			// "Answer to evaluate:" in the official judge prompt, <response> in evolm's.
+			if strings.Contains(user, "Answer to evaluate: "+resp+"\n\n") || strings.Contains(user, "<response>\n"+resp+"\n</response>") {
 				out[i].Completions = []backend.Completion{{Text: reply, FinishReason: backend.FinishStop, Tokens: 3}}
 			}
 		}
@@ -155,7 +155,7 @@ func TestJudgeBadInput(t *testing.T) {
 		t.Errorf("responses without a rubric = %d, want 1", unrubric)
 	}
 	for _, j := range got {
-		if j.JudgeModel != "fake-judge" || j.JudgeMode != schemas.JudgeGenerative || !strings.HasPrefix(j.PromptVersion, "judge_generative.official@v2+sha256:") {
+		if j.JudgeModel != "fake-judge" || j.JudgeMode != schemas.JudgeGenerative || !strings.HasPrefix(j.PromptVersion, "judge_generative.official@v3+sha256:") {
 			t.Errorf("%s: identity %q %q %q", j.JudgmentID, j.JudgeModel, j.JudgeMode, j.PromptVersion)
 		}
 	}
@@ -326,12 +326,21 @@ func TestJudgeSeesScoringLevels(t *testing.T) {
 		if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1].Role != "user" {
 			t.Fatalf("request %d: messages %v, want system and user", k, msgs)
 		}
-		for _, want := range []string{`"criterion": "criterion 0", "weight": 0.50, "scoring_levels": {"1.0": "full marks one", "0.0": "none one"}`,
-			`"criterion": "criterion 1", "weight": 0.50, "scoring_levels": {"1.0": "full marks two"}`, "<question>\nQ?\n</question>"} {
+		// The generator's text as written (v1); a row that kept no text
+		// shows its criteria and levels as rubric JSON (v2).
+		wants := []string{"Rubric: " + raw + "\n\n", "Question: Q?\n\n"}
+		if !strings.Contains(msgs[1].Content, raw) {
+			wants = []string{`"criterion": "criterion 0", "weight": 0.50, "scoring_levels": {"1.0": "full marks one", "0.0": "none one"}`,
+				`"criterion": "criterion 1", "weight": 0.50, "scoring_levels": {"1.0": "full marks two"}`, "Question: Q?\n\n"}
+		}
+		for _, want := range wants {
 			if !strings.Contains(msgs[1].Content, want) {
 				t.Errorf("request %d lacks %q:\n%s", k, want, msgs[1].Content)
 			}
 		}
+	}
+	if n := strings.Count(fb.seen[0][1].Content+fb.seen[1][1].Content, "Rubric: "+raw+"\n\n"); n != 1 {
+		t.Errorf("%d requests show the generator's text, want 1 (v1)", n)
 	}
 
 	yn := &fakeJudgeBackend{yes: 0.5}

@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/pipeline"
+	_ "github.com/evolm/evolm/serving/openai"  // the backends' keys of the role sections
+	_ "github.com/evolm/evolm/serving/torchbe" // (device, disable_thinking, …)
 	_ "github.com/evolm/evolm/stages/dedup"
 	_ "github.com/evolm/evolm/stages/judge"
 	"github.com/evolm/evolm/stages/presets"

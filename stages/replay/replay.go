@@ -97,7 +97,7 @@ the target run. The source run is never modified.`,
 		// The judge, rubric generator and rubric rules start from the source
 		// run's saved config.yaml: the command overrides only what it sets.
 		Base: func(cfg *pipeline.Config) string { return sourceConfig(cfg.String(KeySource)) },
-		Uses: roles.Uses(roles.RubricGenerator, roles.Judge),
+		Uses: append(roles.Uses(roles.RubricGenerator, roles.Judge), rubrics.Section),
 		Moved: map[string]string{
 			"generator_model": roles.Section(roles.RubricGenerator) + "." + roles.KeyModel + " (with stages.replay.new_rubrics: true)",
 			"judge_model":     roles.Section(roles.Judge) + "." + roles.KeyModel,
@@ -295,7 +295,7 @@ func (s *Stage) replayStep(ctx context.Context, env *pipeline.Env, step int64, p
 			return nil, nil, err
 		}
 		for i := range rolls {
-			rubs = append(rubs, rubrics.FromRollout(&rolls[i]))
+			rubs = append(rubs, rubrics.FromRolloutAs(&rolls[i], jf.Rules.Format))
 		}
 	}
 	for _, r := range rubs {

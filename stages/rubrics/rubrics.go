@@ -16,8 +16,9 @@
 //     GRPO trains the rubric generator on), then each sample becomes one
 //     rubrics row (rubrics/phase=…/step=…/part-NNNNN): n rows per item,
 //     sample_idx 0..n−1, rubric_id = rollout_id.
-//   - Parsing is schemas.ValidateRubric on the raw text (<think> stripped
-//     there): criteria are kept whenever they parse, format_ok is R_format
+//   - Parsing is schemas.ValidateRubricAs on the raw text (<think> stripped
+//     there) under rubric.format, the R_format reading every stage shares
+//     (Section): criteria are kept whenever they parse, format_ok is R_format
 //     and parse_error says which rule failed. A generation that failed on
 //     the backend is a rubrics row with format_ok false and the backend's
 //     reason as parse_error.
@@ -47,8 +48,6 @@ const Name = "rubrics"
 const (
 	KeyInput  = "input"
 	KeySource = "source"
-	// KeyFormat is how R_format reads a rubric (schemas.RubricFormat).
-	KeyFormat = "format"
 )
 
 // Sources.
@@ -63,7 +62,6 @@ func init() {
 			Description: "what rubrics are written for: questions (policy phase) or preference pairs (rubric phase)"},
 		{Key: KeyInput, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "prompts or pairs Parquet files or globs; empty: what the dedup or pairs stage committed in the run"},
-		FormatField(KeyFormat),
 	}
 	fields = append(fields, lmstage.RunFields()...)
 	fields = append(fields, lmstage.SamplingFields(1)...)
@@ -79,8 +77,8 @@ configured once in roles.rubric_generator (empty model: the policy's).`,
 		Inputs:  []string{schemas.Prompts.Name, schemas.Pairs.Name},
 		Outputs: []string{schemas.Rollouts.Name, schemas.Rubrics.Name},
 		Fields:  fields,
-		Uses:    roles.Uses(roles.RubricGenerator),
-		Moved:   roles.MovedStageKeys(roles.RubricGenerator),
+		Uses:    append(roles.Uses(roles.RubricGenerator), Section),
+		Moved:   moved(),
 		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newFromConfig(cfg) },
 	})
 }
@@ -95,11 +93,14 @@ type Stage struct {
 	format  schemas.RubricFormat
 }
 
-// FormatField is the config field that selects the R_format reading of
-// rubrics (stages.rubrics.format, stages.run.rubric_format, …).
-func FormatField(key string) pipeline.Field {
-	return pipeline.Field{Key: key, Type: pipeline.TypeString, Default: string(schemas.FormatStrict), Enum: schemas.RubricFormats,
-		Description: "R_format: strict (the JSON object as written) or lenient (the official code's: first { to last }, repaired, numeric-string weights)"}
+// moved are the keys the stage no longer has: the rubric generator's role
+// keys, and format, now the shared rubric.format.
+func moved() map[string]string {
+	m := roles.MovedStageKeys(roles.RubricGenerator)
+	for k, v := range MovedFormat("format") {
+		m[k] = v
+	}
+	return m
 }
 
 func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
@@ -107,11 +108,11 @@ func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := schemas.ParseRubricFormat(cfg.String(KeyFormat))
+	r, err := ReadRules(cfg)
 	if err != nil {
-		return nil, cfg.Errorf(KeyFormat, "%v", err)
+		return nil, err
 	}
-	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, gen: c.Role, prompts: c.Prompts, format: f}, nil
+	return &Stage{source: cfg.String(KeySource), input: cfg.Strings(KeyInput), spec: c.Spec, gen: c.Role, prompts: c.Prompts, format: r.Format}, nil
 }
 
 func (s *Stage) role() prompts.Name { return prompts.RubricQuestion }

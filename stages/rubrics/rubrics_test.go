@@ -63,8 +63,8 @@ func TestItemsPromptVariant(t *testing.T) {
 		version string
 		check   func(t *testing.T, sys, user string)
 	}{
-		{"default", nil, []string{"system", "user"}, "rubric_question.official@v2+", func(t *testing.T, sys, user string) {
-			if user != "How far is the Moon?" || !strings.Contains(sys, "5 to 10 criteria") {
+		{"default", nil, []string{"system", "user"}, "rubric_question.official@v3+", func(t *testing.T, sys, user string) {
+			if user != "How far is the Moon?" || !strings.Contains(sys, "2 to 5 criteria") {
 				t.Errorf("system %q\nuser %q", sys, user)
 			}
 		}},

@@ -9,9 +9,11 @@ import (
 	"github.com/evolm/evolm/method/grpo"
 	"github.com/evolm/evolm/method/schedule"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/pipeline/track"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
 	"github.com/evolm/evolm/serving/roles"
+	"github.com/evolm/evolm/stages/rubrics"
 )
 
 // Name is the loop's registered name (`evolm run`, config section stages.run).
@@ -40,6 +42,7 @@ var moved = map[string]string{
 	"rubric_temperature":     "roles.rubric_generator.temperature",
 	"top_p":                  "roles.policy.top_p and roles.rubric_generator.top_p",
 	"prompt_files":           "roles.<role>.prompt_files (each role's own prompts)",
+	"rubric_format":          rubrics.Section + ".format (one R_format reading for every stage)",
 }
 
 // Config is the loop's validated configuration: its keys (Keys) and what
@@ -49,6 +52,9 @@ type Config struct {
 	// Policy, RubricGen and Judge are the roles (package roles); RubricGen.Shared
 	// is the shared-model design.
 	Policy, RubricGen, Judge roles.Config
+	// Rules are the shared rubric section's: the R_format reading and the
+	// judge's reply reading.
+	Rules rubrics.Rules
 	// Weights are the pair strategies' mixing weights, 0 for a strategy
 	// not in Strategies.
 	Weights map[string]float64
@@ -59,6 +65,8 @@ type Config struct {
 	// Fleet, when non-nil, sends every generation of the trained role to
 	// inference servers (generation_backend names a fleet backend).
 	Fleet *FleetConfig
+	// Track are the trackers the loop reports to.
+	Track track.Settings
 }
 
 // FleetConfig is the fleet that generates for the trained role.
@@ -96,11 +104,12 @@ Writes rollouts, rubrics, judgments, pairs and steps tables per step and an HF
 checkpoint every checkpoint_every steps; rerunning the same command (or
 'evolm run --resume RUN_DIR') continues from the last checkpoint.`,
 		Inputs:  []string{schemas.Prompts.Name},
-		Outputs: []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Pairs.Name, schemas.Steps.Name, "checkpoints"},
-		// --fresh replaces the checkpoints as a whole, once the new run is done.
-		Dirs:       []string{"checkpoints"},
+		Outputs: []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Pairs.Name, schemas.Steps.Name, "checkpoints", "tensorboard", "trackers"},
+		// --fresh replaces the checkpoints and the trackers' files as a
+		// whole, once the new run is done.
+		Dirs:       []string{"checkpoints", "tensorboard", "trackers"},
 		FieldsFunc: func() ([]pipeline.Field, error) { return pipeline.FieldsOf(Keys{}) },
-		Uses:       roles.Uses(roles.Policy, roles.RubricGenerator, roles.Judge),
+		Uses:       append(roles.Uses(roles.Policy, roles.RubricGenerator, roles.Judge), rubrics.Section),
 		Moved:      moved,
 		// Raising steps continues a run; it does not change what was computed.
 		// The fleet's addresses and limits may change (servers restarted
@@ -118,9 +127,12 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 	if err := pipeline.Bind(cfg, &c.Keys); err != nil {
 		return nil, err
 	}
+	var err error
+	if c.Rules, err = rubrics.ReadRules(cfg); err != nil {
+		return nil, err
+	}
 	c.Weights = map[string]float64{schemas.StrategyTemporal: c.WeightTemporal, schemas.StrategyBacktranslate: c.WeightBacktrans,
 		schemas.StrategyRubricGuided: c.WeightRubricGuide}
-	var err error
 	for _, r := range []struct {
 		name string
 		dst  *roles.Config
@@ -169,6 +181,9 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 		if !c.RubricGen.Shared {
 			return nil, cfg.Errorf("generation_backend", "%s with a rubric generator of its own (roles.rubric_generator.model): a fleet serves the one trained model of the shared-model design; leave roles.rubric_generator.model empty or generate in process (%s)", gb, genInProcess)
 		}
+	}
+	if c.Track, err = trackSettings(cfg, &c.Keys); err != nil {
+		return nil, err
 	}
 	if c.MaxAge < c.MinAge {
 		return nil, cfg.Errorf("temporal_min_age", "temporal window [%d, %d], want 1 ≤ min ≤ max", c.MinAge, c.MaxAge)

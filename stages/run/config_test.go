@@ -1,6 +1,8 @@
 package run
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
+	_ "github.com/evolm/evolm/stages/rubrics" // the rubrics stage's moved key
 )
 
 func TestConfigErrorsNameTheKey(t *testing.T) {
@@ -44,7 +47,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"LoRA dropout 1", map[string]any{"lora_rank": 8, "lora_dropout": 1.0}, "stages.run.lora_dropout"},
 		{"LoRA dropout with checkpointing", map[string]any{"lora_rank": 8, "lora_dropout": 0.05, "grad_checkpointing": true}, "stages.run.lora_dropout"},
 		{"pack length 0", map[string]any{"pack_length": 0}, "stages.run.pack_length"},
-		{"unknown R_format", map[string]any{"rubric_format": "loose"}, "stages.run.rubric_format"},
+		{"unknown R_format", map[string]any{"rubric.format": "loose"}, "rubric.format"},
+		{"unknown judge reply reading", map[string]any{"rubric.judge_reply": "lenient"}, "rubric.judge_reply"},
 		{"huge micro batch", map[string]any{"micro_batch": 1 << 20}, "stages.run.micro_batch"},
 	}
 	for _, tc := range tests {
@@ -170,5 +174,20 @@ func TestRubricPhaseSamplingFollowsTheRole(t *testing.T) {
 	}
 	if c.RubricGen.Sampling.Temperature != 0.4 {
 		t.Errorf("the policy phase's rubric temperature changed to %v", c.RubricGen.Sampling.Temperature)
+	}
+}
+
+// TestOldRubricFormatKeyNamesTheNewOne: the loop's and the rubrics stage's
+// former R_format keys fail, naming the one key that replaced both.
+func TestOldRubricFormatKeyNamesTheNewOne(t *testing.T) {
+	for _, old := range []string{"stages:\n  run:\n    rubric_format: lenient\n", "stages:\n  rubrics:\n    format: lenient\n"} {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := pipeline.LoadConfig(pipeline.LoadOptions{File: p})
+		if err == nil || !strings.Contains(err.Error(), "has moved to rubric.format") {
+			t.Errorf("config %q: err = %v, want one naming rubric.format", old, err)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/evolm/evolm/method/grpo"
 	"github.com/evolm/evolm/method/pairs"
 	"github.com/evolm/evolm/method/rules"
-	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/roles"
 )
 
@@ -37,11 +36,11 @@ type Keys struct {
 	ActiveSampling bool                  `key:"active_sampling" default:"false" help:"policy steps refill groups whose rewards all tie with new prompts until prompts_per_step groups carry a signal (official ACTIVE_SAMPLING)"`
 	ActiveRounds   int                   `key:"active_sampling_rounds" default:"4" min:"0" max:"64" help:"active sampling: most refill rounds per policy step (each samples as many new prompts as groups are missing)"`
 
-	// Rubrics.
-	RubricFormat    schemas.RubricFormat `key:"rubric_format" default:"strict" help:"R_format: strict (the JSON object as written) or lenient (the official code's: first { to last }, repaired, numeric-string weights)"`
-	InvalidRubric   rules.InvalidPolicy  `key:"invalid_rubric" default:"raw_text" help:"judging under a rubric that fails R_format: raw_text (its text as one criterion) or skip (score missing)"`
-	RubricPhaseTemp float64              `key:"rubric_phase_temperature" default:"-1" min:"-1" help:"rubric phase: candidate rubrics' temperature (the official code uses its training generation config, 1.0); negative: roles.rubric_generator.temperature, as in the policy phase"`
-	RubricPhaseTopP float64              `key:"rubric_phase_top_p" default:"0" min:"0" max:"1" help:"rubric phase: candidate rubrics' top_p (official 0.95); 0: roles.rubric_generator.top_p"`
+	// Rubrics (R_format and the judge's reply are read as the shared
+	// rubric section says: rubric.format, rubric.judge_reply).
+	InvalidRubric   rules.InvalidPolicy `key:"invalid_rubric" default:"raw_text" help:"judging under a rubric that fails R_format: raw_text (its text as one criterion) or skip (score missing)"`
+	RubricPhaseTemp float64             `key:"rubric_phase_temperature" default:"-1" min:"-1" help:"rubric phase: candidate rubrics' temperature (the official code uses its training generation config, 1.0); negative: roles.rubric_generator.temperature, as in the policy phase"`
+	RubricPhaseTopP float64             `key:"rubric_phase_top_p" default:"0" min:"0" max:"1" help:"rubric phase: candidate rubrics' top_p (official 0.95); 0: roles.rubric_generator.top_p"`
 
 	// Pairs.
 	Strategies        []string       `key:"strategies" default:"temporal,backtranslate,rubric_guided" help:"pair strategies in use (temporal, backtranslate, rubric_guided); the others get weight 0"`
@@ -77,6 +76,9 @@ type Keys struct {
 	// Checkpoints and guards.
 	CheckpointEvery int  `key:"checkpoint_every" default:"25" min:"1" help:"write a checkpoint every this many steps (and after the last)"`
 	MemoryCheck     bool `key:"memory_check" default:"true" help:"refuse at start a configuration whose memory plan (evolm plan) exceeds the policy device's free memory"`
+	// Volatile: accepting a changed model is a decision about this resume,
+	// not a setting of the run.
+	AcceptChangedModels bool `key:"accept_changed_models" default:"false" volatile:"true" help:"resume even though a model's files changed since the run started (the run's models.json holds their fingerprints); the new ones are recorded"`
 
 	// Generation on a fleet of servers.
 	GenBackend   GenBackend    `key:"generation_backend" default:"torch" help:"where the trained role generates (rollouts, rubrics, question inference, rubric-guided answers): torch (in process, on the weights being trained) or a fleet backend (openai: generation_endpoints, vLLM, SGLang or evolm serve, whose weights are synced after every step: LoRA adapters through vLLM's load_lora_adapter, full weights through SGLang's update_weights_from_disk)"`
@@ -89,6 +91,21 @@ type Keys struct {
 	// Data parallelism.
 	ZeRO        int           `key:"zero_stage" default:"0" min:"0" max:"2" help:"data parallelism (evolm run --nproc N, or torchrun): 0 replicates the AdamW state on every rank, 1 shards it (and fp32 master weights) across ranks by whole tensors, 2 also shards the gradients (each reduced to its owning rank during backward and freed elsewhere)"`
 	DistTimeout time.Duration `key:"dist_timeout" default:"10m" gt:"0" volatile:"true" help:"data parallelism: timeout of the rendezvous and of every collective; a rank that died or stalled makes the others stop within it"`
+
+	// Trackers (package pipeline/track). Each may change on resume: a
+	// tracker reports the run, it does not change what a step computes.
+	Trackers         []string      `key:"trackers" default:"console" volatile:"true" example:"console,tensorboard,mlflow,wandb" help:"where each step's metrics go besides the steps table: console (the step's log line at info level; without it the line is at debug), tensorboard, mlflow, wandb"`
+	TrackerRunName   string        `key:"tracker_run_name" volatile:"true" help:"the run's name in MLflow and W&B; empty: the run directory's name"`
+	TrackerTags      []string      `key:"tracker_tags" volatile:"true" example:"team=rl,model=qwen3-8b" help:"tags of the tracker runs, key=value"`
+	TrackerQueue     int           `key:"tracker_queue" default:"10000" min:"1" max:"10000000" volatile:"true" help:"events each tracker may hold while it is slow or failing; beyond, new ones are dropped (the steps table keeps every row)"`
+	TrackerFlush     time.Duration `key:"tracker_flush_timeout" default:"2m" min:"0" volatile:"true" help:"at the end of the run, how long to wait for the trackers to take what is queued"`
+	TensorBoardDir   string        `key:"tensorboard_dir" volatile:"true" help:"tensorboard: the run's event-file directory (point tensorboard --logdir at it or its parent); empty: <run>/tensorboard"`
+	MLflowURI        string        `key:"mlflow_tracking_uri" volatile:"true" example:"http://127.0.0.1:5000" help:"mlflow: the tracking server's URL (mlflow server); empty: $MLFLOW_TRACKING_URI (MLFLOW_TRACKING_TOKEN or _USERNAME/_PASSWORD authenticate)"`
+	MLflowExperiment string        `key:"mlflow_experiment" default:"evolm" volatile:"true" help:"mlflow: the experiment the run is logged under (created when missing)"`
+	WandbProject     string        `key:"wandb_project" default:"evolm" volatile:"true" help:"wandb: the W&B project"`
+	WandbEntity      string        `key:"wandb_entity" volatile:"true" help:"wandb: the W&B entity (user or team); empty: the API key's default"`
+	WandbMode        string        `key:"wandb_mode" default:"online" enum:"online,offline" volatile:"true" help:"wandb: online, or offline (no network; upload later with wandb sync <run>/trackers/wandb/offline-run-*)"`
+	WandbPython      string        `key:"wandb_python" volatile:"true" help:"wandb: the Python with the wandb package that runs evolm's W&B sidecar; empty: $EVOLM_PYTHON, else python3"`
 }
 
 // GenBackend is generation_backend: the trained role's own engine (torch,
