@@ -84,6 +84,9 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 			return startState{}, err
 		}
 		start, ck, err := l.latestCheckpoint()
+		if err == nil {
+			err = l.checkModels(ck)
+		}
 		return startState{Start: start, Ckpt: ck, Skipped: l.skipped, Out: env.Out.Dir}, err
 	})
 	if err != nil {
