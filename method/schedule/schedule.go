@@ -8,8 +8,12 @@
 //   - Policy steps are numbered among themselves by PolicyIndex: the
 //     temporal strategy's policy_steps clock.
 //   - The prompt stream visits every prompt once per epoch in a seeded
-//     order (Stream), reshuffled every epoch; step s takes positions
-//     s·P … s·P+P−1 (Batch).
+//     order (Stream), reshuffled every epoch. Under OrderFresh step s takes
+//     positions s·P … s·P+P−1, so a rubric step sees prompts no policy step
+//     saw; under OrderReplay (the official code's: each phase's actor has
+//     its own iterator over the same seeded order) the j-th step of a phase
+//     takes positions j·P … j·P+P−1, so the rubric phase replays the
+//     prompts the policy saw first (Batch, Position).
 //   - Active sampling's refill rounds draw prompts by a seeded draw from
 //     the whole prompt set, a function of (seed, step, round) (Refill).
 //
@@ -27,7 +31,26 @@ type Schedule struct {
 	K              int   // phase length in steps
 	PromptsPerStep int   // P: prompts (policy step) or pairs (rubric step) per step
 	Seed           int64 // the run's base seed
+	Order          Order // which stream positions each phase's steps take ("" is OrderFresh)
 }
+
+// Order says which positions of the prompt stream the steps of each phase
+// take.
+type Order string
+
+const (
+	// OrderFresh walks one stream through both phases: step s takes
+	// positions s·P …, and rubric steps see prompts the policy never saw.
+	OrderFresh Order = "fresh"
+	// OrderReplay gives each phase its own walk of the same seeded stream,
+	// as the official code's policy and rubric actors each iterate the
+	// dataset with the same seed: the j-th step of a phase takes positions
+	// j·P …, so the rubric phase replays the prompts the policy saw first.
+	OrderReplay Order = "replay"
+)
+
+// Enum lists the orders (a config key's allowed values).
+func (Order) Enum() []string { return []string{string(OrderFresh), string(OrderReplay)} }
 
 // Phase returns the phase of step s: schemas.PhasePolicy or
 // schemas.PhaseRubric.
@@ -45,6 +68,28 @@ func (c Schedule) Phase(s int) string {
 func (c Schedule) PolicyIndex(step int64) int64 {
 	k := int64(c.K)
 	return step/(2*k)*k + min(step%(2*k), k)
+}
+
+// RubricIndex maps a rubric-phase step to its number among rubric steps
+// (0, 1, …): steps K…2K−1 are rubric steps 0…K−1, steps 3K…4K−1 are
+// K…2K−1, and so on; a policy step maps to the number of rubric steps
+// before it.
+func (c Schedule) RubricIndex(step int64) int64 {
+	k := int64(c.K)
+	return step/(2*k)*k + max(step%(2*k)-k, 0)
+}
+
+// Position returns the stream position of step's first prompt.
+func (c Schedule) Position(step int) int {
+	p := int64(step)
+	if c.Order == OrderReplay {
+		if c.Phase(step) == schemas.PhasePolicy {
+			p = c.PolicyIndex(p)
+		} else {
+			p = c.RubricIndex(p)
+		}
+	}
+	return int(p) * c.PromptsPerStep
 }
 
 // Stream orders a prompt set of N prompts: every prompt once per epoch, in
@@ -69,11 +114,13 @@ func (st *Stream) At(pos int) int {
 	return st.order[pos%st.N]
 }
 
-// Batch returns the prompt indexes of step: positions step·P … step·P+P−1.
+// Batch returns the prompt indexes of step: the P positions from
+// Position(step).
 func (c Schedule) Batch(st *Stream, step int) []int {
 	out := make([]int, c.PromptsPerStep)
+	pos := c.Position(step)
 	for i := range out {
-		out[i] = st.At(step*c.PromptsPerStep + i)
+		out[i] = st.At(pos + i)
 	}
 	return out
 }

@@ -58,3 +58,37 @@ func TestStreamVisitsEveryPromptOncePerEpoch(t *testing.T) {
 		t.Errorf("Refill is not a function of (seed, step, round): %v %v", a, b)
 	}
 }
+
+// TestOrderReplay: under the official order each phase walks the stream
+// from its own start, so rubric step j sees the prompts of policy step j;
+// under the fresh order every step takes new positions.
+func TestOrderReplay(t *testing.T) {
+	const n = 50
+	fresh := Schedule{K: 2, PromptsPerStep: 3, Seed: 7, Order: OrderFresh}
+	replay := fresh
+	replay.Order = OrderReplay
+	st := NewStream(n, 7)
+	// K = 2: steps 0 1 are policy steps 0 1, steps 2 3 rubric steps 0 1,
+	// steps 4 5 policy steps 2 3, steps 6 7 rubric steps 2 3.
+	for step, policyStep := range map[int]int{2: 0, 3: 1, 6: 4, 7: 5} {
+		if got, want := replay.Batch(st, step), replay.Batch(st, policyStep); !slices.Equal(got, want) {
+			t.Errorf("replay: rubric step %d takes %v, want policy step %d's %v", step, got, policyStep, want)
+		}
+		if slices.Equal(fresh.Batch(st, step), fresh.Batch(st, policyStep)) {
+			t.Errorf("fresh: rubric step %d repeats policy step %d's prompts", step, policyStep)
+		}
+	}
+	for step, pos := range map[int]int{0: 0, 1: 3, 2: 0, 3: 3, 4: 6, 5: 9, 6: 6, 8: 12} {
+		if got := replay.Position(step); got != pos {
+			t.Errorf("replay Position(%d) = %d, want %d", step, got, pos)
+		}
+		if got := fresh.Position(step); got != step*3 {
+			t.Errorf("fresh Position(%d) = %d, want %d", step, got, step*3)
+		}
+	}
+	for step, idx := range map[int64]int64{0: 0, 1: 0, 2: 0, 3: 1, 4: 2, 5: 2, 6: 2, 7: 3, 9: 4} {
+		if got := replay.RubricIndex(step); got != idx {
+			t.Errorf("RubricIndex(%d) = %d, want %d", step, got, idx)
+		}
+	}
+}

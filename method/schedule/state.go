@@ -6,8 +6,8 @@ type State struct {
 	NextStep   int    `json:"next_step"`   // the first step the resumed run computes
 	Seed       int64  `json:"seed"`        // base seed (all draws derive from it and the step)
 	ConfigHash string `json:"config_hash"` // stages.run section hash
-	// DataPosition is the prompt-stream position of NextStep (NextStep ×
-	// prompts_per_step), recorded for inspection: the loop derives it.
+	// DataPosition is the prompt-stream position of NextStep
+	// (Schedule.Position), recorded for inspection: the loop derives it.
 	DataPosition int    `json:"data_position"`
 	Shared       bool   `json:"shared_model"`
 	CodeVersion  string `json:"code_version"`
