@@ -777,15 +777,25 @@ func (c *Config) used() []*Config {
 func (c *Config) Hash() string { return c.HashExcept() }
 
 // HashExcept is Hash over every key but the given ones (relative to the
-// section), for settings that may change without invalidating what was
-// computed (see Spec.Volatile).
+// section) and the Volatile keys of the sections it uses, for settings that
+// may change without invalidating what was computed (see Spec.Volatile and
+// Field.Volatile).
 func (c *Config) HashExcept(keys ...string) string {
 	m := c.Map()
 	for _, k := range keys {
 		delete(m, k)
 	}
 	for _, u := range c.used() {
-		m[strings.TrimSuffix(u.prefix, ".")] = u.Map()
+		name := strings.TrimSuffix(u.prefix, ".")
+		um := u.Map()
+		if sec, ok := LookupSection(name); ok {
+			for _, f := range sec.Fields {
+				if f.Volatile {
+					delete(um, f.Key)
+				}
+			}
+		}
+		m[name] = um
 	}
 	// LoadConfig and StageConfig refuse non-finite floats; should one get
 	// here anyway it is hashed as its name, never as the empty input that a

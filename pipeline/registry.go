@@ -42,6 +42,13 @@ type Field struct {
 	Max          *float64 `json:"max,omitempty"`
 	ExclusiveMin bool     `json:"exclusive_min,omitempty"`
 	ExclusiveMax bool     `json:"exclusive_max,omitempty"`
+	// Volatile marks a key of a registered section (RegisterSection) that
+	// does not change what a stage computes — a thread count, a request
+	// limit, a server address — so that changing it does not invalidate
+	// committed shards or checkpoints: it is left out of the config hash of
+	// every stage that uses the section. (A stage's own keys are volatile
+	// through Spec.Volatile.)
+	Volatile bool `json:"volatile,omitempty"`
 }
 
 // Bound returns a pointer to v, for Field.Min and Field.Max.

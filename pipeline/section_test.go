@@ -17,6 +17,7 @@ func init() {
 		{Key: "model", Type: pipeline.TypeString, Default: "", Description: "model"},
 		{Key: "temperature", Type: pipeline.TypeFloat, Default: 0.5, Min: pipeline.Bound(0), Description: "temperature"},
 		{Key: "top_p", Type: pipeline.TypeFloat, Default: 1.0, Min: pipeline.Bound(0), ExclusiveMin: true, Max: pipeline.Bound(1), Description: "top_p"},
+		{Key: "threads", Type: pipeline.TypeInt, Default: 0, Volatile: true, Description: "threads"},
 	}})
 	pipeline.Register(pipeline.Spec{
 		Name: "testuser", Summary: "uses testroles.actor",
@@ -105,5 +106,25 @@ func TestFieldBounds(t *testing.T) {
 	}
 	if _, err := pipeline.StageConfig("testuser", map[string]any{"testroles.actor.top_p": 2.0}); err == nil || !strings.Contains(err.Error(), "testroles.actor.top_p") {
 		t.Errorf("StageConfig bound: %v", err)
+	}
+}
+
+// A volatile key of a used section (a thread count) is left out of the
+// stage's config hash: changing it alone does not block a resume.
+func TestSectionVolatileKeys(t *testing.T) {
+	spec, _ := pipeline.Lookup("testuser")
+	hash := func(env ...string) string {
+		cfg, err := pipeline.LoadConfig(pipeline.LoadOptions{Env: env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pipeline.StageView(cfg, spec).HashExcept(spec.Volatile...)
+	}
+	base := hash()
+	if h := hash("EVOLM_TESTROLES_ACTOR_THREADS=8"); h != base {
+		t.Errorf("threads changed the hash: %s → %s", base, h)
+	}
+	if h := hash("EVOLM_TESTROLES_ACTOR_TEMPERATURE=0.9"); h == base {
+		t.Errorf("temperature did not change the hash")
 	}
 }

@@ -27,12 +27,14 @@ func init() {
 
 func roleFields(role string) []pipeline.Field {
 	zero, one := pipeline.Bound(0), pipeline.Bound(1)
+	// Volatile: where the servers are and how they are called may change on
+	// resume (servers restarted elsewhere); the model name may not.
 	fs := []pipeline.Field{
-		{Key: roles.KeyEndpoints, Type: pipeline.TypeStrings, Default: []string{},
+		{Key: roles.KeyEndpoints, Type: pipeline.TypeStrings, Default: []string{}, Volatile: true,
 			Description: "openai: base URLs of the servers", Example: []string{"http://127.0.0.1:8000/v1"}},
-		{Key: roles.KeyInFlight, Type: pipeline.TypeInt, Default: 16, Min: one, Max: pipeline.Bound(1 << 16), Description: "openai: most requests in flight over all endpoints"},
-		{Key: roles.KeyTimeout, Type: pipeline.TypeDuration, Default: "10m", Min: zero, ExclusiveMin: true, Description: "openai: timeout of one HTTP attempt"},
-		{Key: roles.KeyAttempts, Type: pipeline.TypeInt, Default: 6, Min: one, Max: pipeline.Bound(100), Description: "openai: attempts per request (retries on 429, 5xx, timeouts)"},
+		{Key: roles.KeyInFlight, Type: pipeline.TypeInt, Default: 16, Min: one, Max: pipeline.Bound(1 << 16), Volatile: true, Description: "openai: most requests in flight over all endpoints"},
+		{Key: roles.KeyTimeout, Type: pipeline.TypeDuration, Default: "10m", Min: zero, ExclusiveMin: true, Volatile: true, Description: "openai: timeout of one HTTP attempt"},
+		{Key: roles.KeyAttempts, Type: pipeline.TypeInt, Default: 6, Min: one, Max: pipeline.Bound(100), Volatile: true, Description: "openai: attempts per request (retries on 429, 5xx, timeouts)"},
 	}
 	if role == roles.Judge {
 		fs = append(fs, pipeline.Field{Key: roles.KeyTopLogprobs, Type: pipeline.TypeInt, Default: 20, Min: zero, Max: pipeline.Bound(1 << 18),

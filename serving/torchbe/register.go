@@ -38,7 +38,9 @@ func roleFields(string) []pipeline.Field {
 	return []pipeline.Field{
 		{Key: roles.KeyDevice, Type: pipeline.TypeString, Default: "cpu", Description: "torch: cpu, cuda or cuda:N"},
 		{Key: roles.KeyDType, Type: pipeline.TypeString, Default: "", Description: "torch: parameter dtype; empty: float32 on CPU, bfloat16 on CUDA"},
-		{Key: roles.KeyThreads, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(4096), Description: "torch: libtorch intra-op threads; 0: libtorch's default"},
+		// Volatile: threads change how fast, not what, a step computes.
+		{Key: roles.KeyThreads, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(4096), Volatile: true,
+			Description: "torch: libtorch intra-op threads; 0: libtorch's default"},
 		{Key: roles.KeyMaxBatch, Type: pipeline.TypeInt, Default: 64, Min: one, Max: pipeline.Bound(1 << 16), Description: "torch: most sequences decoded or scored together"},
 		{Key: roles.KeyThinking, Type: pipeline.TypeBool, Default: false, Description: "torch: render chats with Qwen3 thinking disabled (enable_thinking=False)"},
 	}
