@@ -76,6 +76,7 @@ const (
 	KeyRubrics   = "rubrics"
 	KeyPrompts   = "prompts"
 	KeyRole      = "role"
+	KeyInvalid   = "invalid_rubric"
 )
 
 // Sources.
@@ -96,6 +97,8 @@ func init() {
 			Description: "source=rollouts: prompts Parquet files or globs holding the questions; empty: the prompts files the rollouts' metadata names (the rollout stage records them), else the dedup stage's in this run"},
 		{Key: KeyRole, Type: pipeline.TypeString, Default: schemas.RolePolicy,
 			Description: "source=rollouts: judge only rollouts of this role"},
+		{Key: KeyInvalid, Type: pipeline.TypeString, Default: rules.InvalidRawText, Enum: rules.InvalidPolicies,
+			Description: "judging under a rubric that fails R_format: raw_text (its text as one criterion, as the loop, replay and eval do) or skip (its parsed criteria; none: the score is missing)"},
 		{Key: lmstage.KeySeed, Type: pipeline.TypeInt, Default: 0, Description: "base seed; each judgment's seed derives from it and the row's key"},
 	}
 	fields = append(fields, lmstage.RunFields()...)
@@ -105,7 +108,11 @@ func init() {
 		Description: `Scores each (response, rubric) pair with the judge (the paper: generative at
 temperature 0.6 by default, or yes/no log-probability scoring with the shared
 (question, response) prefix reused across criteria). Unparseable or invalid
-scores are recorded as missing with their reason, never NaN. The judge (model,
+scores are recorded as missing with their reason, never NaN; when more than
+pipeline.warn_failure_fraction of the scores are missing the stage warns with
+the share and the commonest reason. A rubric that fails R_format is judged
+under its raw text as one criterion (invalid_rubric: raw_text), as the loop
+does; invalid_rubric: skip leaves its score missing. The judge (model,
 backend, mode, sampling) is configured once in roles.judge.`,
 		Inputs:  []string{schemas.Rollouts.Name, schemas.Pairs.Name, schemas.Rubrics.Name, schemas.Prompts.Name},
 		Outputs: []string{schemas.Judgments.Name},
@@ -118,14 +125,14 @@ backend, mode, sampling) is configured once in roles.judge.`,
 
 // Stage is the judge stage.
 type Stage struct {
-	source, mode, role         string
-	responses, rubrics, prompt []string
-	spec                       lmstage.SampleSpec
-	judge                      roles.Config
-	batchRows                  int
-	prompts                    *prompts.Set
-	yn                         prompts.YesNo
-	reply                      prompts.JudgeReply
+	source, mode, role, invalid string
+	responses, rubrics, prompt  []string
+	spec                        lmstage.SampleSpec
+	judge                       roles.Config
+	batchRows                   int
+	prompts                     *prompts.Set
+	yn                          prompts.YesNo
+	reply                       prompts.JudgeReply
 	// judgeUnparsed asks the generative judge under a rubric that has no
 	// criteria too, showing its text (Options.JudgeUnparsed).
 	judgeUnparsed bool
@@ -141,7 +148,7 @@ func newFromConfig(cfg *pipeline.Config) (*Stage, error) {
 		return nil, err
 	}
 	return &Stage{
-		source: cfg.String(KeySource), mode: c.Role.Mode, role: cfg.String(KeyRole),
+		source: cfg.String(KeySource), mode: c.Role.Mode, role: cfg.String(KeyRole), invalid: cfg.String(KeyInvalid),
 		responses: cfg.Strings(KeyResponses), rubrics: cfg.Strings(KeyRubrics), prompt: cfg.Strings(KeyPrompts),
 		spec: c.Spec, judge: c.Role, batchRows: c.Role.BatchRows, prompts: c.Prompts, yn: prompts.DefaultYesNo, reply: rr.JudgeReply,
 	}, nil
@@ -195,6 +202,11 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	if err != nil {
 		return err
 	}
+	for _, rs := range byItem {
+		for i := range rs {
+			rs[i] = rules.JudgingRubric(rs[i], s.invalid)
+		}
+	}
 	var questions map[string]string
 	if s.source == SourceRollouts {
 		promptFiles, err := s.promptFiles(env, respFiles)
@@ -218,6 +230,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 		respSchema = schemas.Pairs.Schema()
 	}
 	schema := lmstage.WithMeta(schemas.Judgments.Schema(), lmstage.Provenance(b, s.prompts, s.promptName()))
+	var miss missingScores
 	tasks := make([]pipeline.Task, len(respFiles))
 	for i, f := range respFiles {
 		tasks[i] = pipeline.Task{
@@ -236,6 +249,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 					if unrubric > 0 {
 						env.Log.Warn("responses without a rubric for their item", "file", f, "count", unrubric)
 					}
+					miss.add(out)
 					return schemas.Judgments.Build(env.Mem, out), nil
 				})
 			},
@@ -243,6 +257,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}
 	if err := env.MapShards(ctx, tasks); err != nil {
 		return fmt.Errorf("judge: %w", err)
+	}
+	if w := miss.warning(env.Global.Float("pipeline.warn_failure_fraction")); w != "" {
+		env.Log.Warn(w)
 	}
 	return nil
 }
