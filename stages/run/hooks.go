@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"sort"
 
@@ -74,7 +75,8 @@ func (l *loop) registerHooks() {
 		l.prog.Add(1)
 		return nil
 	})
-	l.hooks.OnStep("checkpoint", PriorityCheckpoint, l.checkpointHook)
+	l.hooks.OnStep("checkpoint", PriorityCheckpoint, l.timedHook(partCheckpoint, l.checkpointHook))
+	l.registerTrackerHooks()
 }
 
 // writeStepRow commits the step's steps row.
@@ -82,9 +84,14 @@ func (l *loop) writeStepRow(_ context.Context, step int, m *schemas.StepMetrics)
 	return write(l, schemas.Steps, []schemas.StepMetrics{*m}, step, m.Phase)
 }
 
-// logStep logs the step's main metrics.
-func (l *loop) logStep(_ context.Context, step int, m *schemas.StepMetrics) error {
-	l.env.Log.Info("step", "step", step, "phase", m.Phase, "reward", round(m.RewardMean), "loss", round(m.Loss),
+// logStep logs the step's main metrics: at info level with the console
+// tracker (the default), else at debug.
+func (l *loop) logStep(ctx context.Context, step int, m *schemas.StepMetrics) error {
+	level := slog.LevelDebug
+	if l.track.console {
+		level = slog.LevelInfo
+	}
+	l.env.Log.Log(ctx, level, "step", "step", step, "phase", m.Phase, "reward", round(m.RewardMean), "loss", round(m.Loss),
 		"kl", round(m.KL), "clip", round(m.ClipFrac), "grad_norm", round(m.GradNorm), "zero_std", round(m.ZeroStdFrac),
 		"elapsed_s", round(m.ElapsedS))
 	return nil

@@ -64,6 +64,8 @@ type loop struct {
 	prog    *pipeline.Progress
 	skipped int // updates skipped in a row for a non-finite loss or gradient norm
 	hooks   hooks
+	clock   stepClock     // the step's time breakdown
+	track   tracking      // the trackers (rank 0)
 	dp      *dataParallel // nil: one process
 }
 
@@ -103,6 +105,10 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 		env.Log.Info("run already complete", "steps", s.cfg.Steps, "checkpoint", ck)
 		return nil
 	}
+	if err := l.openTrackers(ctx, start); err != nil {
+		return err
+	}
+	defer func() { l.closeTrackers(err) }()
 	if err := l.open(ctx, ck); err != nil {
 		l.close()
 		return err
@@ -115,12 +121,15 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 	l.prog.Add(int64(start))
 	defer l.prog.Done()
 	l.registerHooks()
+	l.clock.begin()
 	for step := start; step < s.cfg.Steps; step++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		t0 := time.Now()
-		if err := l.syncFleet(ctx, step); err != nil {
+		err := l.syncFleet(ctx, step)
+		l.clock.since(partWeightSync, t0)
+		if err != nil {
 			return err
 		}
 		var m schemas.StepMetrics
@@ -132,7 +141,7 @@ func (s *stage) Run(ctx context.Context, env *pipeline.Env) (err error) {
 		if err != nil {
 			return fmt.Errorf("step %d (%s): %w", step, s.cfg.Phase(step), err)
 		}
-		m.ElapsedS = time.Since(t0).Seconds()
+		l.clock.finish(&m)
 		if err := l.hooks.afterStep(ctx, step, &m); err != nil {
 			return err
 		}
@@ -343,6 +352,7 @@ func write[T any](l *loop, t *schemas.Table[T], rows []T, step int, phase string
 	if !l.lead() {
 		return nil // rank 0 writes every row: each rank holds them all
 	}
+	defer l.clock.since(partWrites, time.Now())
 	parts := append([]pipeline.Partition{pipeline.Phase(phase), pipeline.Step(step)}, extra...)
 	rel := pipeline.ShardPath(t.Name, 0, parts...)
 	prov := l.env.Provenance()
@@ -429,7 +439,9 @@ func (l *loop) update(ctx context.Context, r *roles.Trained, samples []backend.T
 		return nil
 	}
 	failpoint.Hit("update")
+	t0 := time.Now()
 	st, err := r.Trainer.TrainStep(ctx, samples)
+	l.clock.train(time.Since(t0), st)
 	if err != nil {
 		if l.dp != nil && strings.Contains(err.Error(), "dist: ") {
 			return l.dp.peerErr("update", err) // a collective of the learner failed

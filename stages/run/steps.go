@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/evolm/evolm/internal/lmstage"
 	"github.com/evolm/evolm/internal/thinking"
@@ -59,6 +60,7 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 			"groups_with_signal", len(kept), "want", l.cfg.PromptsPerStep)
 	}
 	lengthEntropy(out.rolls, &m)
+	l.stepStats(&m, out.rolls, out.rubRolls)
 	m.JudgeMissingRate = missingRate(out.js)
 	m.FormatRate = out.formatRate()
 	gs.fill(&m)
@@ -82,6 +84,7 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		}
 	}
 
+	l.keepSamples(out.rubs, out.rolls)
 	if err := write(l, schemas.Rollouts, out.rubRolls, step, phase, roleRubric); err != nil {
 		return m, err
 	}
@@ -165,7 +168,7 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 	if err != nil {
 		return out, err
 	}
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.Backend, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
+	rubRolls, err := l.sample(ctx, partRubrics, l.rubric.Backend, l.cfg.RubricGen.BatchRows, l.spec(l.cfg.RubricGen, phase, step, 1), ritems)
 	if err != nil {
 		return out, fmt.Errorf("rubrics: %w", err)
 	}
@@ -180,7 +183,7 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 	for i := range batch {
 		pitems[i] = lmstage.Item{ID: keys[i], Messages: rollout.Conversation(&batch[i], system)}
 	}
-	rolls, err := lmstage.Sample(ctx, l.policy.Backend, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
+	rolls, err := l.sample(ctx, partGeneration, l.policy.Backend, max(l.cfg.Policy.BatchRows, l.cfg.Samples), l.spec(l.cfg.Policy, phase, step, l.cfg.Samples), pitems)
 	if err != nil {
 		return out, fmt.Errorf("rollouts: %w", err)
 	}
@@ -230,6 +233,7 @@ func (l *loop) policyRound(ctx context.Context, step, round int, batch []schemas
 // all failed on the backend (an unreachable server, a model id the server
 // does not serve) is an error, not a step of zero rewards.
 func (l *loop) judgeStep(ctx context.Context, phase string, step int, resps []judge.Response, byItem map[string][]schemas.Rubric) ([]schemas.Judgment, error) {
+	defer l.clock.since(partJudge, time.Now())
 	j := l.newJudge(phase, step)
 	js, _, err := j.Judge(ctx, resps, byItem)
 	if err != nil {
@@ -261,7 +265,8 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	pcfg.Infer.Temperature = l.cfg.InferTemp
 	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.Model, l.ckpt
 	pcfg.RubricFormat = l.cfg.Rules.Format
-	pb := &pairs.Builder{Policy: l.policy.Backend, RubricGen: l.rubric.Backend, Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
+	pb := &pairs.Builder{Policy: timedGen{l.policy.Backend, &l.clock, partGeneration}, RubricGen: timedGen{l.rubric.Backend, &l.clock, partRubrics},
+		Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
 	built, err := pb.Build(ctx, int64(step), items)
 	if err != nil {
 		return m, err
@@ -281,11 +286,12 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	n := l.cfg.RubricSamples
 	spec := l.spec(l.cfg.RubricGen, phase, step, n)
 	spec.Sampling = l.cfg.rubricPhaseSampling()
-	rubRolls, err := lmstage.Sample(ctx, l.rubric.Backend, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
+	rubRolls, err := l.sample(ctx, partRubrics, l.rubric.Backend, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
 	if err != nil {
 		return m, fmt.Errorf("rubrics: %w", err)
 	}
 	lengthEntropy(rubRolls, &m)
+	l.stepStats(&m, rubRolls, built.Rollouts)
 	rubs, byItem := l.parseRubrics(rubRolls)
 	fr := policyRound{rubs: rubs}
 	m.FormatRate = fr.formatRate()
@@ -316,6 +322,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 	var samples []backend.TrainSample
 	perStrategy := map[string][]float64{}
 	counts := map[string]int64{}
+	var margins []float64 // s(a+) − s(a−) of every rubric whose pair the judge scored
 	for i, p := range ps {
 		counts[p.Strategy]++
 		group := rubRolls[i*n : (i+1)*n]
@@ -333,6 +340,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 			if !okp || !okm {
 				continue
 			}
+			margins = append(margins, sp-sm)
 			r, ok, err := grpo.RubricPairReward(string(l.cfg.RubricReward), grpo.RubricInput{SPlus: sp, SMinus: sm, FormatOK: rub.FormatOK, Alpha: l.cfg.Alpha})
 			if err != nil {
 				return m, err
@@ -364,6 +372,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		s /= float64(len(xs))
 		return &s
 	}
+	m.MarginMean = meanPtr(margins)
 	m.RewardTemporal = mean(perStrategy[schemas.StrategyTemporal])
 	m.RewardBacktranslate = mean(perStrategy[schemas.StrategyBacktranslate])
 	m.RewardRubricGuided = mean(perStrategy[schemas.StrategyRubricGuided])
@@ -382,6 +391,7 @@ func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, e
 			rubRolls = append(rubRolls, r)
 		}
 	}
+	l.keepSamples(rubs, polRolls)
 	if err := write(l, schemas.Pairs, ps, step, phase); err != nil {
 		return m, err
 	}
