@@ -98,11 +98,17 @@ func (j *jsonlFile) parse(line []byte, dst *TuluRow) error {
 		name string
 		out  *string
 	}{{ColID, &dst.ID}, {ColPrompt, &dst.Prompt}, {ColSource, &dst.Source}}
-	for _, c := range cols {
-		raw, ok := obj[c.name]
-		if !ok {
-			return fmt.Errorf("%s column %q: missing", where, c.name)
+	var missing []string
+	for _, name := range []string{ColID, ColPrompt, ColSource, ColChosen, ColRejected} {
+		if _, ok := obj[name]; !ok && (!j.opts.PromptsOnly || name != ColChosen && name != ColRejected) {
+			missing = append(missing, fmt.Sprintf("%q", name))
 		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s %s", where, missingColumns(missing, !j.opts.PromptsOnly))
+	}
+	for _, c := range cols {
+		raw := obj[c.name]
 		if bytes.Equal(raw, []byte("null")) {
 			return fmt.Errorf("%s column %q: null value", where, c.name)
 		}
@@ -118,10 +124,7 @@ func (j *jsonlFile) parse(line []byte, dst *TuluRow) error {
 		name string
 		out  *[]Message
 	}{{ColChosen, &dst.Chosen}, {ColRejected, &dst.Rejected}} {
-		raw, ok := obj[m.name]
-		if !ok {
-			return fmt.Errorf("%s column %q: missing", where, m.name)
-		}
+		raw := obj[m.name]
 		if bytes.Equal(raw, []byte("null")) {
 			continue
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
@@ -106,34 +108,50 @@ func openParquetFile(f io.ReaderAt, size int64) (pf *parquet.File, err error) {
 // CheckParquetSchema checks that schema has the Tulu layout's columns with
 // their types: id, prompt and source as strings and, when withMessages, chosen
 // and rejected as lists of struct<content: string, role: string>. Extra
-// columns are allowed. The error names the column and shows the file schema.
+// columns are allowed. The error names every missing or mistyped column at
+// once and shows the file schema.
 func CheckParquetSchema(schema *parquet.Schema, withMessages bool) error {
 	fields := map[string]parquet.Field{}
 	for _, f := range schema.Fields() {
 		fields[f.Name()] = f
 	}
-	for _, name := range []string{ColID, ColPrompt, ColSource} {
+	want := []string{ColID, ColPrompt, ColSource}
+	if withMessages {
+		want = append(want, ColChosen, ColRejected)
+	}
+	var missing, wrong []string
+	for _, name := range want {
 		f, ok := fields[name]
-		if !ok {
-			return fmt.Errorf("column %q: missing (file schema:\n%s)", name, schema)
-		}
-		if !isStringLeaf(f) {
-			return fmt.Errorf("column %q: wrong type %s, want string (file schema:\n%s)", name, describe(f), schema)
+		switch {
+		case !ok:
+			missing = append(missing, fmt.Sprintf("%q", name))
+		case (name == ColChosen || name == ColRejected) && !isMessageList(f):
+			wrong = append(wrong, fmt.Sprintf("column %q: wrong type %s, want list<struct<content: string, role: string>>", name, describe(f)))
+		case name != ColChosen && name != ColRejected && !isStringLeaf(f):
+			wrong = append(wrong, fmt.Sprintf("column %q: wrong type %s, want string", name, describe(f)))
 		}
 	}
-	if !withMessages {
+	if len(missing) > 0 {
+		wrong = append([]string{missingColumns(missing, withMessages)}, wrong...)
+	}
+	if len(wrong) == 0 {
 		return nil
 	}
-	for _, name := range []string{ColChosen, ColRejected} {
-		f, ok := fields[name]
-		if !ok {
-			return fmt.Errorf("column %q: missing (file schema:\n%s)", name, schema)
-		}
-		if !isMessageList(f) {
-			return fmt.Errorf("column %q: wrong type %s, want list<struct<content: string, role: string>> (file schema:\n%s)", name, describe(f), schema)
-		}
+	return fmt.Errorf("%s (file schema:\n%s)", strings.Join(wrong, "; "), schema)
+}
+
+// missingColumns names the missing columns (quoted) in one message; when
+// chosen or rejected is among them, it says how to do without.
+func missingColumns(quoted []string, withMessages bool) string {
+	noun := "column"
+	if len(quoted) > 1 {
+		noun = "columns"
 	}
-	return nil
+	msg := fmt.Sprintf("%s %s: missing", noun, strings.Join(quoted, ", "))
+	if withMessages && slices.ContainsFunc(quoted, func(q string) bool { return q == `"chosen"` || q == `"rejected"` }) {
+		msg += " (chosen and rejected fill the messages column; without them, keep prompts only: dedup --messages=false)"
+	}
+	return msg
 }
 
 func isStringLeaf(f parquet.Field) bool {
