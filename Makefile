@@ -53,7 +53,7 @@ export EVOLM_PYTHON := $(PY)
 export EVOLM_ROOT := $(CURDIR)
 GO_TEST_FLAGS ?= -count=1 -p 2 -timeout 60m
 
-.PHONY: build build-cuda deps venv torch torch-cuda cuda-headers gloo npm test test-cuda demo bench fuzz clean
+.PHONY: build build-cuda deps venv torch torch-cuda cuda-headers gloo npm test test-cuda demo toyworld bench fuzz clean
 
 # scripts/constraints.txt pins every transitive dependency, so that nothing
 # pulls another torch (and so another libtorch) into the venv.
@@ -164,6 +164,20 @@ demo: build npm
 	@echo "  analysis tables:                        $(DEMO_RUN)/export_{responses,pairs,steps}/, $(DEMO_RUN)/rubric_stats/"
 	@echo "  query it: $(PY) scripts/demo_summary.py $(DEMO_RUN)"
 	@echo "  plots:    EVOLM_RUN_DIR=$(abspath $(DEMO_RUN)) $(VENV)/bin/jupyter nbconvert --to notebook --execute notebooks/training.ipynb --output-dir $(abspath $(DEMO_RUN))/notebooks"
+
+# toyworld: co-evolution that visibly learns on a CPU in minutes
+# (datasets/toyworld, stages/presets/toyworld.yaml): per seed, the data, the
+# warm starts (evolm model init + evolm sft), the run and the held-out
+# evaluation (scripts/toyworld.py). SEEDS=3 gives 95% intervals; ABLATIONS=1
+# adds a run with the rubric generator frozen and one with the test-only
+# inverted rubric reward. The last line printed is one JSON object.
+SEEDS        ?= 1
+ABLATIONS    ?=
+TOYWORLD_DIR ?= runs/toyworld
+toyworld: build npm
+	go build -o build/toyworld ./datasets/toyworld/cmd/toyworld
+	$(if $(ABLATIONS),go build -tags toyworld_ablation -o build/evolm-ablation ./cmd/evolm)
+	$(PY) scripts/toyworld.py --evolm $(BIN) --toyworld build/toyworld --dir $(TOYWORLD_DIR) --seeds $(SEEDS) $(if $(ABLATIONS),--ablations --evolm-ablation build/evolm-ablation)
 
 # Go native fuzz targets (package:Fuzz function). `make test` runs their seed
 # corpora (testdata/fuzz included); `make fuzz` fuzzes each for FUZZTIME, one
