@@ -24,7 +24,8 @@
 //     response is a single number — with near misses (41 against 42) as
 //     negatives;
 //   - prompts.parquet: the RL questions as a prompts table;
-//   - heldout.jsonl (question, answer, distractor) and heldout_pairs.jsonl
+//   - heldout.jsonl (id, question, answer, distractor), heldout_prompts.parquet
+//     (the held-out questions as a prompts table) and heldout_pairs.jsonl
 //     (prompt, chosen = the answer, rejected = a distractor) for the
 //     held-out evaluation;
 //   - tokenizer/: a byte-level BPE tokenizer for the tiny models, Qwen3's

@@ -35,6 +35,7 @@ const (
 	PromptsFile      = "prompts.parquet"
 	HeldOutFile      = "heldout.jsonl"
 	HeldOutPairsFile = "heldout_pairs.jsonl"
+	HeldOutPrompts   = "heldout_prompts.parquet"
 	TokenizerDir     = "tokenizer"
 )
 
@@ -74,6 +75,9 @@ func Write(dir string, o Options) error {
 		return err
 	}
 	if err := writePrompts(filepath.Join(dir, PromptsFile), sp.RL); err != nil {
+		return err
+	}
+	if err := writePrompts(filepath.Join(dir, HeldOutPrompts), sp.HeldOut); err != nil {
 		return err
 	}
 	if err := writeLines(filepath.Join(dir, HeldOutFile), len(sp.HeldOut), func(i int) any {
