@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/pipeline"
 	_ "github.com/evolm/evolm/serving/openai"  // the backends' keys of the role sections
 	_ "github.com/evolm/evolm/serving/torchbe" // (device, disable_thinking, …)
@@ -18,7 +19,7 @@ import (
 )
 
 func TestPresetsLoadAndBuildEveryStage(t *testing.T) {
-	if d := cmp.Diff([]string{"demo", "paper"}, presets.Names()); d != "" {
+	if d := cmp.Diff([]string{"demo", "paper", "toyworld"}, presets.Names()); d != "" {
 		t.Fatalf("presets (-want +got):\n%s", d)
 	}
 	want := map[string]map[string]any{
@@ -34,7 +35,15 @@ func TestPresetsLoadAndBuildEveryStage(t *testing.T) {
 			"roles.policy.model": "runs/demo-models/policy", "roles.judge.model": "runs/demo-models/judge",
 			"roles.rubric_generator.model": "",
 		},
+		"toyworld": {
+			"roles.policy.model": "runs/toyworld/models/policy", "roles.judge.model": "runs/toyworld/models/judge",
+			"roles.judge.mode": "yesno", "roles.rubric_generator.model": "", "stages.run.alpha": 0.7,
+			"stages.run.rubric_reward": "margin", "stages.run.policy_reward": "judge_score",
+			"stages.run.strategies": []string{"temporal", "backtranslate", "rubric_guided"},
+		},
 	}
+	// toyworld's prompt files are named from the repository root, where make runs.
+	t.Chdir(testutil.Root(t))
 	for _, name := range presets.Names() {
 		t.Run(name, func(t *testing.T) {
 			path, err := presets.WriteFile(name, t.TempDir())
@@ -60,7 +69,7 @@ func TestPresetsLoadAndBuildEveryStage(t *testing.T) {
 			}
 		})
 	}
-	if _, err := presets.YAML("nope"); err == nil || !strings.Contains(err.Error(), "demo, paper") {
+	if _, err := presets.YAML("nope"); err == nil || !strings.Contains(err.Error(), "demo, paper, toyworld") {
 		t.Errorf("unknown preset error = %v", err)
 	}
 }
