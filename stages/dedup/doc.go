@@ -4,7 +4,8 @@
 //
 // # Normalization and identity
 //
-// Normalize: NFKC, Unicode case folding, NFKC again, whitespace runs to one
+// Normalize: format characters (Cf: zero-width, BOM, bidi controls) removed,
+// NFKC, Unicode case folding, NFKC again, whitespace runs to one
 // space, ends trimmed. A prompt's prompt_id is the hex of the first 16 bytes
 // of the SHA-256 of its normalized text, so it is stable across runs, row
 // orders and datasets. Exact duplicates are rows with equal prompt_ids.
@@ -55,8 +56,9 @@
 // # Errors
 //
 // Bad input — a corrupt file, a missing column, a wrong column type, a null
-// id/prompt/source, a prompt that is empty or only whitespace
-// (ErrBlankPrompt: rejected with its row rather than dropped, so a broken
+// id/prompt/source, a prompt with no visible character (empty, or only
+// whitespace, format characters and combining marks; ErrBlankPrompt:
+// rejected with its row rather than dropped, so a broken
 // export is seen), invalid UTF-8, no rows — fails pass 1 with an error
 // naming the file, row and column, before any shard is committed. Inputs
 // are files, directories or glob patterns (a pattern matching nothing is an

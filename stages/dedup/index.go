@@ -253,11 +253,12 @@ func estimateRows(files []string) int64 {
 	return n
 }
 
-// ErrBlankPrompt is wrapped by the pass-1 error for a prompt that is empty
-// or only whitespace: such a row has nothing to deduplicate or train on, and
-// dropping it silently would hide a broken input. The error names the file,
-// row and id.
-var ErrBlankPrompt = errors.New("prompt is empty or only whitespace: remove the row from the input")
+// ErrBlankPrompt is wrapped by the pass-1 error for a prompt with no
+// visible character (see Visible: empty, or only whitespace, format
+// characters and combining marks): such a row has nothing to deduplicate or
+// train on, and dropping it silently would hide a broken input. The error
+// names the file, row and id.
+var ErrBlankPrompt = errors.New("prompt has no visible character (empty, or only whitespace, zero-width or bidi format characters, combining marks): remove the row from the input")
 
 // Spill record sizes.
 const (

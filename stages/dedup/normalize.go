@@ -12,10 +12,14 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Normalize returns the text exact dedup compares: NFKC, then full Unicode
-// case folding, then NFKC again (folding can leave a string un-normalized),
-// then every run of whitespace collapsed to one space and the ends trimmed.
-// ASCII input takes a fast path with the same result.
+// Normalize returns the text exact dedup compares (and near dedup
+// shingles): format characters (Unicode category Cf: zero-width space and
+// joiners, the BOM, soft hyphens, every bidi control) removed, then NFKC,
+// then full Unicode case folding, then NFKC again (folding can leave a
+// string un-normalized), then every run of whitespace collapsed to one space
+// and the ends trimmed. An invisible character inside a word therefore
+// changes neither its hash nor its shingles. ASCII input takes a fast path
+// with the same result.
 func Normalize(s string) string {
 	if isASCII(s) {
 		return collapseASCII(s)
@@ -23,7 +27,35 @@ func Normalize(s string) string {
 	return normalizeUnicode(s)
 }
 
+// dropFormat removes the format characters (Cf) of s.
+func dropFormat(r rune) rune {
+	if unicode.Is(unicode.Cf, r) {
+		return -1
+	}
+	return r
+}
+
+// Visible reports whether s has a character a reader sees: a letter, digit,
+// punctuation, symbol or private-use character. A prompt of whitespace,
+// format characters (zero-width space, joiners, BOM, bidi controls) and
+// combining marks alone has none: it is empty.
+func Visible(s string) bool {
+	for _, r := range s {
+		if r < utf8.RuneSelf {
+			if r > ' ' && r != 0x7f {
+				return true
+			}
+			continue
+		}
+		if unicode.In(r, unicode.L, unicode.N, unicode.P, unicode.S, unicode.Co) {
+			return true
+		}
+	}
+	return false
+}
+
 func normalizeUnicode(s string) string {
+	s = strings.Map(dropFormat, s)
 	s = norm.NFKC.String(s)
 	s = cases.Fold().String(s)
 	s = norm.NFKC.String(s)

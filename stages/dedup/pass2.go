@@ -50,9 +50,45 @@ func eachSpillFile(ctx context.Context, kind string, files []*os.File, f func(ra
 	return nil
 }
 
+// pass2 finds the duplicates from the spill files: exact copies by content
+// hash, then near copies by LSH bucket (verified by Jaccard when asked),
+// then each removed row's similarity to its keeper, the clusters and their
+// content hashes.
 func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
+	if err := exactDups(ctx, sp, res); err != nil {
+		return err
+	}
+	if err := nearDups(ctx, sp, p, res); err != nil {
+		return err
+	}
+	if err := similarities(sp, res); err != nil {
+		return err
+	}
+	for row := range res.parent {
+		if k := find(res.parent, row); k == row {
+			res.keepers[row] = struct{}{}
+		} else {
+			res.keeper[row] = k
+		}
+	}
+	res.Clusters = int64(len(res.keepers))
+	res.parent = nil
+	for row := range res.keeper {
+		res.removed = append(res.removed, row)
+	}
+	slices.Sort(res.removed)
+	if err := clusterHashes(sp, res); err != nil {
+		return err
+	}
+	res.RowsOut = res.RowsIn - res.ExactDups - res.NearDups
+	return nil
+}
+
+// exactDups unions the rows of equal content hash, each exact partition
+// sorted in memory, and records each copy's first row (res.exactOf).
+func exactDups(ctx context.Context, sp *spill, res *Result) error {
 	var recs []exactRec
-	err := eachSpillFile(ctx, "exact", sp.exact, func(raw []byte) error {
+	return eachSpillFile(ctx, "exact", sp.exact, func(raw []byte) error {
 		recs = recs[:0]
 		for o := 0; o+exactRecSize <= len(raw); o += exactRecSize {
 			recs = append(recs, exactRec{binary.LittleEndian.Uint64(raw[o:]), binary.LittleEndian.Uint64(raw[o+8:]), binary.LittleEndian.Uint32(raw[o+16:])})
@@ -72,14 +108,13 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	recs = nil
+}
 
+// nearDups resolves every LSH bucket of two or more distinct texts, band
+// partition by band partition, with the partition's shingles cached.
+func nearDups(ctx context.Context, sp *spill, p Params, res *Result) error {
 	var brs []bandRec
 	var group []uint32
-	var bufA, bufB []uint32
 	cache := map[uint32][]uint32{}
 	load := func(row uint32) ([]uint32, error) {
 		if s, ok := cache[row]; ok {
@@ -92,7 +127,7 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 		cache[row] = s
 		return s, nil
 	}
-	err = eachSpillFile(ctx, "band", sp.band, func(raw []byte) error {
+	return eachSpillFile(ctx, "band", sp.band, func(raw []byte) error {
 		brs = brs[:0]
 		for o := 0; o+bandRecSize <= len(raw); o += bandRecSize {
 			row := binary.LittleEndian.Uint32(raw[o+8:])
@@ -101,7 +136,6 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 			}
 			brs = append(brs, bandRec{binary.LittleEndian.Uint64(raw[o:]), row})
 		}
-		raw = nil
 		slices.SortFunc(brs, func(a, b bandRec) int {
 			return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.row, b.row))
 		})
@@ -124,11 +158,12 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 		clear(cache)
 		return nil
 	})
-	if err != nil {
-		return err
-	}
+}
 
-	// Similarity of every removed row to its keeper.
+// similarities records the Jaccard similarity of every removed row to its
+// keeper (1 for an exact copy of it) and counts exact and near duplicates.
+func similarities(sp *spill, res *Result) error {
+	var bufA, bufB []uint32
 	for row := range res.parent {
 		k := find(res.parent, row)
 		if k == row {
@@ -156,20 +191,12 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 		bufB = b
 		res.sim[row] = Jaccard(a, b)
 	}
-	for row := range res.parent {
-		if k := find(res.parent, row); k == row {
-			res.keepers[row] = struct{}{}
-		} else {
-			res.keeper[row] = k
-		}
-	}
-	res.Clusters = int64(len(res.keepers))
-	res.parent = nil
-	for row := range res.keeper {
-		res.removed = append(res.removed, row)
-	}
-	slices.Sort(res.removed)
-	// Content hashes of the rows in clusters, for the report.
+	return nil
+}
+
+// clusterHashes reads back the content hashes of the rows in clusters, for
+// the report.
+func clusterHashes(sp *spill, res *Result) error {
 	for i, f := range sp.exact {
 		raw, err := readAll(f)
 		if err != nil {
@@ -185,7 +212,6 @@ func pass2(ctx context.Context, sp *spill, p Params, res *Result) error {
 			}
 		}
 	}
-	res.RowsOut = res.RowsIn - res.ExactDups - res.NearDups
 	return nil
 }
 
