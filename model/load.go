@@ -91,6 +91,11 @@ func Build(cfg *Config, opts LoadOptions) (CausalLM, error) {
 		return nil, err
 	}
 	dev, dt := opts.resolve()
+	// A CUDA device this process cannot use fails here, in one line naming
+	// it, before any tensor is put there (torch.CheckDevice).
+	if err := torch.CheckDevice(dev); err != nil {
+		return nil, err
+	}
 	c := *cfg // the model gets its own copy, with the attention choice
 	switch opts.Attention {
 	case "":
