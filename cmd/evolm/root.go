@@ -18,6 +18,10 @@ type app struct {
 	log        *slog.Logger
 }
 
+// extraCommands are commands written in files of their own, which add
+// themselves from init() (prompts.go).
+var extraCommands []func(*app) *cobra.Command
+
 // globalFlags are the root's persistent flags; each sets a config key of
 // pipeline/defaults.yaml, whose type and default it takes.
 var globalFlags = []struct{ name, key, usage string }{
@@ -59,7 +63,11 @@ and roles.judge (env EVOLM_ROLES_POLICY_MODEL …, flags --policy-model,
 			panic(err) // a bad built-in flag table: a programming error
 		}
 	}
-	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd(), newModelCmd(), newServeCmd(), newPlanCmd(a))
+	root.AddCommand(newStagesCmd(), newConfigCmd(a), newInspectCmd(), newModelCmd(), newServeCmd(), newPlanCmd(a), newVersionCmd())
+	addVersionFlag(root)
+	for _, extra := range extraCommands {
+		root.AddCommand(extra(a))
+	}
 	for _, spec := range pipeline.Specs() {
 		if custom, ok := customCommands[spec.Name]; ok {
 			if c := custom(a, spec); c != nil { // nil: another command holds it
