@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/schemas"
@@ -128,48 +127,35 @@ func (a *Accumulator) Stats() []StepStats {
 	return out
 }
 
-// StatsSchema is the schema of the rubric_stats table: one row per (phase,
-// step); shares are null when their denominator is zero.
-var StatsSchema = func() *arrow.Schema {
-	f64 := func(name string) arrow.Field {
-		return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
-	}
-	i64 := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64} }
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{StatsTable, "1"})
-	return arrow.NewSchema([]arrow.Field{
-		{Name: "phase", Type: arrow.BinaryTypes.String},
-		i64("step"),
-		i64("rubrics"), i64("format_ok"), i64("with_criteria"), i64("criteria"),
-		i64("abstract"), i64("concrete"), i64("constraint"),
-		f64("format_rate"), f64("abstract_share"), f64("concrete_share"), f64("constraint_share"),
-		f64("criteria_per_rubric"), f64("mean_criterion_chars"), f64("weight_concentration"),
-	}, &md)
-}()
+// StatsSchema is the schema of the rubric_stats table (schemas.RubricStats):
+// one row per (phase, step); shares are null when their denominator is zero.
+var StatsSchema = schemas.RubricStats.Schema()
 
 // StatsTable is the output table's name.
 const StatsTable = "rubric_stats"
 
+// Row is s as a rubric_stats row, its derived shares computed.
+func (s *StepStats) Row() schemas.RubricStatsRow {
+	opt := func(x float64) *float64 {
+		if math.IsNaN(x) {
+			return nil
+		}
+		return &x
+	}
+	return schemas.RubricStatsRow{Phase: s.Phase, Step: s.Step, Rubrics: s.Rubrics, FormatOK: s.FormatOK, WithCriteria: s.WithCriteria,
+		Criteria: s.Criteria, Abstract: s.Abstract, Concrete: s.Concrete, Constraint: s.Constraint,
+		FormatRate: opt(s.FormatRate()), AbstractShare: opt(s.AbstractShare()), ConcreteShare: opt(s.ConcreteShare()),
+		ConstraintShare: opt(s.ConstraintShare()), CriteriaPerRubric: opt(s.CriteriaPerRubric()),
+		MeanCriterionChars: opt(s.MeanCriterionChars()), WeightConcentration: opt(s.WeightConcentration())}
+}
+
 // BuildStats turns stats into one record batch (the caller releases it).
 func BuildStats(mem memory.Allocator, stats []StepStats) arrow.RecordBatch {
-	b := array.NewRecordBuilder(mem, StatsSchema)
-	defer b.Release()
+	rows := make([]schemas.RubricStatsRow, len(stats))
 	for i := range stats {
-		s := &stats[i]
-		b.Field(0).(*array.StringBuilder).Append(s.Phase)
-		for j, v := range []int64{s.Step, s.Rubrics, s.FormatOK, s.WithCriteria, s.Criteria, s.Abstract, s.Concrete, s.Constraint} {
-			b.Field(1 + j).(*array.Int64Builder).Append(v)
-		}
-		for j, v := range []float64{s.FormatRate(), s.AbstractShare(), s.ConcreteShare(), s.ConstraintShare(),
-			s.CriteriaPerRubric(), s.MeanCriterionChars(), s.WeightConcentration()} {
-			fb := b.Field(9 + j).(*array.Float64Builder)
-			if math.IsNaN(v) {
-				fb.AppendNull()
-			} else {
-				fb.Append(v)
-			}
-		}
+		rows[i] = stats[i].Row()
 	}
-	return b.NewRecordBatch()
+	return schemas.RubricStats.Build(mem, rows)
 }
 
 // WriteTable prints stats as an aligned table, shares in percent.

@@ -22,105 +22,12 @@ type joiner struct {
 	prompts []pipeline.TableShard
 }
 
-var criteriaType = arrow.ListOf(arrow.StructOf(
-	arrow.Field{Name: "criterion", Type: arrow.BinaryTypes.String},
-	arrow.Field{Name: "weight", Type: arrow.PrimitiveTypes.Float64},
-))
+// ResponsesSchema is the schema of export_responses
+// (schemas.ExportResponses).
+var ResponsesSchema = schemas.ExportResponses.Schema()
 
-func str(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.BinaryTypes.String} }
-func optStr(name string) arrow.Field {
-	return arrow.Field{Name: name, Type: arrow.BinaryTypes.String, Nullable: true}
-}
-func i64(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64} }
-func i32(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int32} }
-func optI32(name string) arrow.Field {
-	return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int32, Nullable: true}
-}
-func optF64(name string) arrow.Field {
-	return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
-}
-func optBool(name string) arrow.Field {
-	return arrow.Field{Name: name, Type: arrow.FixedWidthTypes.Boolean, Nullable: true}
-}
-
-func tableSchema(name string, fields ...arrow.Field) *arrow.Schema {
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{name, "1"})
-	return arrow.NewSchema(fields, &md)
-}
-
-// ResponsesSchema is the schema of export_responses.
-var ResponsesSchema = tableSchema(ResponsesTable,
-	i64("step"), str("phase"), str("prompt_id"), optStr("prompt"), str("rollout_id"), i32("sample_idx"),
-	str("response"), i32("completion_tokens"), str("finish_reason"), str("model"), str("checkpoint"),
-	optStr("rubric_id"), optBool("rubric_format_ok"), optI32("n_criteria"),
-	arrow.Field{Name: "criteria", Type: criteriaType, Nullable: true},
-	optStr("judgment_id"), optStr("judge_model"), optF64("score"),
-	arrow.Field{Name: "criterion_scores", Type: arrow.ListOf(arrow.PrimitiveTypes.Float64), Nullable: true},
-	optStr("score_missing_reason"), optF64("step_reward_mean"), optF64("step_kl"),
-)
-
-// PairsSchema is the schema of export_pairs.
-var PairsSchema = tableSchema(PairsTable,
-	i64("step"), str("phase"), str("pair_id"), str("prompt_id"), str("strategy"), str("question"),
-	str("chosen"), str("rejected"), i64("chosen_step"), i64("rejected_step"), optStr("inferred_question"),
-	optStr("rubric_id"), optI32("rubric_sample_idx"), optBool("rubric_format_ok"), optI32("n_criteria"),
-	optStr("judge_model"), optF64("score_chosen"), optF64("score_rejected"), optF64("margin"),
-	optF64("step_reward_mean"), optF64("step_kl"),
-)
-
-// rowBuilder appends values to the fields of a record builder in order.
-type rowBuilder struct {
-	b *array.RecordBuilder
-	i int
-}
-
-func (r *rowBuilder) next() array.Builder { f := r.b.Field(r.i); r.i++; return f }
-func (r *rowBuilder) str(s string)        { r.next().(*array.StringBuilder).Append(s) }
-func (r *rowBuilder) optStr(s *string)    { appendOpt(r.next().(*array.StringBuilder), s) }
-func (r *rowBuilder) i64(v int64)         { r.next().(*array.Int64Builder).Append(v) }
-func (r *rowBuilder) i32(v int32)         { r.next().(*array.Int32Builder).Append(v) }
-func (r *rowBuilder) optI32(v *int32)     { appendOpt(r.next().(*array.Int32Builder), v) }
-func (r *rowBuilder) optF64(v *float64)   { appendOpt(r.next().(*array.Float64Builder), v) }
-func (r *rowBuilder) optBool(v *bool)     { appendOpt(r.next().(*array.BooleanBuilder), v) }
-
-// appendOpt appends *v to b, or a null when v is nil.
-func appendOpt[V any, B interface {
-	Append(V)
-	AppendNull()
-}](b B, v *V) {
-	if v != nil {
-		b.Append(*v)
-	} else {
-		b.AppendNull()
-	}
-}
-
-// list appends the next list value: a null when !ok (and returns nil), or a
-// list whose elements the caller appends to the returned value builder.
-func (r *rowBuilder) list(ok bool) array.Builder {
-	lb := r.next().(*array.ListBuilder)
-	if !ok {
-		lb.AppendNull()
-		return nil
-	}
-	lb.Append(true)
-	return lb.ValueBuilder()
-}
-func (r *rowBuilder) criteria(c []schemas.Criterion, ok bool) {
-	if vb := r.list(ok); vb != nil {
-		sb := vb.(*array.StructBuilder)
-		for _, x := range c {
-			sb.Append(true)
-			sb.FieldBuilder(0).(*array.StringBuilder).Append(x.Criterion)
-			sb.FieldBuilder(1).(*array.Float64Builder).Append(x.Weight)
-		}
-	}
-}
-func (r *rowBuilder) f64s(v []float64, ok bool) {
-	if vb := r.list(ok); vb != nil {
-		vb.(*array.Float64Builder).AppendValues(v, nil)
-	}
-}
+// PairsSchema is the schema of export_pairs (schemas.ExportPairs).
+var PairsSchema = schemas.ExportPairs.Schema()
 
 // stepMetrics returns the step's reward mean and KL, or nils.
 func (j *joiner) stepMetrics(phase string, step int64) (*float64, *float64) {
@@ -171,24 +78,14 @@ func (j *joiner) promptTexts(ctx context.Context, ids map[string]bool) (map[stri
 	return out, nil
 }
 
-// flush writes the builder's rows as one batch.
-func flush(w *pipeline.ShardWriter, b *array.RecordBuilder) error {
-	rec := b.NewRecordBatch()
-	defer rec.Release()
-	if rec.NumRows() == 0 {
-		return nil
-	}
-	return w.Write(rec)
-}
-
 const batchRows = 4096
 
-// writeRows writes the rows of one joined table: for each item in order, one
-// row per match (in the order matches gives them), or one row with a nil
-// match when it has none. row appends a row's fields through rb; a batch is
-// flushed every batchRows rows.
-func writeRows[T, M any](ctx context.Context, mem memory.Allocator, w *pipeline.ShardWriter, schema *arrow.Schema, items []T, matches func(*T) []*M, row func(rb *rowBuilder, item *T, match *M)) error {
-	b := array.NewRecordBuilder(mem, schema)
+// writeRows writes the rows of one joined table t: for each item in order,
+// one row per match (in the order matches gives them), or one row with a
+// nil match when it has none; row makes each. A batch is flushed every
+// batchRows rows.
+func writeRows[T, M, R any](ctx context.Context, mem memory.Allocator, w *pipeline.ShardWriter, t *schemas.Table[R], items []T, matches func(*T) []*M, row func(item *T, match *M) R) error {
+	b := t.NewBuilder(mem)
 	defer b.Release()
 	for i := range items {
 		if err := ctx.Err(); err != nil {
@@ -196,18 +93,20 @@ func writeRows[T, M any](ctx context.Context, mem memory.Allocator, w *pipeline.
 		}
 		ms := matches(&items[i])
 		if len(ms) == 0 {
-			row(&rowBuilder{b: b}, &items[i], nil)
+			r := row(&items[i], nil)
+			b.Append(&r)
 		}
 		for _, m := range ms {
-			row(&rowBuilder{b: b}, &items[i], m)
+			r := row(&items[i], m)
+			b.Append(&r)
 		}
-		if b.Field(0).Len() >= batchRows {
-			if err := flush(w, b); err != nil {
+		if b.Len() >= batchRows {
+			if err := b.Flush(w); err != nil {
 				return err
 			}
 		}
 	}
-	return flush(w, b)
+	return b.Flush(w)
 }
 
 // readStep reads one step's rows of t with the rubrics and judgments they
@@ -252,60 +151,27 @@ func (j *joiner) responses(ctx context.Context, w *pipeline.ShardWriter, step in
 	}
 	reward, kl := j.stepMetrics(schemas.PhasePolicy, step)
 
-	row := func(rb *rowBuilder, r *schemas.Rollout, jd *schemas.Judgment) {
-		rb.i64(r.Step)
-		rb.str(r.Phase)
-		rb.str(r.PromptID)
+	row := func(r *schemas.Rollout, jd *schemas.Judgment) schemas.ExportResponse {
+		out := schemas.ExportResponse{Step: r.Step, Phase: r.Phase, PromptID: r.PromptID, RolloutID: r.RolloutID, SampleIdx: r.SampleIdx,
+			Response: r.Text, CompletionTokens: r.CompletionTokens, FinishReason: r.FinishReason, Model: r.Model, Checkpoint: r.Checkpoint,
+			StepRewardMean: reward, StepKL: kl}
 		if t, ok := texts[r.PromptID]; ok {
-			rb.optStr(&t)
-		} else {
-			rb.optStr(nil)
+			out.Prompt = &t
 		}
-		rb.str(r.RolloutID)
-		rb.i32(r.SampleIdx)
-		rb.str(r.Text)
-		rb.i32(r.CompletionTokens)
-		rb.str(r.FinishReason)
-		rb.str(r.Model)
-		rb.str(r.Checkpoint)
-		var rub *schemas.Rubric
-		if jd != nil {
-			rub = rubByID[jd.RubricID]
+		if jd == nil {
+			return out
 		}
-		if rub != nil {
+		out.RubricID = &jd.RubricID
+		if rub := rubByID[jd.RubricID]; rub != nil {
 			n := int32(len(rub.Criteria))
-			rb.optStr(&rub.RubricID)
-			rb.optBool(&rub.FormatOK)
-			rb.optI32(&n)
-			rb.criteria(rub.Criteria, true)
-		} else {
-			var rid *string
-			if jd != nil {
-				rid = &jd.RubricID
-			}
-			rb.optStr(rid)
-			rb.optBool(nil)
-			rb.optI32(nil)
-			rb.criteria(nil, false)
+			out.RubricFormatOK, out.NCriteria, out.Criteria = &rub.FormatOK, &n, &rub.Criteria
 		}
-		if jd != nil {
-			rb.optStr(&jd.JudgmentID)
-			rb.optStr(&jd.JudgeModel)
-			rb.optF64(jd.Score)
-			rb.f64s(jd.CriterionScores, true)
-			rb.optStr(jd.ScoreMissingReason)
-		} else {
-			rb.optStr(nil)
-			rb.optStr(nil)
-			rb.optF64(nil)
-			rb.f64s(nil, false)
-			rb.optStr(nil)
-		}
-		rb.optF64(reward)
-		rb.optF64(kl)
+		out.JudgmentID, out.JudgeModel, out.Score = &jd.JudgmentID, &jd.JudgeModel, jd.Score
+		out.CriterionScores, out.ScoreMissingReason = &jd.CriterionScores, jd.ScoreMissingReason
+		return out
 	}
 	judgmentsOf := func(r *schemas.Rollout) []*schemas.Judgment { return judgByResp[r.RolloutID] }
-	return writeRows(ctx, j.env.Mem, w, ResponsesSchema, rolls, judgmentsOf, row)
+	return writeRows(ctx, j.env.Mem, w, schemas.ExportResponses, rolls, judgmentsOf, row)
 }
 
 func (j *joiner) pairs(ctx context.Context, w *pipeline.ShardWriter, step int64, pairShards, rubShards, judgShards []pipeline.TableShard) error {
@@ -333,52 +199,31 @@ func (j *joiner) pairs(ctx context.Context, w *pipeline.ShardWriter, step int64,
 	}
 	reward, kl := j.stepMetrics(schemas.PhaseRubric, step)
 
-	row := func(rb *rowBuilder, p *schemas.Pair, rub *schemas.Rubric) {
-		rb.i64(p.Step)
-		rb.str(schemas.PhaseRubric)
-		rb.str(p.PairID)
-		rb.str(p.PromptID)
-		rb.str(p.Strategy)
-		rb.str(p.Question)
-		rb.str(p.Chosen)
-		rb.str(p.Rejected)
-		rb.i64(p.ChosenStep)
-		rb.i64(p.RejectedStep)
-		rb.optStr(p.InferredQuestion)
+	row := func(p *schemas.Pair, rub *schemas.Rubric) schemas.ExportPair {
+		out := schemas.ExportPair{Step: p.Step, Phase: schemas.PhaseRubric, PairID: p.PairID, PromptID: p.PromptID, Strategy: p.Strategy,
+			Question: p.Question, Chosen: p.Chosen, Rejected: p.Rejected, ChosenStep: p.ChosenStep, RejectedStep: p.RejectedStep,
+			InferredQuestion: p.InferredQuestion, StepRewardMean: reward, StepKL: kl}
 		if rub == nil {
-			for range 8 {
-				rb.next().AppendNull()
-			}
-		} else {
-			n := int32(len(rub.Criteria))
-			rb.optStr(&rub.RubricID)
-			rb.optI32(&rub.SampleIdx)
-			rb.optBool(&rub.FormatOK)
-			rb.optI32(&n)
-			jc, jr := judgBy[key{rules.ChosenID(p.PairID), rub.RubricID}], judgBy[key{rules.RejectedID(p.PairID), rub.RubricID}]
-			var model *string
-			var sc, sr, margin *float64
-			if jc != nil {
-				model, sc = &jc.JudgeModel, jc.Score
-			}
-			if jr != nil {
-				sr = jr.Score
-				if model == nil {
-					model = &jr.JudgeModel
-				}
-			}
-			if sc != nil && sr != nil {
-				m := *sc - *sr
-				margin = &m
-			}
-			rb.optStr(model)
-			rb.optF64(sc)
-			rb.optF64(sr)
-			rb.optF64(margin)
+			return out
 		}
-		rb.optF64(reward)
-		rb.optF64(kl)
+		n := int32(len(rub.Criteria))
+		out.RubricID, out.RubricSampleIdx, out.RubricFormatOK, out.NCriteria = &rub.RubricID, &rub.SampleIdx, &rub.FormatOK, &n
+		jc, jr := judgBy[key{rules.ChosenID(p.PairID), rub.RubricID}], judgBy[key{rules.RejectedID(p.PairID), rub.RubricID}]
+		if jc != nil {
+			out.JudgeModel, out.ScoreChosen = &jc.JudgeModel, jc.Score
+		}
+		if jr != nil {
+			out.ScoreRejected = jr.Score
+			if out.JudgeModel == nil {
+				out.JudgeModel = &jr.JudgeModel
+			}
+		}
+		if out.ScoreChosen != nil && out.ScoreRejected != nil {
+			m := *out.ScoreChosen - *out.ScoreRejected
+			out.Margin = &m
+		}
+		return out
 	}
 	rubricsOf := func(p *schemas.Pair) []*schemas.Rubric { return rubsByItem[p.PairID] }
-	return writeRows(ctx, j.env.Mem, w, PairsSchema, prs, rubricsOf, row)
+	return writeRows(ctx, j.env.Mem, w, schemas.ExportPairs, prs, rubricsOf, row)
 }
