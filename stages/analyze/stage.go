@@ -51,7 +51,10 @@ stages/analyze.`,
 			{Key: KeyDefinitions, Type: pipeline.TypeString, Default: DefOfficial, Enum: []string{DefOfficial, DefEvolm},
 				Description: "statistics printed: official (the EVOLM script's, table rubric_stats_official) or evolm (the richer classifier, table rubric_stats); both tables are written"},
 		},
-		New: func(cfg *pipeline.Config) (pipeline.Stage, error) { return newAnalyzeFromConfig(cfg) },
+		// Derived from the run: a rerun with other settings replaces the
+		// tables once the new ones are complete.
+		Replace: true,
+		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newAnalyzeFromConfig(cfg) },
 	})
 }
 

@@ -10,15 +10,19 @@
 // table (pipeline.ErrMissingTable). prompts and pairs are optional: without
 // prompts the prompt column is null; without pairs no pair rows are written.
 //
-// Outputs, one shard per step (so the join holds one step in memory, never
-// the run), each sorted and written through the pipeline's shard writer
-// (zstd, statistics, schema and provenance in the metadata). The shards are
-// named part-<step>.parquet, not put in Hive partition directories: every
-// file keeps its step and phase columns with their types (a step=000012
-// directory reads as a string in DuckDB), so a plain
+// Outputs: export_responses and export_pairs one shard per step (so the
+// join holds one step in memory, never the run), export_steps one shard;
+// each sorted and written through the pipeline's shard writer (zstd,
+// statistics, schema and provenance in the metadata). The shards sit flat
+// in their table's directory, not in Hive partition directories: every file
+// keeps its step and phase columns, so a plain
 // read_parquet('runs/<run>/export_responses/*.parquet') is analysis-ready.
+// The output is derived from the run: a rerun with other settings (another
+// --steps, say) replaces it, once the new export is complete (pipeline
+// Spec.Replace).
 //
-//   - export_responses/part-<step>.parquet: one row
+//   - export_responses/part-<step>.parquet (the step zero-padded to five
+//     digits: part-00012.parquet): one row
 //     per policy response and judgment (a response judged twice has two
 //     rows; one never judged has one, with null score): the prompt, the
 //     response, its rubric (criteria, R_format), the judge's score and
@@ -83,12 +87,15 @@ func init() {
 		Name:    Name,
 		Summary: "join rollouts, rubrics, judgments, pairs and steps into analysis tables (one row per response, per pair)",
 		Description: `Writes export_responses (one row per policy response and judgment: prompt,
-response, rubric, score, step metrics), export_pairs (one row per pair and
-candidate rubric: strategy, both scores and the margin) and export_steps, one
-sorted zstd shard per step (part-<step>.parquet), streamed step by step. Every
-file carries its step and phase columns, so DuckDB
+response, rubric, score, step metrics) and export_pairs (one row per pair and
+candidate rubric: strategy, both scores and the margin) as one sorted zstd
+shard per step (part-<step>.parquet, the step in five digits: part-00012.parquet),
+streamed step by step, and export_steps (the steps table) as one shard,
+part-00000.parquet. Every file carries its step and phase columns, so DuckDB
 (read_parquet('runs/<run>/export_responses/*.parquet')), polars and pandas read
-them as they are.`,
+them as they are. The export is derived from the run: rerunning it with other
+settings replaces it (the old export stays until the new one is complete), so
+no --fresh is needed.`,
 		Inputs:  []string{schemas.Rollouts.Name, schemas.Rubrics.Name, schemas.Judgments.Name, schemas.Steps.Name, schemas.Pairs.Name, schemas.Prompts.Name},
 		Outputs: []string{ResponsesTable, PairsTable, StepsTable},
 		Fields: []pipeline.Field{
@@ -97,7 +104,9 @@ them as they are.`,
 			{Key: KeyPhase, Type: pipeline.TypeString, Default: "", Enum: []string{"", schemas.PhasePolicy, schemas.PhaseRubric},
 				Description: "phase to export: policy (responses) or rubric (pairs); empty: both"},
 		},
-		New: func(cfg *pipeline.Config) (pipeline.Stage, error) { return newExportFromConfig(cfg) },
+		// Derived from the run: other settings replace the export.
+		Replace: true,
+		New:     func(cfg *pipeline.Config) (pipeline.Stage, error) { return newExportFromConfig(cfg) },
 	})
 }
 
