@@ -106,26 +106,36 @@ ax.grid(alpha=0.3)
 save(fig, "format_rate.png")'''),
     ],
     "eval.ipynb": [
-        ("markdown", "# Benchmark evaluation\n\nAccuracy per subset with bootstrap confidence intervals, from `eval_results` (`evolm eval`), and the per-item results in `eval_items`."),
+        ("markdown", "# Benchmark evaluation\n\nAccuracy per subset with bootstrap confidence intervals, from `eval_results` (`evolm eval`), and the per-item results in `eval_items`.\n\n"
+         "`make demo` does not run `evolm eval`: its models are random tiny checkpoints, whose scores on a benchmark would be noise. "
+         "On a run without `eval_results` this notebook says so and skips its cells. To fill it, evaluate the rubric generator and judge on a benchmark, e.g. "
+         "`evolm eval --run-dir runs/demo --benchmark rewardbench2 --input data/reward-bench-2/data` (README, \"Subcommands\" and \"Getting data and weights\")."),
         ("code", PARAMS),
         ("code", COMMON),
-        ("code", '''res = read_table("eval_results", "evolm eval")
-table = res.assign(score=100 * res["score"], ci_low=100 * res["ci_low"], ci_high=100 * res["ci_high"])
-table[["benchmark", "subset", "metric", "n", "score", "ci_low", "ci_high"]].round(2)'''),
-        ("code", '''benches = list(res["benchmark"].unique())
-fig, axes = plt.subplots(1, len(benches), figsize=(6 * len(benches), 3.8), squeeze=False)
-for ax, bench in zip(axes[0], benches):
-    r = res[res["benchmark"] == bench].reset_index(drop=True)
-    lo = (r["score"] - r["ci_low"]).clip(lower=0)
-    hi = (r["ci_high"] - r["score"]).clip(lower=0)
-    ax.bar(r["subset"], 100 * r["score"], yerr=[100 * lo, 100 * hi], capsize=3,
-           color=["tab:orange" if s == "overall" else "tab:blue" for s in r["subset"]])
-    ax.set(title=f"{bench} (95% bootstrap CI)", ylabel="score (%)", ylim=(0, 100))
-    ax.tick_params(axis="x", rotation=30)
-    ax.grid(alpha=0.3, axis="y")
-save(fig, "eval_scores.png")'''),
-        ("code", '''items = read_table("eval_items", "evolm eval")
-items.groupby(["benchmark", "subset"])["result"].agg(["count", "mean"])'''),
+        ("code", '''HAVE_EVAL = bool(glob.glob(os.path.join(RUN_DIR, "eval_results", "*.parquet")))
+if not HAVE_EVAL:
+    print(f"{RUN_DIR} has no eval_results table: `evolm eval` has not run on it (make demo does not run it).")
+    print(f"Run e.g. `evolm eval --run-dir {RUN_DIR} --benchmark rewardbench2 --input data/reward-bench-2/data`; skipping the cells below.")
+else:
+    res = read_table("eval_results", "evolm eval")
+    table = res.assign(score=100 * res["score"], ci_low=100 * res["ci_low"], ci_high=100 * res["ci_high"])
+    display(table[["benchmark", "subset", "metric", "n", "coverage", "score", "ci_low", "ci_high"]].round(3))'''),
+        ("code", '''if HAVE_EVAL:
+    benches = list(res["benchmark"].unique())
+    fig, axes = plt.subplots(1, len(benches), figsize=(6 * len(benches), 3.8), squeeze=False)
+    for ax, bench in zip(axes[0], benches):
+        r = res[res["benchmark"] == bench].reset_index(drop=True)
+        lo = (r["score"] - r["ci_low"]).clip(lower=0)
+        hi = (r["ci_high"] - r["score"]).clip(lower=0)
+        ax.bar(r["subset"], 100 * r["score"], yerr=[100 * lo, 100 * hi], capsize=3,
+               color=["tab:orange" if s == "overall" else "tab:blue" for s in r["subset"]])
+        ax.set(title=f"{bench} (95% bootstrap CI)", ylabel="score (%)", ylim=(0, 100))
+        ax.tick_params(axis="x", rotation=30)
+        ax.grid(alpha=0.3, axis="y")
+    save(fig, "eval_scores.png")'''),
+        ("code", '''if HAVE_EVAL:
+    items = read_table("eval_items", "evolm eval")
+    display(items.groupby(["benchmark", "subset"])["result"].agg(["count", "mean"]))'''),
     ],
 }
 
