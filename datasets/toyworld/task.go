@@ -28,10 +28,11 @@
 //     (the held-out questions as a prompts table) and heldout_pairs.jsonl
 //     (prompt, chosen = the answer, rejected = a distractor) for the
 //     held-out evaluation;
-//   - tokenizer/: a byte-level BPE tokenizer for the tiny models, Qwen3's
+//   - tokenizer/: a byte-level BPE tokenizer for the tiny policy, Qwen3's
 //     truncated to its first 10,240 tokens and merges (the yes/no judge's
 //     answer tokens are among them), with the chat special tokens after
-//     them (Tokenizer).
+//     them (Tokenizer); tokenizer_judge/: the same with the numbers 10…999
+//     as single tokens, for the judge (JudgeTokenizer).
 //
 // Every file is a function of the seed. The prompts are rendered with the
 // same templates (prompts/, through method/prompts) that the toyworld

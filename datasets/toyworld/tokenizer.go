@@ -15,13 +15,27 @@ import (
 // (" yes" is 9834).
 const TokenizerSize = 10240
 
+// NumberTokens is the largest number the judge's tokenizer writes as one
+// token (JudgeTokenizer).
+const NumberTokens = 999
+
 // Tokenizer writes to out a tokenizer.json and tokenizer_config.json made
 // from Qwen3's in qwenDir: its first TokenizerSize tokens and merges, and
 // its added tokens (<|endoftext|>, <|im_start|>, <|im_end|>, <think> …)
 // renumbered from TokenizerSize on, so a model's vocabulary is about 10k
 // rows instead of 152k. Both files load in HF tokenizers/transformers and
 // in evolm.
-func Tokenizer(qwenDir, out string) error {
+func Tokenizer(qwenDir, out string) error { return writeTokenizer(qwenDir, out, false) }
+
+// JudgeTokenizer is Tokenizer with every number from 10 to NumberTokens
+// one (non-special) added token, as GPT-4's tokenizer chunks digits in
+// threes: the judge then compares the answer a criterion states with the
+// response's token to token, which a tiny model learns in minutes, while
+// the policy's tokenizer (Tokenizer) keeps Qwen3's digit-by-digit
+// arithmetic.
+func JudgeTokenizer(qwenDir, out string) error { return writeTokenizer(qwenDir, out, true) }
+
+func writeTokenizer(qwenDir, out string, numbers bool) error {
 	var tok map[string]json.RawMessage
 	if err := readJSON(filepath.Join(qwenDir, "tokenizer.json"), &tok); err != nil {
 		return err
@@ -61,6 +75,17 @@ func Tokenizer(qwenDir, out string) error {
 		a["id"] = TokenizerSize + i
 		newID[old] = TokenizerSize + i
 	}
+	var numDecoder map[string]any
+	if numbers {
+		numDecoder = map[string]any{}
+		for n := 10; n <= NumberTokens; n++ {
+			id := TokenizerSize + len(added)
+			added = append(added, map[string]any{"id": id, "content": strconv.Itoa(n), "single_word": false,
+				"lstrip": false, "rstrip": false, "normalized": false, "special": false})
+			numDecoder[strconv.Itoa(id)] = map[string]any{"content": strconv.Itoa(n), "single_word": false,
+				"lstrip": false, "rstrip": false, "normalized": false, "special": false}
+		}
+	}
 	tok["added_tokens"], _ = json.Marshal(added)
 
 	var cfg map[string]json.RawMessage
@@ -78,6 +103,9 @@ func Tokenizer(qwenDir, out string) error {
 			return fmt.Errorf("tokenizer_config.json: added token %s is not in tokenizer.json", old)
 		}
 		renum[strconv.Itoa(id)] = v
+	}
+	for id, v := range numDecoder {
+		renum[id], _ = json.Marshal(v)
 	}
 	cfg["added_tokens_decoder"], _ = json.Marshal(renum)
 	if err := os.MkdirAll(out, 0o755); err != nil {

@@ -30,13 +30,14 @@ type Options struct {
 
 // Names of the files Write writes.
 const (
-	PolicySFTFile    = "policy_sft.jsonl"
-	JudgeSFTFile     = "judge_sft.jsonl"
-	PromptsFile      = "prompts.parquet"
-	HeldOutFile      = "heldout.jsonl"
-	HeldOutPairsFile = "heldout_pairs.jsonl"
-	HeldOutPrompts   = "heldout_prompts.parquet"
-	TokenizerDir     = "tokenizer"
+	PolicySFTFile     = "policy_sft.jsonl"
+	JudgeSFTFile      = "judge_sft.jsonl"
+	PromptsFile       = "prompts.parquet"
+	HeldOutFile       = "heldout.jsonl"
+	HeldOutPairsFile  = "heldout_pairs.jsonl"
+	HeldOutPrompts    = "heldout_prompts.parquet"
+	TokenizerDir      = "tokenizer"
+	JudgeTokenizerDir = "tokenizer_judge"
 )
 
 // LoadPrompts loads the toyworld prompt templates from dir (prompts/ of
@@ -93,7 +94,10 @@ func Write(dir string, o Options) error {
 		return err
 	}
 	if o.QwenTokenizer != "" {
-		return Tokenizer(o.QwenTokenizer, filepath.Join(dir, TokenizerDir))
+		if err := Tokenizer(o.QwenTokenizer, filepath.Join(dir, TokenizerDir)); err != nil {
+			return err
+		}
+		return JudgeTokenizer(o.QwenTokenizer, filepath.Join(dir, JudgeTokenizerDir))
 	}
 	return nil
 }
