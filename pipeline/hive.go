@@ -153,6 +153,18 @@ func fileSchema(schema *arrow.Schema, parts map[string]string) (*arrow.Schema, [
 	return arrow.NewSchema(keep, &md), dropped, values, nil
 }
 
+// In reports whether the directories of the run-relative path rel hold
+// partition p (an integer value matches its zero-padded form, step=000012,
+// which runs made before the step was written in plain decimal have).
+func (p Partition) In(rel string) bool {
+	for _, q := range PathPartitions(rel) {
+		if q.Key == p.Key && samePartitionValue(q.Value, p.Value) {
+			return true
+		}
+	}
+	return false
+}
+
 // samePartitionValue reports whether two partition values are the same
 // value: equal strings, or equal integers (step=12 and an older run's
 // zero-padded step=000012).

@@ -94,6 +94,18 @@ type ShardWriter struct {
 	rows      int64
 	done      bool
 	progress  *Progress // counts written rows; nil: none
+	advanced  int64     // rows reported by Advance and not yet written
+}
+
+// Advance reports n rows of the shard done before they are written (a model
+// stage's finished requests), so that progress moves while a long batch is
+// computed; Write then counts only the rows beyond those advanced.
+func (w *ShardWriter) Advance(n int64) {
+	if w.progress == nil || n <= 0 {
+		return
+	}
+	w.advanced += n
+	w.progress.Add(n)
 }
 
 // parquetWriter is what ShardWriter needs of pqarrow.FileWriter, which
@@ -254,7 +266,9 @@ func (w *ShardWriter) Write(rec arrow.RecordBatch) error {
 	}
 	w.rows += rec.NumRows()
 	if w.progress != nil {
-		w.progress.Add(rec.NumRows())
+		credit := min(rec.NumRows(), w.advanced)
+		w.advanced -= credit
+		w.progress.Add(rec.NumRows() - credit)
 	}
 	return nil
 }

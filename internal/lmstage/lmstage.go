@@ -166,7 +166,7 @@ func Inputs(env *pipeline.Env, configured []string, stage, table string, parts .
 	for _, p := range m.Paths(table) {
 		ok := true
 		for _, part := range parts {
-			if !strings.Contains("/"+p+"/", "/"+part.String()+"/") {
+			if !part.In(p) {
 				ok = false
 				break
 			}

@@ -113,6 +113,12 @@ func (sp SampleSpec) ItemSeed(item string) int64 {
 // row that failed on the backend is kept with FinishReason "error" and the
 // reason in Error.
 func Sample(ctx context.Context, b *roles.Backend, batchRows int, sp SampleSpec, items []Item) ([]schemas.Rollout, error) {
+	return SampleEach(ctx, b, batchRows, sp, items, nil)
+}
+
+// SampleEach is Sample calling done (when not nil) with the rows of each
+// backend call as it finishes, for progress.
+func SampleEach(ctx context.Context, b *roles.Backend, batchRows int, sp SampleSpec, items []Item, done func(rows int)) ([]schemas.Rollout, error) {
 	out := make([]schemas.Rollout, 0, len(items)*sp.N)
 	ckpt := sp.Checkpoint
 	if ckpt == "" {
@@ -171,6 +177,9 @@ func Sample(ctx context.Context, b *roles.Backend, batchRows int, sp SampleSpec,
 				out = append(out, r)
 			}
 		}
+		if done != nil {
+			done(len(resps) * sp.N)
+		}
 		return nil
 	})
 	return out, err
@@ -215,7 +224,9 @@ func SampleTasks(env *pipeline.Env, b *roles.Backend, batchRows int, spec Sample
 					if err != nil {
 						return nil, err
 					}
-					out, err := Sample(ctx, b, batchRows, spec, its)
+					// Progress moves per finished backend call, not per
+					// written batch (which may take the whole input).
+					out, err := SampleEach(ctx, b, batchRows, spec, its, func(n int) { w.Advance(int64(n)) })
 					if err != nil {
 						return nil, err
 					}
