@@ -22,6 +22,10 @@ TORCH_VERSION := $(shell sed -n "s/^__version__ = '\([^']*\)'.*/\1/p" '$(LIBTORC
 # install that replaced torch included) regenerates the overlay, and
 # scripts/gotch-overlay.sh refuses a libtorch that is not 2.1.0 with the fix.
 TORCH_STAMP := build/.torch-cpu-$(shell echo '$(LIBTORCH) $(TORCH_VERSION)' | cksum | cut -d' ' -f1)
+# The same name computed when a recipe runs: on the first make the venv (so
+# TORCH_VERSION) does not exist yet when the Makefile is read, and a stamp
+# named then would not be the next make's, which would rebuild once.
+TORCH_STAMP_NOW = build/.torch-cpu-$$(echo '$(LIBTORCH) '"$$(sed -n "s/^__version__ = '\([^']*\)'.*/\1/p" '$(LIBTORCH)/version.py' 2>/dev/null || cat '$(LIBTORCH)/build-version' 2>/dev/null)" | cksum | cut -d' ' -f1)
 
 # The CUDA build (TORCH_CUDA=1 make build; `make build-cuda` writes
 # bin/evolm-cuda, which `make test` checks on this machine's CPU): gotch
@@ -82,7 +86,7 @@ gloo: build/.gloo
 $(TORCH_STAMP): $(VENV)/.ok build/.gloo scripts/gotch-overlay.sh go.mod
 	rm -f build/.torch-*
 	LIBTORCH=$(LIBTORCH) TORCH_CUDA=0 GOWORK=off GOFLAGS= scripts/gotch-overlay.sh
-	touch $@
+	touch $(TORCH_STAMP_NOW)
 torch: $(TORCH_STAMP)
 
 # build/cuda/include: the two CUDA headers, from the wheels pinned in
