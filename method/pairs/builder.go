@@ -11,7 +11,6 @@ import (
 	"github.com/evolm/evolm/internal/choice"
 	"github.com/evolm/evolm/internal/thinking"
 	"github.com/evolm/evolm/method/prompts"
-	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
 )
@@ -258,162 +257,20 @@ func (b *Builder) BuildFrom(ctx context.Context, step int64, first int, items []
 	if fallbacks > 0 && b.Log != nil {
 		b.Log.Warn("temporal strategy has no buffered answer yet; used another strategy", "step", step, "items", fallbacks)
 	}
-	rng := rand.New(rand.NewPCG(uint64(b.Cfg.Seed)^0x9e3779b97f4a7c15^(uint64(first)*0xbf58476d1ce4e5b9), uint64(step)))
-	res := Result{Fallbacks: fallbacks}
-	pairs := make([]schemas.Pair, len(items))
-
-	policySystem, err := b.Prompts.Policy()
+	system, err := b.Prompts.Policy()
 	if err != nil {
 		return Result{}, err
 	}
-	answerMsgs := func(system, question string) []backend.Message {
-		var ms []backend.Message
-		if system != "" {
-			ms = append(ms, backend.Message{Role: "system", Content: system})
-		}
-		return append(ms, backend.Message{Role: "user", Content: question})
-	}
-	newGen := func(i int, tag, role string, msgs []backend.Message, sp backend.Sampling) *gen {
-		id := rules.PairRolloutID(step, first+i, tag)
-		sp.Seed = ptr(rules.DeriveSeed(b.Cfg.Seed, id))
-		return &gen{
-			req:  backend.GenerateRequest{ID: id, Messages: msgs, N: 1, Sampling: sp, LogProbs: true},
-			role: role,
-			out: &schemas.Rollout{
-				RolloutID: id, PromptID: items[i].PromptID, Role: role, Phase: schemas.PhaseRubric, Step: step,
-				Model: b.Cfg.Model, Checkpoint: b.Cfg.Checkpoint, Seed: *sp.Seed,
-				Temperature: sp.Temperature, TopP: sp.TopP, TopK: int32(sp.TopK),
-			},
+	s := &build{b: b, step: step, first: first, items: items, strategies: strategies, system: system,
+		rng:   rand.New(rand.NewPCG(uint64(b.Cfg.Seed)^0x9e3779b97f4a7c15^(uint64(first)*0xbf58476d1ce4e5b9), uint64(step))),
+		pairs: make([]schemas.Pair, len(items)), plus: make([]*gen, len(items)), rubric: make([]*gen, len(items)),
+		infer: make([]*gen, len(items)), minus: make([]*gen, len(items)), guided: make([][2]*gen, len(items))}
+	for _, round := range []func(context.Context) error{s.round1, s.round2, s.round3} {
+		if err := round(ctx); err != nil {
+			return Result{}, err
 		}
 	}
-
-	// Round 1: what every strategy needs first.
-	age := b.Cfg.ageAt(step, b.Buffer)
-	var round1 []*gen
-	plus := make([]*gen, len(items))   // a+ (temporal, backtranslate)
-	rubric := make([]*gen, len(items)) // rubric-guided: the rubric
-	for i, it := range items {
-		p := &pairs[i]
-		*p = schemas.Pair{
-			PairID: rules.PairID(step, first+i), PromptID: it.PromptID, Step: step,
-			Question: it.Question, Strategy: strategies[i], ChosenStep: step, RejectedStep: step,
-		}
-		switch strategies[i] {
-		case schemas.StrategyTemporal:
-			got, ok := b.Buffer.Pick(age, b.Cfg.Window, b.Cfg.Fallback, b.Cfg.WidenStep, rng)
-			if !ok {
-				return Result{}, fmt.Errorf("pairs step %d item %d: temporal strategy with an empty buffer", step, i)
-			}
-			if got.Stage != schemas.TemporalWindow && b.Log != nil {
-				b.Log.Debug("temporal window empty; fell back", "step", step, "item", i, "stage", got.Stage, "age", got.Age)
-			}
-			e := got.Entry
-			p.TemporalAge, p.TemporalFallback = ptr(got.Age), ptr(got.Stage)
-			p.PromptID, p.Question = e.PromptID, e.Question
-			p.Rejected, p.RejectedRolloutID, p.RejectedStep = e.Answer, e.RolloutID, e.Step
-			plus[i] = newGen(i, "chosen", schemas.RolePolicy, answerMsgs(policySystem, e.Question), b.Cfg.Policy)
-			plus[i].out.PromptID = e.PromptID
-			round1 = append(round1, plus[i])
-		case schemas.StrategyBacktranslate:
-			plus[i] = newGen(i, "chosen", schemas.RolePolicy, answerMsgs(policySystem, it.Question), b.Cfg.Policy)
-			round1 = append(round1, plus[i])
-		case schemas.StrategyRubricGuided:
-			msgs, err := b.Prompts.RubricForQuestion(it.Question)
-			if err != nil {
-				return Result{}, err
-			}
-			rubric[i] = newGen(i, "rubric", schemas.RoleRubricGenerator, msgs, b.Cfg.Rubric)
-		}
-	}
-	var rubricGens []*gen
-	for _, g := range rubric {
-		if g != nil {
-			rubricGens = append(rubricGens, g)
-		}
-	}
-	if err := b.run(ctx, b.Policy, round1); err != nil {
-		return Result{}, err
-	}
-	if err := b.run(ctx, b.RubricGen, rubricGens); err != nil {
-		return Result{}, err
-	}
-
-	// Round 2: back-translated questions, rubric-guided answers.
-	var round2, inferGens []*gen
-	infer := make([]*gen, len(items))
-	guided := make([][2]*gen, len(items))
-	for i := range items {
-		switch strategies[i] {
-		case schemas.StrategyBacktranslate:
-			msgs, err := b.Prompts.QuestionInference(thinking.Strip(plus[i].out.Text))
-			if err != nil {
-				return Result{}, err
-			}
-			infer[i] = newGen(i, "inferred_question", schemas.RolePolicy, msgs, b.Cfg.Infer)
-			if b.Cfg.InferCheckpoint != "" {
-				infer[i].out.Checkpoint = b.Cfg.InferCheckpoint
-			}
-			inferGens = append(inferGens, infer[i])
-		case schemas.StrategyRubricGuided:
-			// The rubric as the generator wrote it, as the official code
-			// shows it (its criteria for prompts that list them).
-			raw := rubric[i].out.Text
-			system, err := b.Prompts.PolicyWithRubric(prompts.Rubric{Text: prompts.PolicyRubricText(raw), Criteria: prompts.ParsedCriteria(raw, b.Cfg.RubricFormat)})
-			if err != nil {
-				return Result{}, fmt.Errorf("pairs step %d item %d: %w", step, i, err)
-			}
-			guided[i][0] = newGen(i, "chosen", schemas.RolePolicy, answerMsgs(system, items[i].Question), b.Cfg.Policy)
-			guided[i][1] = newGen(i, "rejected", schemas.RolePolicy, answerMsgs(policySystem, items[i].Question), b.Cfg.Policy)
-			round2 = append(round2, guided[i][0], guided[i][1])
-		}
-	}
-	inferrer := b.Inferrer
-	if inferrer == nil {
-		inferrer = b.Policy
-	}
-	if err := b.run(ctx, inferrer, inferGens); err != nil {
-		return Result{}, err
-	}
-	if err := b.run(ctx, b.Policy, round2); err != nil {
-		return Result{}, err
-	}
-
-	// Round 3: the answers to the inferred questions.
-	var round3 []*gen
-	minus := make([]*gen, len(items))
-	for i := range items {
-		if strategies[i] == schemas.StrategyBacktranslate {
-			q := thinking.Strip(infer[i].out.Text)
-			pairs[i].InferredQuestion = &q
-			minus[i] = newGen(i, "rejected", schemas.RolePolicy, answerMsgs(policySystem, q), b.Cfg.Policy)
-			round3 = append(round3, minus[i])
-		}
-	}
-	if err := b.run(ctx, b.Policy, round3); err != nil {
-		return Result{}, err
-	}
-
-	for i := range items {
-		p := &pairs[i]
-		switch strategies[i] {
-		case schemas.StrategyTemporal:
-			p.Chosen, p.ChosenRolloutID = answerText(plus[i]), plus[i].out.RolloutID
-		case schemas.StrategyBacktranslate:
-			p.Chosen, p.ChosenRolloutID = answerText(plus[i]), plus[i].out.RolloutID
-			p.Rejected, p.RejectedRolloutID = answerText(minus[i]), minus[i].out.RolloutID
-		case schemas.StrategyRubricGuided:
-			p.Chosen, p.ChosenRolloutID = answerText(guided[i][0]), guided[i][0].out.RolloutID
-			p.Rejected, p.RejectedRolloutID = answerText(guided[i][1]), guided[i][1].out.RolloutID
-		}
-	}
-	for _, gs := range [][]*gen{round1, rubricGens, inferGens, round2, round3} {
-		for _, g := range gs {
-			res.Rollouts = append(res.Rollouts, *g.out)
-		}
-	}
-	sort.Slice(res.Rollouts, func(a, c int) bool { return res.Rollouts[a].RolloutID < res.Rollouts[c].RolloutID })
-	res.Pairs = pairs
-	return res, nil
+	return s.result(fallbacks), nil
 }
 
 // answerText is the answer as judged: the completion with thinking removed.

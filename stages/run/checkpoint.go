@@ -250,7 +250,7 @@ func (l *loop) checkpoint(ctx context.Context, next int) error {
 		return fmt.Errorf("checkpoint %s: checksums: %w", name, err)
 	}
 	st := schedule.State{Version: schedule.StateVersion, NextStep: next, Seed: l.cfg.Seed, ConfigHash: l.env.ConfigHash,
-		DataPosition: next * l.cfg.PromptsPerStep, Shared: l.rubric == l.policy, CodeVersion: pipeline.CodeVersion(),
+		DataPosition: l.cfg.Schedule().Position(next), Shared: l.rubric == l.policy, CodeVersion: pipeline.CodeVersion(),
 		SkippedInARow: l.skipped, Files: files}
 	if l.dp != nil {
 		st.WorldSize, st.ZeRO = l.world(), l.cfg.ZeRO

@@ -82,7 +82,7 @@ type FleetConfig struct {
 
 // Schedule is the run's clock and data order.
 func (c *Config) Schedule() schedule.Schedule {
-	return schedule.Schedule{K: c.K, PromptsPerStep: c.PromptsPerStep, Seed: c.Seed}
+	return schedule.Schedule{K: c.K, PromptsPerStep: c.PromptsPerStep, Seed: c.Seed, Order: c.PromptOrder}
 }
 
 // Phase returns the phase of step s.
@@ -184,6 +184,9 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 	}
 	if c.Track, err = trackSettings(cfg, &c.Keys); err != nil {
 		return nil, err
+	}
+	if c.UnusableRubric == UnusableJudge && c.Judge.Mode != schemas.JudgeGenerative {
+		return nil, cfg.Errorf("unusable_rubric", "%s asks the generative judge under the rubric's text; roles.judge.mode %s scores criteria, and the rubric has none", UnusableJudge, c.Judge.Mode)
 	}
 	if c.MaxAge < c.MinAge {
 		return nil, cfg.Errorf("temporal_min_age", "temporal window [%d, %d], want 1 ≤ min ≤ max", c.MinAge, c.MaxAge)

@@ -49,6 +49,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"pack length 0", map[string]any{"pack_length": 0}, "stages.run.pack_length"},
 		{"unknown R_format", map[string]any{"rubric.format": "loose"}, "rubric.format"},
 		{"unknown judge reply reading", map[string]any{"rubric.judge_reply": "lenient"}, "rubric.judge_reply"},
+		{"unusable rubric judged by a yes/no judge", map[string]any{"unusable_rubric": "judge", "roles.judge.mode": "yesno"}, "stages.run.unusable_rubric"},
+		{"unknown prompt order", map[string]any{"prompt_order": "random"}, "stages.run.prompt_order"},
+		{"unknown replay fill", map[string]any{"replay_fill": "all"}, "stages.run.replay_fill"},
+		{"unknown back-translation source", map[string]any{"backtranslate_source": "judge"}, "stages.run.backtranslate_source"},
 		{"huge micro batch", map[string]any{"micro_batch": 1 << 20}, "stages.run.micro_batch"},
 	}
 	for _, tc := range tests {

@@ -67,6 +67,10 @@ type loop struct {
 	clock   stepClock     // the step's time breakdown
 	track   tracking      // the trackers (rank 0)
 	dp      *dataParallel // nil: one process
+
+	// inferrer, with backtranslate_source frozen_initial, is a frozen copy
+	// of the initial policy model that infers back-translated questions.
+	inferrer *roles.Backend
 }
 
 // Run implements pipeline.Stage.
@@ -224,12 +228,20 @@ func (l *loop) open(ctx context.Context, ck string) error {
 	if l.judge, err = roles.Open(l.cfg.Judge, l.env.Log); err != nil {
 		return err
 	}
+	if l.cfg.InferSource == pairs.InferFrozenInitial {
+		// A second load of the initial policy model, never trained (also on
+		// resume: it stays the initial model).
+		if l.inferrer, err = roles.Open(l.cfg.Policy, l.env.Log); err != nil {
+			return fmt.Errorf("backtranslate_source %s: %w", pairs.InferFrozenInitial, err)
+		}
+	}
 	if err := l.openFleet(); err != nil {
 		return err
 	}
 	l.dp.splitBackend(l.policy.Backend, l.cfg.Policy.MaxBatch)
 	l.dp.splitBackend(l.rubric.Backend, l.cfg.RubricGen.MaxBatch)
 	l.dp.splitBackend(l.judge, l.cfg.Judge.MaxBatch)
+	l.dp.splitBackend(l.inferrer, l.cfg.Policy.MaxBatch)
 	if ck == "" {
 		l.buf, err = pairs.NewBuffer(l.cfg.ReplaySize)
 		return err
@@ -345,6 +357,10 @@ func (l *loop) close() {
 	if l.judge != nil {
 		l.judge.Close()
 	}
+	if l.inferrer != nil {
+		l.inferrer.Close()
+		l.inferrer = nil
+	}
 }
 
 // write commits rows as the step's shard of table t (plus extra partitions).
@@ -382,7 +398,8 @@ func (l *loop) spec(rc roles.Config, phase string, step, n int) lmstage.SampleSp
 
 func (l *loop) newJudge(phase string, step int) *judge.Judge {
 	return judge.New(l.judge, judge.Options{
-		Mode: l.cfg.Judge.Mode, Prompts: l.set, BatchRows: l.cfg.Judge.BatchRows, Reply: l.cfg.Rules.JudgeReply,
+		Mode: l.cfg.Judge.Mode, Prompts: l.set, BatchRows: l.cfg.Judge.BatchRows,
+		Reply: l.cfg.Rules.JudgeReply, JudgeUnparsed: l.cfg.UnusableRubric == UnusableJudge,
 		Spec: lmstage.SampleSpec{Phase: phase, Step: int64(step), BaseSeed: l.cfg.Seed, Sampling: l.cfg.Judge.Sampling},
 	})
 }

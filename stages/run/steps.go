@@ -72,10 +72,12 @@ func (l *loop) policyStep(ctx context.Context, step int) (schemas.StepMetrics, e
 		return m, fmt.Errorf("policy update: %w", err)
 	}
 
-	// One answer per prompt of the step's own batch enters the replay
-	// buffer (refill prompts are extra draws, not the data stream).
+	// One answer per prompt enters the replay buffer: for each prompt of
+	// the step's own batch (replay_fill step_batch: refill prompts are
+	// extra draws, not the data stream), or for every prompt whose rewards
+	// were computed, refills included (every_group, the official rule).
 	for _, g := range out.groups {
-		if g.round != 0 {
+		if g.round != 0 && l.cfg.ReplayFill != pairs.FillEveryGroup {
 			continue
 		}
 		if r := g.rolls[0]; r.Error == nil {
@@ -244,167 +246,6 @@ func (l *loop) judgeStep(ctx context.Context, phase string, step int, resps []ju
 			rows, step, phase, l.cfg.Judge.Backend, l.cfg.Judge.Model, first, pipeline.ErrAllRowsFailed)
 	}
 	return js, nil
-}
-
-// rubricStep: pairs from the three strategies, n rubrics per pair, judged
-// on a+ and a−, GRPO on the rubric generator.
-func (l *loop) rubricStep(ctx context.Context, step int) (schemas.StepMetrics, error) {
-	phase := schemas.PhaseRubric
-	m := schemas.StepMetrics{Step: int64(step), Phase: phase}
-	batch := l.batch(step)
-	items := make([]pairs.Item, len(batch))
-	for i := range batch {
-		items[i] = pairs.Item{PromptID: batch[i].PromptID, Question: questionText(&batch[i])}
-	}
-	pcfg := pairs.DefaultConfig(l.cfg.Policy.Sampling.MaxTokens)
-	pcfg.Weights = l.cfg.Weights
-	pcfg.Window = pairs.Window{MinAge: l.cfg.MinAge, MaxAge: l.cfg.MaxAge}
-	pcfg.WidenStep = l.cfg.Widen
-	pcfg.Age, pcfg.Fallback, pcfg.PolicyIndex = l.cfg.TemporalAge, l.cfg.TemporalFallback, l.cfg.PolicyIndex
-	pcfg.Policy, pcfg.Infer, pcfg.Rubric = l.cfg.Policy.Sampling, l.cfg.Policy.Sampling, l.cfg.rubricPhaseSampling()
-	pcfg.Infer.Temperature = l.cfg.InferTemp
-	pcfg.Seed, pcfg.Model, pcfg.Checkpoint = l.cfg.Seed, l.policy.Model, l.ckpt
-	pcfg.RubricFormat = l.cfg.Rules.Format
-	pb := &pairs.Builder{Policy: timedGen{l.policy.Backend, &l.clock, partGeneration}, RubricGen: timedGen{l.rubric.Backend, &l.clock, partRubrics},
-		Prompts: l.set, Buffer: l.buf, Cfg: pcfg, Log: l.env.Log}
-	built, err := pb.Build(ctx, int64(step), items)
-	if err != nil {
-		return m, err
-	}
-	ps := built.Pairs
-
-	// The rubric generator samples n rubrics per pair.
-	ids := make([]string, len(ps))
-	questions := make([]string, len(ps))
-	for i, p := range ps {
-		ids[i], questions[i] = p.PairID, p.Question
-	}
-	ritems, err := l.rubricItems(ids, questions)
-	if err != nil {
-		return m, err
-	}
-	n := l.cfg.RubricSamples
-	spec := l.spec(l.cfg.RubricGen, phase, step, n)
-	spec.Sampling = l.cfg.rubricPhaseSampling()
-	rubRolls, err := l.sample(ctx, partRubrics, l.rubric.Backend, max(l.cfg.RubricGen.BatchRows, n), spec, ritems)
-	if err != nil {
-		return m, fmt.Errorf("rubrics: %w", err)
-	}
-	lengthEntropy(rubRolls, &m)
-	l.stepStats(&m, rubRolls, built.Rollouts)
-	rubs, byItem := l.parseRubrics(rubRolls)
-	fr := policyRound{rubs: rubs}
-	m.FormatRate = fr.formatRate()
-
-	// The judge scores a+ and a− under every rubric of their pair.
-	resps := make([]judge.Response, 0, 2*len(ps))
-	for _, p := range ps {
-		resps = append(resps, judge.PairResponses(&p)...)
-	}
-	js, err := l.judgeStep(ctx, phase, step, resps, byItem)
-	if err != nil {
-		return m, err
-	}
-	m.JudgeMissingRate = missingRate(js)
-	score := map[string]float64{} // judgment id → score
-	for _, j := range js {
-		if j.Score != nil {
-			score[j.JudgmentID] = *j.Score
-		}
-	}
-
-	// Rewards per rubric. A rubric the judge could not apply (no usable
-	// criteria: the generator's own failure) earns 0 — no margin, no format
-	// credit; a rubric whose pair the judge failed to score (judge-side
-	// failure) is dropped (rubric_missing_reward drop, README.md, "The method")
-	// or gets its group's mean (fill_mean, the official code).
-	var gs groupStats
-	var samples []backend.TrainSample
-	perStrategy := map[string][]float64{}
-	counts := map[string]int64{}
-	var margins []float64 // s(a+) − s(a−) of every rubric whose pair the judge scored
-	for i, p := range ps {
-		counts[p.Strategy]++
-		group := rubRolls[i*n : (i+1)*n]
-		rewards := make([]float64, n)
-		for k := range group {
-			rub := rubs[i*n+k]
-			if !rules.Usable(byItem[p.PairID][k]) {
-				rewards[k] = 0
-				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], 0)
-				continue
-			}
-			sp, okp := score[rules.JudgmentID(rules.ChosenID(p.PairID), rub.RubricID)]
-			sm, okm := score[rules.JudgmentID(rules.RejectedID(p.PairID), rub.RubricID)]
-			rewards[k] = math.NaN()
-			if !okp || !okm {
-				continue
-			}
-			margins = append(margins, sp-sm)
-			r, ok, err := grpo.RubricPairReward(string(l.cfg.RubricReward), grpo.RubricInput{SPlus: sp, SMinus: sm, FormatOK: rub.FormatOK, Alpha: l.cfg.Alpha})
-			if err != nil {
-				return m, err
-			}
-			if ok {
-				rewards[k] = r
-				perStrategy[p.Strategy] = append(perStrategy[p.Strategy], r)
-			}
-		}
-		ts, err := gs.group(l.rubric, ritems[i].Messages, group, rewards, string(l.cfg.Advantage),
-			grpo.AdvantageOptions{Missing: l.cfg.rubricMissing, Std: l.cfg.AdvStd})
-		if err != nil {
-			return m, err
-		}
-		if len(ts) > 0 {
-			m.GroupsTrained++
-		}
-		samples = append(samples, ts...)
-	}
-	gs.fill(&m)
-	mean := func(xs []float64) *float64 {
-		if len(xs) == 0 {
-			return nil
-		}
-		s := 0.0
-		for _, x := range xs {
-			s += x
-		}
-		s /= float64(len(xs))
-		return &s
-	}
-	m.MarginMean = meanPtr(margins)
-	m.RewardTemporal = mean(perStrategy[schemas.StrategyTemporal])
-	m.RewardBacktranslate = mean(perStrategy[schemas.StrategyBacktranslate])
-	m.RewardRubricGuided = mean(perStrategy[schemas.StrategyRubricGuided])
-	m.CountTemporal = counts[schemas.StrategyTemporal]
-	m.CountBacktranslate = counts[schemas.StrategyBacktranslate]
-	m.CountRubricGuided = counts[schemas.StrategyRubricGuided]
-	if err := l.update(ctx, l.rubric, samples, &m); err != nil {
-		return m, fmt.Errorf("rubric generator update: %w", err)
-	}
-
-	var polRolls []schemas.Rollout
-	for _, r := range built.Rollouts {
-		if r.Role == schemas.RolePolicy {
-			polRolls = append(polRolls, r)
-		} else {
-			rubRolls = append(rubRolls, r)
-		}
-	}
-	l.keepSamples(rubs, polRolls)
-	if err := write(l, schemas.Pairs, ps, step, phase); err != nil {
-		return m, err
-	}
-	if err := write(l, schemas.Rollouts, polRolls, step, phase, rolePolicy); err != nil {
-		return m, err
-	}
-	if err := write(l, schemas.Rollouts, rubRolls, step, phase, roleRubric); err != nil {
-		return m, err
-	}
-	if err := write(l, schemas.Rubrics, rubs, step, phase); err != nil {
-		return m, err
-	}
-	return m, write(l, schemas.Judgments, js, step, phase)
 }
 
 // parseRubrics turns rubric generations into rubrics rows and the rubrics
