@@ -41,6 +41,10 @@ type Config struct {
 	RSLoRA bool
 }
 
+// MaxScaling bounds an adapter's scaling (alpha/r, alpha/√r with RSLoRA):
+// common ones are 0.5 to 64.
+const MaxScaling = 1e4
+
 // Scaling is the factor of the adapter's term, PEFT's scaling[adapter].
 func (c Config) Scaling() float64 {
 	if c.RSLoRA {
@@ -58,6 +62,9 @@ func (c Config) Normalize() (Config, error) {
 	}
 	if !(c.Alpha > 0) || math.IsInf(c.Alpha, 0) {
 		return c, fmt.Errorf("lora: alpha %v, want > 0", c.Alpha)
+	}
+	if sc := c.Scaling(); sc > MaxScaling {
+		return c, fmt.Errorf("lora: alpha %v with rank %d scales the adapter by %g, over %g: no trained adapter does, and the base model's activations would be swamped", c.Alpha, c.Rank, sc, float64(MaxScaling))
 	}
 	if !(c.Dropout >= 0 && c.Dropout < 1) {
 		return c, fmt.Errorf("lora: dropout %v, want in [0, 1)", c.Dropout)

@@ -44,13 +44,29 @@ func (a *Adapter) Save(dir, base string) error {
 
 // Load attaches the adapter saved in dir (by evolm or by PEFT's
 // save_pretrained) to m. The adapter's tensors are float32 on m's device,
-// whatever dtype the file holds.
+// whatever dtype the file holds; weights that are NaN or ±Inf are refused,
+// as a checkpoint's are.
 func Load(m model.CausalLM, dir string) (*Adapter, error) {
+	a, err := LoadDetached(m, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.occupy(); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("%w (adapter %s)", err, dir)
+	}
+	return a, nil
+}
+
+// LoadDetached reads the adapter saved in dir for m's layers without
+// attaching it: a Switch puts it in the slots when its turn comes, so that
+// several adapters share m's weights, each holding only its factors.
+func LoadDetached(m model.CausalLM, dir string) (*Adapter, error) {
 	cfg, _, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
 	}
-	a, err := attach(m, cfg)
+	a, err := prepare(m, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w (adapter %s)", err, dir)
 	}
@@ -131,6 +147,13 @@ func (a *Adapter) LoadWeights(dir string) error {
 			ps.Close()
 			if err != nil {
 				return fmt.Errorf("lora: %s: %s: %w", path, p.Name, err)
+			}
+			n, err := model.NonFinite(p.Tensor)
+			if err != nil {
+				return fmt.Errorf("lora: %s: %s: %w", path, p.Name, err)
+			}
+			if n > 0 {
+				return fmt.Errorf("lora: %s: %s holds %d NaN or infinite values: the adapter would compute garbage", path, p.Name, n)
 			}
 		}
 		return nil

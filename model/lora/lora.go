@@ -109,6 +109,46 @@ func (a *Adapter) eachLayer(f func(ls *torch.Scope, l *Layer)) error {
 // attach allocates uninitialized adapters on m's targets and puts them in
 // the layers' slots.
 func attach(m model.CausalLM, cfg Config) (*Adapter, error) {
+	a, err := prepare(m, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.occupy(); err != nil {
+		a.free()
+		return nil, err
+	}
+	return a, nil
+}
+
+// occupy puts a's layers in their slots, which must be empty.
+func (a *Adapter) occupy() error {
+	var taken []string
+	for _, l := range a.layers {
+		if *l.slot != nil && *l.slot != model.LinearAdapter(l) {
+			taken = append(taken, l.Module)
+		}
+	}
+	if len(taken) > 0 {
+		return fmt.Errorf("lora: %d layers already carry an adapter (%s …)", len(taken), taken[0])
+	}
+	for _, l := range a.layers {
+		*l.slot = l
+	}
+	return nil
+}
+
+// vacate empties the slots that hold a's layers.
+func (a *Adapter) vacate() {
+	for _, l := range a.layers {
+		if *l.slot == model.LinearAdapter(l) {
+			*l.slot = nil
+		}
+	}
+}
+
+// prepare allocates uninitialized adapters on m's targets, outside the
+// layers' slots.
+func prepare(m model.CausalLM, cfg Config) (*Adapter, error) {
 	cfg, err := cfg.Normalize()
 	if err != nil {
 		return nil, err
@@ -119,22 +159,14 @@ func attach(m model.CausalLM, cfg Config) (*Adapter, error) {
 	}
 	match := cfg.matcher()
 	a := &Adapter{cfg: cfg, scaling: cfg.Scaling(), dev: m.Device()}
-	var taken []string
 	for _, lin := range am.Linears() {
 		if !match(lin.Name) {
-			continue
-		}
-		if *lin.Adapter != nil {
-			taken = append(taken, lin.Name)
 			continue
 		}
 		if lin.In <= 0 || lin.Out <= 0 {
 			return nil, fmt.Errorf("lora: %s: shape (%d, %d)", lin.Name, lin.Out, lin.In)
 		}
 		a.layers = append(a.layers, &Layer{Module: lin.Name, ad: a, slot: lin.Adapter, base: lin})
-	}
-	if len(taken) > 0 {
-		return nil, fmt.Errorf("lora: %d layers already carry an adapter (%s …)", len(taken), taken[0])
 	}
 	if len(a.layers) == 0 {
 		return nil, fmt.Errorf("lora: no linear layer of %s matches targets %v%s", m.Config().Architectures[0], cfg.Targets, cfg.TargetPattern)
@@ -148,9 +180,6 @@ func attach(m model.CausalLM, cfg Config) (*Adapter, error) {
 	if err := s.Err(); err != nil {
 		a.free()
 		return nil, fmt.Errorf("lora: allocate: %w", err)
-	}
-	for _, l := range a.layers {
-		*l.slot = l
 	}
 	return a, nil
 }
@@ -235,11 +264,7 @@ func dropout(s *torch.Scope, x *torch.Tensor, p float64, dev torch.Device) *torc
 
 // Close detaches the adapter from the model and frees its tensors.
 func (a *Adapter) Close() {
-	for _, l := range a.layers {
-		if *l.slot == model.LinearAdapter(l) {
-			*l.slot = nil
-		}
-	}
+	a.vacate()
 	a.free()
 }
 
