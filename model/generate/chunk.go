@@ -91,6 +91,9 @@ func (r *run) take() error {
 		return err
 	}
 	r.endTurn = done
+	if f := r.g.opt.OnTurn; f != nil {
+		return f()
+	}
 	return nil
 }
 

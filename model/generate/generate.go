@@ -219,6 +219,10 @@ type Options struct {
 	// keeps chunks within its memory budget (see Scheduler). Nil runs each
 	// call straight through.
 	Scheduler *Scheduler
+	// OnTurn, when set, runs at the start of each of the Generator's
+	// engine turns, before any engine work: generators that share a model
+	// (LoRA views of one base) put their adapter in place there.
+	OnTurn func() error
 }
 
 func (g *Generator) prefillChunk() int {
