@@ -212,7 +212,7 @@ func answer(r *http.Request) ([]byte, error) {
 	}
 	resp := CompletionResponse{ID: "c", Object: "text_completion", Model: req.Model, Usage: &Usage{PromptTokens: 3, CompletionTokens: n, TotalTokens: 3 + n}}
 	for i := range n {
-		text := fmt.Sprintf("answer %d to %s", i, req.Prompt[0])
+		text := fmt.Sprintf("answer %d to %s", i, req.Prompt.Texts[0])
 		ch := CompletionChoice{Index: n - 1 - i, Text: text, FinishReason: "length"}
 		if req.Logprobs != nil {
 			lp := -0.25

@@ -55,13 +55,19 @@ func (l loaderDouble) load(path string) (*serve.Engine, error) {
 	}
 	return &serve.Engine{Generator: echoGenerator{tag: filepath.Base(path), noIDs: l.noIDs}}, nil
 }
-func (l loaderDouble) LoadAdapter(path string) (*serve.Engine, error)    { return l.load(path) }
-func (l loaderDouble) LoadWeights(path, _ string) (*serve.Engine, error) { return l.load(path) }
+func (l loaderDouble) LoadAdapter(_ context.Context, path string) (*serve.Engine, error) {
+	return l.load(path)
+}
+func (l loaderDouble) LoadWeights(_ context.Context, path, _ string) (*serve.Engine, error) {
+	return l.load(path)
+}
 
 func server(t *testing.T, l loaderDouble) string {
 	t.Helper()
+	// The fleets' directories are test temporaries: the load root is
+	// their parent.
 	h, err := serve.NewHandler(serve.Config{Generator: echoGenerator{tag: "base", noIDs: l.noIDs}, Model: "base", Loader: l,
-		RuntimeLoRA: true, MaxBatch: 1, Logger: slog.New(slog.DiscardHandler)})
+		RuntimeLoRA: true, WeightUpdates: true, LoadRoot: os.TempDir(), MaxBatch: 1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

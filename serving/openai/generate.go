@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/evolm/evolm/serving/backend"
 )
@@ -51,9 +53,17 @@ func eachRow[Q, A any](ctx context.Context, c *Client, reqs []Q, row func(contex
 	return out, nil
 }
 
+// generateOne answers one request with one call. The client does not
+// stream: a request with Stream gets one delta per completion, its whole
+// text, once the answer has come.
 func (c *Client) generateOne(ctx context.Context, r *backend.GenerateRequest) (backend.GenerateResponse, error) {
 	n := r.Samples()
 	res := backend.GenerateResponse{ID: r.ID, Model: c.cfg.Model, PromptTokens: -1}
+	if len(r.BadWords) > 0 && len(r.Messages) == 0 {
+		res.Failure = &backend.RowFailure{Reason: backend.FailureRejected,
+			Message: "bad_words: vLLM's completions API has none (only chat completions take it)"}
+		return res, nil
+	}
 	var err error
 	if len(r.Messages) > 0 {
 		err = c.chat(ctx, r, n, &res)
@@ -67,19 +77,64 @@ func (c *Client) generateOne(ctx context.Context, r *backend.GenerateRequest) (b
 		}
 		res.Failure, res.Completions = f, nil
 	}
+	if r.Stream != nil {
+		for _, comp := range res.Completions {
+			r.Stream(backend.StreamDelta{Index: comp.Index, Text: comp.Text, LogProbs: comp.LogProbs})
+		}
+	}
 	return res, nil
 }
 
-func sampling(r *backend.GenerateRequest) (maxTok *int, temp, topP *float64, topK *int, seed *int64) {
+// stopReason reads vLLM's stop_reason into comp: a stop string, or a stop
+// token id (a JSON number).
+func stopReason(comp *backend.Completion, v any) {
+	switch x := v.(type) {
+	case string:
+		comp.StopString = x
+	case float64:
+		id := int(x)
+		comp.StopTokenID = &id
+	}
+}
+
+// promptLogprobs reads vLLM's prompt_logprobs (null first, then per
+// prompt token the token's own entry, then the alternatives) into res.
+func promptLogprobs(res *backend.GenerateResponse, pl []PromptLogprobs) error {
+	if len(pl) == 0 {
+		return &malformedError{"prompt_logprobs asked for but missing"}
+	}
+	res.PromptLogProbs = make([]backend.PromptLogProb, 0, len(pl)-1)
+	for p, m := range pl[1:] {
+		if len(m) == 0 {
+			return &malformedError{fmt.Sprintf("prompt_logprobs[%d] is empty", p+1)}
+		}
+		var pos backend.PromptLogProb
+		for k, e := range m {
+			lp, err := logprob(e.Logprob)
+			if err != nil {
+				return &malformedError{fmt.Sprintf("prompt_logprobs[%d]: %v", p+1, err)}
+			}
+			if k == 0 {
+				pos = backend.PromptLogProb{TokenID: e.TokenID, Token: e.DecodedToken, LogProb: lp, Rank: e.Rank}
+				continue
+			}
+			pos.Top = append(pos.Top, backend.RankedLogProb{TokenID: e.TokenID, Token: e.DecodedToken, LogProb: lp, Rank: e.Rank})
+		}
+		if pos.Rank >= 1 && (len(pos.Top) == 0 || pos.Rank <= len(pos.Top)+1) {
+			// The token is among the alternatives too: vLLM lists it once.
+			pos.Top = slices.Insert(pos.Top, min(pos.Rank-1, len(pos.Top)), backend.RankedLogProb{TokenID: pos.TokenID, Token: pos.Token, LogProb: pos.LogProb, Rank: pos.Rank})
+		}
+		res.PromptLogProbs = append(res.PromptLogProbs, pos)
+	}
+	return nil
+}
+
+func sampling(r *backend.GenerateRequest) (maxTok *int, temp, topP *float64, seed *int64) {
 	mt, t := r.MaxTokens, r.Temperature
 	maxTok, temp = &mt, &t
 	if r.TopP > 0 && r.TopP < 1 {
 		p := r.TopP
 		topP = &p
-	}
-	if r.TopK > 0 {
-		k := r.TopK
-		topK = &k
 	}
 	if r.Seed != nil {
 		s := *r.Seed
@@ -88,9 +143,70 @@ func sampling(r *backend.GenerateRequest) (maxTok *int, temp, topP *float64, top
 	return
 }
 
+// samplingParams are r's vLLM sampling controls on the wire: every one
+// that is not vLLM's default is sent, so that a server that lacks one
+// refuses the request instead of answering something else.
+func samplingParams(r *backend.GenerateRequest, tokenIDs bool) (SamplingParams, error) {
+	p := SamplingParams{StopTokenIDs: r.StopTokenIDs, IncludeStopStrInOutput: r.IncludeStopStr, IgnoreEOS: r.IgnoreEOS,
+		MinTokens: r.MinTokens, AllowedTokenIDs: r.AllowedTokenIDs, ReturnTokensAsTokenIDs: tokenIDs}
+	opt := func(v, off float64) *float64 {
+		if v == off {
+			return nil
+		}
+		return &v
+	}
+	if r.TopK > 0 {
+		k := r.TopK
+		p.TopK = &k
+	}
+	p.MinP = opt(r.MinP, 0)
+	if r.RepetitionPenalty != 0 {
+		p.RepetitionPenalty = opt(r.RepetitionPenalty, 1)
+	}
+	p.PresencePenalty, p.FrequencyPenalty = opt(r.PresencePenalty, 0), opt(r.FrequencyPenalty, 0)
+	if len(r.LogitBias) > 0 {
+		p.LogitBias = make(map[string]float64, len(r.LogitBias))
+		for id, v := range r.LogitBias {
+			p.LogitBias[strconv.Itoa(id)] = v
+		}
+	}
+	if r.KeepSpecialTokens {
+		f := false
+		p.SkipSpecialTokens = &f
+	}
+	if r.TruncatePromptTokens > 0 {
+		k := r.TruncatePromptTokens
+		p.TruncatePromptTokens = &k
+	}
+	if r.PromptLogProbs {
+		k := r.PromptTopLogProbs
+		p.PromptLogprobs = &k
+	}
+	if f := r.Format; f != nil {
+		switch f.Type {
+		case backend.FormatJSONObject:
+			p.ResponseFormat = &ResponseFormat{Type: "json_object"}
+		case backend.FormatJSONSchema:
+			p.ResponseFormat = &ResponseFormat{Type: "json_schema", JSONSchema: &JSONSchema{Name: "output", Schema: f.Schema}}
+		case backend.FormatChoice:
+			p.GuidedChoice = f.Choices
+		default:
+			return p, fmt.Errorf("output format %q", f.Type)
+		}
+	}
+	return p, nil
+}
+
 func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int, res *backend.GenerateResponse) error {
-	body := CompletionRequest{Model: c.cfg.Model, Prompt: Strings{r.Prompt}, N: &n, Stop: r.Stop, ReturnTokensAsTokenIDs: c.cfg.TokenIDs}
-	body.MaxTokens, body.Temperature, body.TopP, body.TopK, body.Seed = sampling(r)
+	sp, err := samplingParams(r, c.cfg.TokenIDs)
+	if err != nil {
+		return err
+	}
+	body := CompletionRequest{Model: c.cfg.Model, Prompt: Prompt{Texts: []string{r.Prompt}}, N: &n, Stop: r.Stop, SamplingParams: sp}
+	if len(r.PromptTokenIDs) > 0 {
+		body.Prompt = Prompt{IDs: [][]int{r.PromptTokenIDs}}
+	}
+	body.MaxTokens, body.Temperature, body.TopP, body.Seed = sampling(r)
 	wantLP := r.LogProbs || r.TopLogProbs > 0
 	// With n > 1 the usage block only has the total, so ask for log-probs
 	// anyway to learn each sample's token count.
@@ -101,11 +217,22 @@ func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int
 	var resp CompletionResponse
 	conv := func(ch CompletionChoice) (backend.Completion, error) {
 		comp := backend.Completion{Index: ch.Index, Text: ch.Text, FinishReason: backend.FinishReason(ch.FinishReason), Tokens: -1}
+		stopReason(&comp, ch.StopReason)
 		var lps []backend.TokenLogProb
 		if ch.Logprobs != nil {
 			var err error
 			if lps, err = fromCompletionLogprobs(ch.Logprobs); err != nil {
 				return comp, err
+			}
+			// vLLM lists the sampled token among the alternatives too:
+			// keep the k most likely asked for.
+			for i := range lps {
+				if len(lps[i].Top) > r.TopLogProbs {
+					lps[i].Top = lps[i].Top[:r.TopLogProbs]
+				}
+				if len(lps[i].Top) == 0 {
+					lps[i].Top = nil
+				}
 			}
 		}
 		c.tokenIDs(&comp, lps)
@@ -113,7 +240,12 @@ func (c *Client) complete(ctx context.Context, r *backend.GenerateRequest, n int
 	}
 	// The answer is checked as it is decoded: one that does not fit the
 	// request is a failed attempt, retried.
-	return c.call(ctx, r.ID, "/completions", body, checked(c, &resp, func() error { return finish(res, &resp, n, conv) }))
+	return c.call(ctx, r.ID, "/completions", body, checked(c, &resp, func() error {
+		if err := finish(res, &resp, n, conv); err != nil || !r.PromptLogProbs {
+			return err
+		}
+		return promptLogprobs(res, resp.Choices[0].PromptLogprobs)
+	}))
 }
 
 // checked decodes an answer into resp, checks its version
@@ -156,10 +288,14 @@ func (c *Client) tokenIDs(comp *backend.Completion, lps []backend.TokenLogProb) 
 func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, res *backend.GenerateResponse) error {
 	msgs := make([]ChatMessage, len(r.Messages))
 	for i, m := range r.Messages {
-		msgs[i] = ChatMessage(m)
+		msgs[i] = ChatMessage{Role: m.Role, Content: m.Content}
 	}
-	body := ChatRequest{Model: c.cfg.Model, Messages: msgs, N: &n, Stop: r.Stop, ReturnTokensAsTokenIDs: c.cfg.TokenIDs}
-	body.MaxTokens, body.Temperature, body.TopP, body.TopK, body.Seed = sampling(r)
+	sp, err := samplingParams(r, c.cfg.TokenIDs)
+	if err != nil {
+		return err
+	}
+	body := ChatRequest{Model: c.cfg.Model, Messages: msgs, N: &n, Stop: r.Stop, BadWords: r.BadWords, SamplingParams: sp}
+	body.MaxTokens, body.Temperature, body.TopP, body.Seed = sampling(r)
 	wantLP := r.LogProbs || r.TopLogProbs > 0
 	if wantLP || n > 1 || c.cfg.TokenIDs {
 		body.Logprobs = true
@@ -171,6 +307,7 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 	var resp ChatResponse
 	conv := func(ch ChatChoice) (backend.Completion, error) {
 		comp := backend.Completion{Index: ch.Index, Text: ch.Message.Content, FinishReason: backend.FinishReason(ch.FinishReason), Tokens: -1}
+		stopReason(&comp, ch.StopReason)
 		var lps []backend.TokenLogProb
 		if ch.Logprobs != nil {
 			lps = make([]backend.TokenLogProb, len(ch.Logprobs.Content))
@@ -194,7 +331,12 @@ func (c *Client) chat(ctx context.Context, r *backend.GenerateRequest, n int, re
 		c.tokenIDs(&comp, lps)
 		return comp, keepLogprobs(&comp, lps, ch.Logprobs != nil, wantLP)
 	}
-	return c.call(ctx, r.ID, "/chat/completions", body, checked(c, &resp, func() error { return finish(res, &resp, n, conv) }))
+	return c.call(ctx, r.ID, "/chat/completions", body, checked(c, &resp, func() error {
+		if err := finish(res, &resp, n, conv); err != nil || !r.PromptLogProbs {
+			return err
+		}
+		return promptLogprobs(res, resp.PromptLogprobs)
+	}))
 }
 
 // logprobSlack is how far above 0 a log-prob may be and still be rounding:
@@ -267,7 +409,7 @@ func collect[C any](choices []C, n int, conv func(C) (backend.Completion, error)
 			return nil, fmt.Errorf("choice index %d out of range or repeated (n = %d)", idx, n)
 		}
 		switch comp.FinishReason {
-		case backend.FinishStop, backend.FinishLength:
+		case backend.FinishStop, backend.FinishLength, backend.FinishAbort:
 		default:
 			return nil, fmt.Errorf("choice %d: finish_reason %q", idx, comp.FinishReason)
 		}

@@ -154,7 +154,7 @@ func (c *Client) scoreOne(ctx context.Context, key, prompt string, cands []strin
 	// and a server that reports log-probs after its logits processors (vLLM's
 	// processed_logprobs mode) then still reports the model's distribution.
 	one, t1, k := 1, 1.0, c.cfg.ScoreTopLogprobs
-	body := CompletionRequest{Model: c.cfg.Model, Prompt: Strings{prompt}, MaxTokens: &one, Temperature: &t1, N: &one, Logprobs: &k}
+	body := CompletionRequest{Model: c.cfg.Model, Prompt: Prompt{Texts: []string{prompt}}, MaxTokens: &one, Temperature: &t1, N: &one, Logprobs: &k}
 	var resp CompletionResponse
 	out := make([]float64, len(cands))
 	dec := decodeInto(&resp)
