@@ -45,9 +45,22 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		path := paths[int(route)%len(paths)]
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 {
 			t.Fatalf("POST %s %q: status %d: %s", path, body, rec.Code, rec.Body)
+		}
+		if strings.HasPrefix(rec.Header().Get("Content-Type"), "text/event-stream") {
+			// A stream: every event is JSON, and the last is [DONE].
+			events := strings.Split(strings.TrimSpace(rec.Body.String()), "\n\n")
+			for i, ev := range events {
+				data, ok := strings.CutPrefix(ev, "data: ")
+				if !ok || (i == len(events)-1) != (data == "[DONE]") || data != "[DONE]" && !json.Valid([]byte(data)) {
+					t.Fatalf("POST %s %q: stream event %d: %q", path, body, i, ev)
+				}
+			}
+			return
 		}
 		if !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("POST %s %q: status %d, answer is not JSON: %q", path, body, rec.Code, rec.Body)
@@ -62,8 +75,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		if path != "/v1/completions" {
 			return
 		}
-		var req openai.CompletionRequest
-		if err := json.Unmarshal([]byte(body), &req); err != nil {
+		var creq openai.CompletionRequest
+		if err := json.Unmarshal([]byte(body), &creq); err != nil {
 			t.Fatalf("accepted a body that does not decode: %v", err)
 		}
 		var resp openai.CompletionResponse
@@ -71,11 +84,11 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		n := 1
-		if req.N != nil {
-			n = *req.N
+		if creq.N != nil {
+			n = *creq.N
 		}
-		if len(resp.Choices) != len(req.Prompt)*n {
-			t.Fatalf("%d choices for %d prompts × n %d", len(resp.Choices), len(req.Prompt), n)
+		if len(resp.Choices) != creq.Prompt.Len()*n {
+			t.Fatalf("%d choices for %d prompts × n %d", len(resp.Choices), creq.Prompt.Len(), n)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,9 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/evolm/evolm/internal/failpoint"
+	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/serving/backend"
-	"github.com/evolm/evolm/serving/openai"
 )
 
 // Engine is one servable model: what the requests that name it run on.
@@ -23,23 +23,30 @@ type Engine struct {
 	// it is also a backend.Scorer, else the route answers 404 for it.
 	Scorer backend.Scorer
 	// RenderChat renders a conversation to prompt text (Config.RenderChat).
-	RenderChat func([]backend.Message) (string, error)
+	RenderChat func([]chat.Message, chat.Options) (string, error)
+	// Tokenizer serves the tokenizer routes for this model
+	// (Config.Tokenizer).
+	Tokenizer Tokenizer
 	// Close frees the engine once no request uses it any more; nil: nothing
 	// to free.
 	Close func()
 }
 
 // Loader loads engines while the server runs: the runtime weight updates
-// of an RL learner (Config.Loader).
+// of an RL learner (Config.Loader). The server hands it directories under
+// its load root whose files it has checked (loadPath). A load's ctx ends
+// when its client goes away: a loader may stop early, and the server
+// applies no load whose client has gone.
 type Loader interface {
 	// LoadAdapter returns the current base model with the LoRA adapter of
-	// directory path attached (vLLM's /v1/load_lora_adapter).
-	LoadAdapter(path string) (*Engine, error)
+	// directory path attached (vLLM's /v1/load_lora_adapter); the adapter
+	// shares the base model's weights.
+	LoadAdapter(ctx context.Context, path string) (*Engine, error)
 	// LoadWeights returns the checkpoint of directory path, which replaces
 	// the base model (SGLang's /update_weights_from_disk). loadFormat is
 	// the request's load_format ("" when absent). Adapters loaded later
 	// attach to it.
-	LoadWeights(path, loadFormat string) (*Engine, error)
+	LoadWeights(ctx context.Context, path, loadFormat string) (*Engine, error)
 }
 
 // entry is a served model: the base model or a loaded adapter. Requests
@@ -65,10 +72,20 @@ type registry struct {
 	mu       sync.Mutex
 	base     *entry
 	adapters map[string]*entry
-	// loading serializes the update routes: one load at a time, as vLLM's
-	// and SGLang's model-update locks do.
-	loading sync.Mutex
-	log     *slog.Logger
+	// loads admits one load at a time, as vLLM's and SGLang's model-update
+	// locks do; a waiting client that goes away stops waiting (acquire).
+	loads chan struct{}
+	log   *slog.Logger
+}
+
+// acquireLoad waits for the load slot, or for ctx to end.
+func (r *registry) acquireLoad(ctx context.Context) (release func(), err error) {
+	select {
+	case r.loads <- struct{}{}:
+		return func() { <-r.loads }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (s *server) newEntry(id, root, parent string, eng Engine) *entry {
@@ -144,151 +161,6 @@ func (r *registry) list() []*entry {
 	}
 	sort.Slice(out[1:], func(i, j int) bool { return out[1+i].id < out[1+j].id })
 	return out
-}
-
-// loadLoRAAdapter is vLLM's POST /v1/load_lora_adapter: it loads the
-// adapter at lora_path under lora_name and answers 200 with a plain-text
-// success line; a name already loaded is a 400 unless load_inplace.
-func (s *server) loadLoRAAdapter(w http.ResponseWriter, r *http.Request) {
-	var req openai.LoadLoRAAdapterRequest
-	if err := s.decode(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if req.LoraName == "" || req.LoraPath == "" {
-		s.fail(w, r, &apiError{status: http.StatusBadRequest, typ: "InvalidUserInput",
-			msg: "Both 'lora_name' and 'lora_path' must be provided."})
-		return
-	}
-	reg := s.reg
-	reg.loading.Lock()
-	defer reg.loading.Unlock()
-	reg.mu.Lock()
-	_, exists := reg.adapters[req.LoraName]
-	clash := req.LoraName == reg.base.id
-	reg.mu.Unlock()
-	if clash || (exists && !req.LoadInplace) {
-		s.fail(w, r, &apiError{status: http.StatusBadRequest, typ: "InvalidUserInput",
-			msg: fmt.Sprintf("The lora adapter '%s' has already been loaded.", req.LoraName)})
-		return
-	}
-	t0 := time.Now()
-	var eng *Engine
-	var err error
-	if failpoint.Active("serve-load-adapter") { // fault tests: a server that cannot load the adapter
-		err = errors.New("injected fault (EVOLM_FAILPOINT serve-load-adapter)")
-	} else {
-		eng, err = s.cfg.Loader.LoadAdapter(req.LoraPath)
-	}
-	if err != nil {
-		s.fail(w, r, &apiError{status: http.StatusBadRequest, typ: "InvalidUserInput",
-			msg: fmt.Sprintf("Failed to load LoRA adapter '%s' from %s: %v", req.LoraName, req.LoraPath, err)})
-		return
-	}
-	reg.mu.Lock()
-	e := s.newEntry(req.LoraName, req.LoraPath, reg.base.id, *eng)
-	old := reg.adapters[req.LoraName]
-	reg.adapters[req.LoraName] = e
-	freeOld := old != nil && reg.retireLocked(old)
-	reg.mu.Unlock()
-	if freeOld {
-		reg.free(old)
-	}
-	s.log.Info("serve: LoRA adapter loaded", "name", req.LoraName, "path", req.LoraPath, "seconds", time.Since(t0).Seconds())
-	writeText(w, http.StatusOK, fmt.Sprintf("Success: LoRA adapter '%s' added successfully.", req.LoraName))
-}
-
-// unloadLoRAAdapter is vLLM's POST /v1/unload_lora_adapter; an unknown name
-// is a 404.
-func (s *server) unloadLoRAAdapter(w http.ResponseWriter, r *http.Request) {
-	var req openai.UnloadLoRAAdapterRequest
-	if err := s.decode(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if req.LoraName == "" {
-		s.fail(w, r, &apiError{status: http.StatusBadRequest, typ: "InvalidUserInput", msg: "'lora_name' needs to be provided to unload a LoRA adapter."})
-		return
-	}
-	reg := s.reg
-	reg.loading.Lock()
-	defer reg.loading.Unlock()
-	reg.mu.Lock()
-	e := reg.adapters[req.LoraName]
-	var freeNow bool
-	if e != nil {
-		delete(reg.adapters, req.LoraName)
-		freeNow = reg.retireLocked(e)
-	}
-	reg.mu.Unlock()
-	if e == nil {
-		s.fail(w, r, &apiError{status: http.StatusNotFound, typ: "NotFoundError",
-			msg: fmt.Sprintf("The lora adapter '%s' cannot be found.", req.LoraName)})
-		return
-	}
-	if freeNow {
-		reg.free(e)
-	}
-	s.log.Info("serve: LoRA adapter unloaded", "name", req.LoraName)
-	writeText(w, http.StatusOK, fmt.Sprintf("Success: LoRA adapter '%s' removed successfully.", req.LoraName))
-}
-
-// updateWeightsFromDisk is SGLang's POST /update_weights_from_disk: it
-// loads the checkpoint at model_path in place of the base model and answers
-// {"success", "message", "num_paused_requests"} (200, or 400 on failure).
-// As SGLang does, the served model's name becomes model_path. Requests in
-// flight finish on the old weights; adapters stay loaded on the weights
-// they were loaded with.
-func (s *server) updateWeightsFromDisk(w http.ResponseWriter, r *http.Request) {
-	var req openai.UpdateWeightsFromDiskRequest
-	if err := s.decode(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	answer := func(status int, ok bool, msg string) {
-		writeJSON(w, status, openai.UpdateWeightsFromDiskResponse{Success: ok, Message: msg})
-	}
-	if req.ModelPath == "" {
-		answer(http.StatusBadRequest, false, "model_path is required")
-		return
-	}
-	format := ""
-	if req.LoadFormat != nil {
-		format = *req.LoadFormat
-	}
-	reg := s.reg
-	reg.loading.Lock()
-	defer reg.loading.Unlock()
-	t0 := time.Now()
-	var eng *Engine
-	var err error
-	if failpoint.Active("serve-update-weights") { // fault tests
-		err = errors.New("injected fault (EVOLM_FAILPOINT serve-update-weights)")
-	} else {
-		eng, err = s.cfg.Loader.LoadWeights(req.ModelPath, format)
-	}
-	if err != nil {
-		s.log.Warn("serve: weight update failed", "model_path", req.ModelPath, "error", err.Error())
-		answer(http.StatusBadRequest, false, fmt.Sprintf("Failed to update weights: %v. Rolled back to the original weights.", err))
-		return
-	}
-	reg.mu.Lock()
-	old := reg.base
-	reg.base = s.newEntry(req.ModelPath, req.ModelPath, "", *eng)
-	if req.WeightVersion != nil {
-		reg.base.version = *req.WeightVersion
-	}
-	freeOld := reg.retireLocked(old)
-	reg.mu.Unlock()
-	if freeOld {
-		reg.free(old)
-	}
-	s.log.Info("serve: weights updated from disk", "model_path", req.ModelPath, "seconds", time.Since(t0).Seconds())
-	msg := "Succeeded to update model weights."
-	if req.WeightVersion != nil {
-		msg += fmt.Sprintf(" Weight version updated to %s.", *req.WeightVersion)
-	}
-	answer(http.StatusOK, true, msg)
 }
 
 func writeText(w http.ResponseWriter, status int, text string) {

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/serving/backend"
 	"github.com/evolm/evolm/serving/openai"
 	"github.com/evolm/evolm/serving/server"
@@ -31,13 +32,21 @@ const modelID = "evolm-test-model"
 
 // renderTestChat is the injected chat renderer of these tests: a ChatML-like
 // rendering, so that chat requests reach the generator as rendered prompts.
-func renderTestChat(msgs []backend.Message) (string, error) {
+func renderTestChat(msgs []chat.Message, _ chat.Options) (string, error) {
 	var b strings.Builder
 	for _, m := range msgs {
 		b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
 	}
 	b.WriteString("<|im_start|>assistant\n")
 	return b.String(), nil
+}
+
+func toChat(msgs []backend.Message) []chat.Message {
+	out := make([]chat.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = chat.Message{Role: m.Role, Content: m.Content}
+	}
+	return out
 }
 
 // startServer serves a handler over gen on 127.0.0.1 and returns its base
@@ -106,7 +115,7 @@ func TestClientRoundTrip(t *testing.T) {
 	client := newClient(t, startServer(t, gen))
 	sp := backend.Sampling{MaxTokens: 5, Temperature: 0.7, TopP: 0.9, TopK: 20, Seed: seed(11), Stop: []string{" x103"}}
 	msgs := []backend.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hello?"}}
-	rendered, _ := renderTestChat(msgs)
+	rendered, _ := renderTestChat(toChat(msgs), chat.Options{})
 	tests := []struct {
 		name string
 		req  backend.GenerateRequest
@@ -292,7 +301,8 @@ func TestBadRequests(t *testing.T) {
 		{"not json", "/completions", `{"model":`, 400, "", "invalid JSON body"},
 		{"trailing", "/completions", `{"prompt":"a"} x`, 400, "", "trailing data"},
 		{"no prompt", "/completions", `{"model":"` + modelID + `"}`, 400, "prompt", "prompt is required"},
-		{"prompt wrong type", "/completions", `{"prompt":3}`, 400, "", "want a string or an array of strings"},
+		{"prompt wrong type", "/completions", `{"prompt":3}`, 400, "prompt", "want a string, an array of strings, an array of token ids"},
+		{"mixed prompt", "/completions", `{"prompt":[1,"a"]}`, 400, "prompt", "must be an array of integers"},
 		{"empty prompt", "/completions", `{"prompt":["a",""]}`, 400, "prompt", "prompt[1] is empty"},
 		{"unknown model", "/completions", `{"model":"gpt-9","prompt":"a"}`, 404, "model", `the model "gpt-9" does not exist`},
 		{"max tokens", "/completions", `{"prompt":"a","max_tokens":0}`, 400, "max_tokens", "max_tokens = 0"},
@@ -300,12 +310,15 @@ func TestBadRequests(t *testing.T) {
 		{"top p", "/completions", `{"prompt":"a","top_p":0}`, 400, "top_p", "top_p = 0"},
 		{"n", "/completions", `{"prompt":"a","n":0}`, 400, "n", "n = 0"},
 		{"logprobs", "/completions", `{"prompt":"a","logprobs":50}`, 400, "logprobs", "logprobs = 50"},
-		{"stream", "/completions", `{"prompt":"a","stream":true}`, 400, "stream", "streaming is not supported"},
-		{"echo", "/completions", `{"prompt":"a","echo":true}`, 400, "echo", "echo is not supported"},
+		{"stream options without stream", "/completions", `{"prompt":"a","stream_options":{"include_usage":true}}`, 400, "stream_options", "only be defined when stream=true"},
+		{"max tokens 0 without echo", "/completions", `{"prompt":"a","max_tokens":0,"echo":false}`, 400, "max_tokens", "max_tokens = 0"},
+		{"unknown field", "/completions", `{"prompt":"a","prompt_cache_key":"k"}`, 400, "prompt_cache_key", "not a field of this endpoint"},
+		{"rejected field", "/completions", `{"prompt":"a","use_beam_search":true}`, 400, "use_beam_search", "does not implement beam search"},
+		{"nested unknown field", "/chat/completions", `{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"foo":1}}`, 400, "chat_template_kwargs.foo", "not supported"},
 		{"empty stop", "/completions", `{"prompt":"a","stop":[""]}`, 400, "stop", "stop[0] is empty"},
 		{"no messages", "/chat/completions", `{"messages":[]}`, 400, "messages", "messages is required"},
 		{"bad role", "/chat/completions", `{"messages":[{"role":"robot","content":"x"}]}`, 400, "messages[0].role", `role "robot"`},
-		{"image part", "/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, "", `only "text" is supported`},
+		{"image part", "/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, "messages", `only "text" is supported`},
 		{"top logprobs without logprobs", "/chat/completions", `{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}`, 400, "top_logprobs", "needs logprobs: true"},
 		{"unknown route", "/embeddings", `{}`, 404, "", "no route POST /v1/embeddings"},
 	}
@@ -344,7 +357,8 @@ func TestChatContentParts(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 		t.Fatal(err)
 	}
-	rendered, _ := renderTestChat([]backend.Message{{Role: "user", Content: "hello"}})
+	// Text parts are joined with newlines, as vLLM joins them.
+	rendered, _ := renderTestChat([]chat.Message{{Role: "user", Content: "he\nllo"}}, chat.Options{})
 	want := openai.ChatResponse{Object: "chat.completion", Model: modelID,
 		Choices: []openai.ChatChoice{{Message: openai.ChatMessage{Role: "assistant", Content: " x5 x6"}, FinishReason: "length"}},
 		Usage:   &openai.Usage{PromptTokens: len(strings.Fields(rendered)), CompletionTokens: 2, TotalTokens: len(strings.Fields(rendered)) + 2}}
