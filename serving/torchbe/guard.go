@@ -15,7 +15,7 @@ import (
 // of concurrent generations.
 func (m *Model) hold(ctx context.Context, what string) (release func(), err error) {
 	m.mu.RLock()
-	if m.lm == nil {
+	if m.gone() {
 		m.mu.RUnlock()
 		return nil, fmt.Errorf("%s: model is closed", what)
 	}
@@ -23,6 +23,11 @@ func (m *Model) hold(ctx context.Context, what string) (release func(), err erro
 	if err != nil {
 		m.mu.RUnlock()
 		return nil, err
+	}
+	if err := m.activate(); err != nil {
+		done()
+		m.mu.RUnlock()
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return func() { done(); m.mu.RUnlock() }, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/evolm/evolm/method/grpo"
 	"github.com/evolm/evolm/model"
@@ -83,7 +84,7 @@ func (t trainer) Encode(text string) []int { return t.m.Tokenizer().Encode(text)
 func (t trainer) EndTokenID() int { return t.m.Tokenizer().Specials().EOS }
 
 func (t trainer) PromptTokenIDs(msgs []backend.Message) ([]int, error) {
-	text, err := t.m.RenderChat(msgs)
+	text, err := t.m.renderMessages(msgs)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +167,13 @@ func openTrained(c roles.Config, opt roles.TrainOptions, _ *slog.Logger) (*roles
 		}
 		m.Close()
 		return nil, fmt.Errorf("%s trainer: %w", name, err)
+	}
+	// A saved adapter names its base model, absolute, so that PEFT's
+	// AutoPeftModelForCausalLM loads it from the adapter's directory alone.
+	if tr.BaseModel, err = filepath.Abs(initial); err != nil {
+		tr.Close()
+		m.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	closeAll := func() {
 		tr.Close()

@@ -218,7 +218,7 @@ func (m *Model) keep(p *sharedPrefix) {
 // weightsStamp is the model's parameters' fused.WeightsStamp, or 0 (keep
 // nothing) with an adapter attached.
 func (m *Model) weightsStamp() uint64 {
-	if m.adapter != nil {
+	if m.adapter != nil || m.fixed != nil {
 		return 0
 	}
 	ps := m.lm.Parameters()

@@ -86,22 +86,18 @@
 package torchbe
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/evolm/evolm/model"
-	"github.com/evolm/evolm/model/chat"
 	"github.com/evolm/evolm/model/generate"
 	_ "github.com/evolm/evolm/model/llama" // registers Qwen3, Qwen2 and Llama
 	"github.com/evolm/evolm/model/lora"
-	"github.com/evolm/evolm/model/sample"
 	"github.com/evolm/evolm/model/tokenizer"
 	"github.com/evolm/evolm/model/torch"
 	"github.com/evolm/evolm/serving/backend"
@@ -150,25 +146,41 @@ type Options struct {
 	OneThread bool
 }
 
-// Model is a loaded checkpoint serving the backend interfaces. Close it.
+// Model is a loaded checkpoint serving the backend interfaces: the base
+// model, or a view of it with a LoRA adapter (WithAdapter). Close it.
 type Model struct {
-	lm      model.CausalLM
-	adapter *lora.Adapter // attached adapter (Options.Adapter); nil without one
-	tok     *tokenizer.Tokenizer
+	*core
+	// adapter is the view's adapter, switched into the model's slots at
+	// each of its engine turns (activate); nil for the base model.
+	adapter *lora.Adapter
 	gen     *generate.Generator
 	id      string
-	opt     Options
-	stop    []int // end-of-generation token ids
-	maxLen  int   // most tokens per sequence: MaxModelLen or the context length
-	sched   *generate.Scheduler
-	engine  *engineThread // Options.OneThread; nil without
-	mu      sync.RWMutex  // read-held by calls, write-held by Close
-	decoded sync.Map      // token id → decoded text, for log-prob tokens
 	// kept is the prefix cache Score keeps between calls (KeptPrefix),
 	// and keptStamp the weights' stamp when it was kept; only a call
 	// holding the engine touches them.
 	kept      sharedPrefix
 	keptStamp uint64
+	closed    atomic.Bool
+}
+
+// core is what a checkpoint's views share: the weights, the tokenizer, the
+// scheduler and engine thread that give them turns, and the switch that
+// puts a view's adapter in the weights' slots.
+type core struct {
+	lm      model.CausalLM
+	fixed   *lora.Adapter // attached for good (Options.Adapter); nil without one
+	tok     *tokenizer.Tokenizer
+	opt     Options
+	stop    []int // end-of-generation token ids
+	maxLen  int   // most tokens per sequence: MaxModelLen or the context length
+	vocab   int   // the model's vocabulary size
+	sched   *generate.Scheduler
+	engine  *engineThread // Options.OneThread; nil without
+	mu      sync.RWMutex  // read-held by calls, write-held by Close
+	decoded sync.Map      // token id → decoded text, for log-prob tokens
+	formats formats       // compiled response formats (format.go)
+	sw      lora.Switch
+	refs    atomic.Int32 // open views, the base model included
 }
 
 // Load reads a checkpoint directory and its tokenizer.
@@ -237,30 +249,84 @@ func Load(opt Options) (*Model, error) {
 	case opt.MaxModelLen > 0:
 		maxLen = opt.MaxModelLen
 	}
-	sched := generate.NewScheduler(opt.MemoryBudget)
-	m := &Model{
-		lm: lm, adapter: ad, tok: tok, id: opt.ModelID, opt: opt, stop: stop, maxLen: maxLen, sched: sched,
-		gen: generate.New(lm, tok, generate.Options{MaxBatch: opt.MaxBatch, PadID: max(tok.Specials().Pad, 0),
-			PrefillChunk: opt.PrefillChunk, Scheduler: sched}),
-	}
+	c := &core{lm: lm, fixed: ad, tok: tok, opt: opt, stop: stop, maxLen: maxLen, vocab: cfg.VocabSize, sched: generate.NewScheduler(opt.MemoryBudget)}
+	c.refs.Store(1)
 	if opt.OneThread {
-		m.engine = newEngineThread()
-		sched.SetYield(m.engine.yield)
+		c.engine = newEngineThread()
+		c.sched.SetYield(c.engine.yield)
 	}
+	m := &Model{core: c, id: opt.ModelID}
+	m.gen = m.generator()
 	return m, nil
 }
 
-// Close frees the model's parameters.
+// gone reports whether the view or its weights are closed.
+func (m *Model) gone() bool { return m.lm == nil || m.closed.Load() }
+
+// generator is the view's generator: the core's scheduler, with the view's
+// adapter switched in at each turn.
+func (m *Model) generator() *generate.Generator {
+	return generate.New(m.lm, m.tok, generate.Options{MaxBatch: m.opt.MaxBatch, PadID: max(m.tok.Specials().Pad, 0),
+		PrefillChunk: m.opt.PrefillChunk, Scheduler: m.sched, OnTurn: m.activate})
+}
+
+// activate puts the view's adapter (none for the base model) in the
+// weights' slots; every engine turn of the view begins with it.
+func (m *Model) activate() error {
+	if m.fixed != nil {
+		return nil
+	}
+	return m.sw.Use(m.adapter)
+}
+
+// WithAdapter returns a view of m with the LoRA adapter of dir, reported
+// as id: it shares m's weights, scheduler and engine thread and holds only
+// the adapter's factors (vLLM's runtime LoRA), so that many adapters cost
+// their factors alone. Its calls take turns with m's and the other views';
+// each turn switches its adapter in. The view must be closed; m's weights
+// are freed when m and every view of it are.
+func (m *Model) WithAdapter(dir, id string) (*Model, error) {
+	if m.fixed != nil {
+		return nil, fmt.Errorf("torch backend: %s carries an adapter of its own (Options.Adapter): no other can share it", m.id)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.lm == nil {
+		return nil, fmt.Errorf("torch backend: %s is closed", m.id)
+	}
+	var ad *lora.Adapter
+	// On a thread of its own, as model.Load: see torch.OnOwnThread.
+	if err := torch.OnOwnThread(func() (err error) { ad, err = lora.LoadDetached(m.lm, dir); return err }); err != nil {
+		return nil, fmt.Errorf("torch backend: %w", err)
+	}
+	v := &Model{core: m.core, adapter: ad, id: id}
+	v.gen = v.generator()
+	m.refs.Add(1)
+	return v, nil
+}
+
+// Close frees the view (a view's adapter), and the weights once every view
+// of them is closed: then a generation still running fails at its next
+// turn. Closing twice is a no-op.
 func (m *Model) Close() {
-	if m.engine != nil {
+	if !m.closed.CompareAndSwap(false, true) {
+		return
+	}
+	last := m.refs.Add(-1) == 0
+	if last && m.engine != nil {
 		m.engine.stop()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.kept.close()
-	if m.lm != nil {
-		closeLM(m.lm, m.adapter)
-		m.lm, m.adapter = nil, nil
+	if m.adapter != nil {
+		m.sw.Drop(m.adapter)
+		m.adapter.Close()
+		m.adapter = nil
+	}
+	if last && m.lm != nil {
+		closeLM(m.lm, m.fixed)
+		m.lm, m.fixed = nil, nil
 	}
 }
 
@@ -280,232 +346,6 @@ func (m *Model) LM() model.CausalLM { return m.lm }
 
 // Tokenizer is the checkpoint's tokenizer.
 func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
-
-// RenderChat renders a conversation with the checkpoint's chat template,
-// ending with the opening of the assistant turn.
-func (m *Model) RenderChat(msgs []backend.Message) (string, error) {
-	cm := make([]chat.Message, len(msgs))
-	for i, msg := range msgs {
-		cm[i] = chat.Message{Role: msg.Role, Content: msg.Content}
-	}
-	return chat.Render(cm, chat.Options{AddGenerationPrompt: true, DisableThinking: m.opt.DisableThinking})
-}
-
-// prompt returns the token ids of a request's prompt.
-func (m *Model) prompt(r *backend.GenerateRequest) ([]int, error) {
-	text := r.Prompt
-	if len(r.Messages) > 0 {
-		var err error
-		if text, err = m.RenderChat(r.Messages); err != nil {
-			return nil, err
-		}
-	}
-	ids := m.tok.Encode(text)
-	if len(ids) == 0 {
-		return nil, errors.New("prompt encodes to no tokens")
-	}
-	if m.maxLen > 0 && len(ids)+r.MaxTokens > m.maxLen {
-		// vLLM's wording, which clients match on.
-		return nil, fmt.Errorf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			m.maxLen, len(ids)+r.MaxTokens, len(ids), r.MaxTokens)
-	}
-	return ids, nil
-}
-
-func randomSeed() uint64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:])
-}
-
-func rejected(format string, args ...any) *backend.RowFailure {
-	return &backend.RowFailure{Reason: backend.FailureRejected, Message: fmt.Sprintf(format, args...)}
-}
-
-// tokenText is the decoded text of one token, cached.
-func (m *Model) tokenText(id int) string {
-	if v, ok := m.decoded.Load(id); ok {
-		return v.(string)
-	}
-	s, err := m.tok.Decode([]int{id}, false)
-	if err != nil {
-		s = ""
-	}
-	m.decoded.Store(id, s)
-	return s
-}
-
-// Generate answers every request when all are done; see GenerateEach.
-func (m *Model) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
-	out := make([]backend.GenerateResponse, len(reqs))
-	if err := m.GenerateEach(ctx, reqs, func(i int, r backend.GenerateResponse) { out[i] = r }); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// GenerateEach implements backend.EachGenerator: a request is answered as
-// soon as its samples are done (a rejected one at once), on the calling
-// goroutine.
-func (m *Model) GenerateEach(ctx context.Context, reqs []backend.GenerateRequest, deliver func(int, backend.GenerateResponse)) (err error) {
-	defer recoverEngine("torch generate", &err)
-	if err := backend.CheckRequests(reqs, func(r *backend.GenerateRequest) string { return r.ID }); err != nil {
-		return fmt.Errorf("torch generate: %w", err)
-	}
-	var greqs []generate.Request
-	var idx []int // greqs[k] answers reqs[idx[k]]
-	var prompts []int
-	for i := range reqs {
-		r := &reqs[i]
-		resp := backend.GenerateResponse{ID: r.ID, Model: m.id, PromptTokens: -1}
-		ids, err := m.prompt(r)
-		if err != nil {
-			resp.Failure = rejected("request %s: %v", r.ID, err)
-			deliver(i, resp)
-			continue
-		}
-		resp.PromptTokens = len(ids)
-		seed := randomSeed()
-		if r.Seed != nil {
-			seed = uint64(*r.Seed)
-		}
-		gr := generate.Request{
-			Prompt: ids, N: r.Samples(), MaxNewTokens: r.MaxTokens, Seed: seed,
-			Sampling:   sample.Params{Temperature: r.Temperature, TopK: r.TopK, TopP: r.TopP},
-			StopTokens: m.stop, StopStrings: r.Stop,
-		}
-		if err := m.gen.Admit([]generate.Request{gr}); err != nil {
-			resp.Failure = rejected("request %s: %v", r.ID, err)
-			deliver(i, resp)
-			continue
-		}
-		greqs = append(greqs, gr)
-		idx = append(idx, i)
-		prompts = append(prompts, len(ids))
-	}
-	if len(greqs) == 0 {
-		return nil
-	}
-	return generateOnEngine(ctx, m, func(send func(int, backend.GenerateResponse)) error {
-		return m.generate(ctx, reqs, greqs, idx, prompts, send)
-	}, deliver)
-}
-
-// generate runs GenerateEach's admitted requests greqs, which answer
-// reqs[idx[k]] (prompts[k] tokens long), on the engine.
-func (m *Model) generate(ctx context.Context, reqs []backend.GenerateRequest, greqs []generate.Request, idx, prompts []int, deliver func(int, backend.GenerateResponse)) (err error) {
-	defer recoverEngine("torch generate", &err)
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if m.lm == nil {
-		return errors.New("torch generate: model is closed")
-	}
-	var failed error // the first request whose answer could not be built
-	err = m.gen.GenerateEach(ctx, greqs, func(k int, samples []generate.Sample) {
-		if failed != nil {
-			return
-		}
-		r := &reqs[idx[k]]
-		comps := make([]backend.Completion, len(samples))
-		for j, smp := range samples {
-			c := backend.Completion{
-				Index: j, Text: smp.Text, TokenIDs: smp.Tokens, TokenSource: backend.TokensEngine, Tokens: len(smp.Tokens),
-				FinishReason: backend.FinishReason(smp.FinishReason),
-			}
-			if r.LogProbs || r.TopLogProbs > 0 {
-				c.LogProbs = make([]backend.TokenLogProb, len(smp.Tokens))
-				for t, id := range smp.Tokens {
-					c.LogProbs[t] = backend.TokenLogProb{Token: m.tokenText(id), TokenID: id, LogProb: float64(smp.LogProbs[t])}
-				}
-			}
-			comps[j] = c
-		}
-		if r.TopLogProbs > 0 {
-			if err := m.topLogProbs(ctx, greqs[k].Prompt, comps, r.TopLogProbs); err != nil {
-				failed = fmt.Errorf("torch generate: request %s: top log-probs: %w", r.ID, err)
-				return
-			}
-		}
-		deliver(idx[k], backend.GenerateResponse{ID: r.ID, Model: m.id, PromptTokens: prompts[k], Completions: comps})
-	})
-	if err != nil {
-		return fmt.Errorf("torch generate: %w", err)
-	}
-	return failed
-}
-
-// topLogProbs fills the k most likely alternatives at every sampled position
-// of each completion, from a forward pass over prompt+completion.
-func (m *Model) topLogProbs(ctx context.Context, prompt []int, comps []backend.Completion, k int) error {
-	defer torch.SetGrad(false)()
-	for ci := range comps {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		c := &comps[ci]
-		T := len(c.TokenIDs)
-		if T == 0 {
-			continue
-		}
-		done, err := m.sched.Turn(ctx)
-		if err != nil {
-			return err
-		}
-		err = m.topOne(prompt, c, k)
-		done()
-		if err != nil {
-			return fmt.Errorf("completion %d: %w", ci, err)
-		}
-	}
-	return nil
-}
-
-func (m *Model) topOne(prompt []int, c *backend.Completion, k int) error {
-	s := torch.NewScope()
-	defer s.Close()
-	T := len(c.TokenIDs)
-	all := make([]int64, 0, len(prompt)+T)
-	for _, id := range prompt {
-		all = append(all, int64(id))
-	}
-	for _, id := range c.TokenIDs {
-		all = append(all, int64(id))
-	}
-	dev := m.lm.Device()
-	h, err := m.lm.Hidden(s, model.Batch{IDs: s.To(s.FromInt64(all, 1, int64(len(all))), dev, torch.Int64)})
-	if err != nil {
-		return err
-	}
-	// Completion token t is predicted at position P+t−1.
-	lg, err := m.lm.Logits(s, s.Narrow(h, 1, int64(len(prompt)-1), int64(T))) // (1, T, V)
-	if err != nil {
-		return err
-	}
-	V := int64(m.lm.Config().VocabSize)
-	kk := min(int64(k), V)
-	vals, ids := s.Topk(s.LogSoftmax(lg, -1, torch.Float32), kk, -1, true) // (1, T, k)
-	vals, ids = s.To(vals, torch.CPU, torch.Float32), s.To(ids, torch.CPU, torch.Int64)
-	if err := s.Err(); err != nil {
-		return err
-	}
-	fv, err := torch.Float32s(vals)
-	if err != nil {
-		return err
-	}
-	iv, err := torch.Int64s(ids)
-	if err != nil {
-		return err
-	}
-	for t := 0; t < T; t++ {
-		top := make([]backend.TopLogProb, kk)
-		for j := range top {
-			x := t*int(kk) + j
-			top[j] = backend.TopLogProb{Token: m.tokenText(int(iv[x])), LogProb: float64(fv[x])}
-		}
-		c.LogProbs[t].Top = top
-	}
-	return nil
-}
 
 var (
 	_ backend.EachGenerator = (*Model)(nil)
