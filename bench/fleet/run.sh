@@ -55,7 +55,8 @@ YAML
 }
 
 serve() { # serve LOG → prints the URL once listening
-	"$bin" serve --model "$work/models/policy" --addr 127.0.0.1:0 --threads 1 --disable-thinking --enable-lora >"$1" 2>&1 &
+	"$bin" serve --model "$work/models/policy" --addr 127.0.0.1:0 --threads 1 --disable-thinking --enable-lora \
+		--enable-weight-updates --load-root "$work" >"$1" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 600); do
 		url=$(grep -o 'addr=http://[0-9.:]*/v1' "$1" | head -1 | cut -d= -f2) || true

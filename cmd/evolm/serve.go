@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +18,45 @@ import (
 	"github.com/evolm/evolm/serving/server"
 	"github.com/evolm/evolm/serving/torchbe"
 )
+
+// serveLong is `evolm serve --help`'s text.
+const serveLong = `Loads an HF checkpoint with the in-process torch engine and serves the
+OpenAI and vLLM HTTP API on --addr until interrupted, so that the openai backend
+of the stages, the openai SDK, lm-evaluation-harness or any OpenAI client can
+use it:
+  GET  /v1/models                 the model (max_model_len) and loaded adapters
+  POST /v1/completions            text or token-id prompts, n, seed, stop, logprobs,
+                                  echo, prompt_logprobs, streaming
+  POST /v1/chat/completions       the checkpoint's Qwen3 chat template (tools, tool
+                                  messages, enable_thinking, continue_final_message),
+                                  tool calls, logprobs, streaming
+  POST /tokenize, /detokenize     vLLM's tokenizer routes; GET /version, /health
+vLLM's sampling controls (penalties, logit_bias, min_p, min_tokens, stop_token_ids
+…) and structured output (response_format json_object and json_schema,
+guided_json, guided_choice, by constrained decoding) are implemented; every
+other field is refused with a 400 that names it (package serving/server lists
+them). Seeds follow the torch backend (sample j of seed s uses s+j).
+
+Concurrent requests share the engine step by step, so a large request does
+not starve a small one; a client that disconnects stops its decoding. A
+request over --max-model-len or the --memory-budget is answered 400 before any
+work; an engine failure (out of memory) fails that request with 503 and the
+server goes on. With --api-key (or EVOLM_API_KEY) every route but /health and
+/version needs "Authorization: Bearer <key>", as vLLM's --api-key. Every POST
+must be sent as application/json.
+
+Runtime weight updates, for an RL learner that keeps a fleet of servers in
+step with its weights (evolm run's generation_backend openai), are off unless
+enabled, and read only from directories under --load-root:
+  POST /update_weights_from_disk   (--enable-weight-updates) SGLang's API:
+                                   {"model_path", "load_format", "weight_version"};
+                                   the checkpoint replaces the served weights and
+                                   the served model's name becomes model_path
+  POST /v1/load_lora_adapter       (--enable-lora) vLLM's API: {"lora_name",
+  POST /v1/unload_lora_adapter     "lora_path"}; requests naming lora_name run on
+                                   the base model with that adapter, which shares
+                                   the base weights (up to --max-loras at once)
+Requests in flight finish on the weights they started with.`
 
 // newServeCmd is `evolm serve`: the torch engine behind an OpenAI-compatible
 // HTTP server (package model/serve), loaded like the stages load it
@@ -36,34 +76,15 @@ func newServeCmd() *cobra.Command {
 		idleTO   time.Duration
 		grace    time.Duration
 		loraOn   bool
+		updates  bool
+		loadRoot string
+		maxLoRAs int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --model DIR [--addr 127.0.0.1:8000]",
 		Short: "Serve a checkpoint over an OpenAI-compatible HTTP API (completions, chat, log-probs, models)",
-		Long: `Loads an HF checkpoint with the in-process torch engine and serves
-/v1/models, /v1/completions and /v1/chat/completions (n, seed, stop, logprobs)
-on --addr until interrupted, so that the openai backend of the stages, or any
-OpenAI client, can use it. Chats are rendered with the checkpoint's Qwen3 chat
-template; seeds follow the torch backend (sample j of seed s uses s+j).
-
-Concurrent requests share the engine step by step, so a large request does
-not starve a small one. A request over --max-model-len or the --memory-budget
-is answered 400 before any work; an engine failure (out of memory) fails that
-request with 503 and the server goes on. With --api-key (or EVOLM_API_KEY)
-every /v1 route needs "Authorization: Bearer <key>", as vLLM's --api-key.
-
-Runtime weight updates, for an RL learner that keeps a fleet of servers in
-step with its weights (evolm run's generation_backend openai):
-  POST /update_weights_from_disk   SGLang's API: {"model_path", "load_format",
-                                   "weight_version"}; the checkpoint replaces the
-                                   served weights without a restart and the
-                                   served model's name becomes model_path
-  POST /v1/load_lora_adapter       vLLM's API (with --enable-lora): {"lora_name",
-  POST /v1/unload_lora_adapter     "lora_path"}; requests naming lora_name run
-                                   on the base model with that adapter
-Requests in flight finish on the weights they started with. Each loaded
-adapter holds its own copy of the base model (vLLM shares one).`,
-		Args: cobra.NoArgs,
+		Long:  serveLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.MemoryBudget, err = parseBytes(budget); err != nil {
@@ -76,16 +97,20 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 			if apiKey == "" {
 				apiKey = os.Getenv(openai.APIKeyEnv)
 			}
+			if (updates || loraOn) && loadRoot == "" {
+				return fmt.Errorf("--enable-weight-updates and --enable-lora need --load-root: the one directory runtime loads may read from")
+			}
 			m, err := loadServed(o)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			loader := &torchLoader{opt: o, base: o.Dir}
+			loader := &torchLoader{opt: o, bases: []*torchbe.Model{m}}
 			defer loader.close()
-			h, err := server.NewHandler(server.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, Root: o.Dir,
+			h, err := server.NewHandler(server.Config{Generator: m, Model: m.ID(), RenderChat: m.RenderChat, Tokenizer: m, Root: o.Dir,
 				MaxTopLogprobs: topLP, MaxBatch: maxBatch, BatchRunners: runners, MaxBodyBytes: bodyMax,
-				BodyTimeout: bodyTO, APIKey: apiKey, Loader: loader, RuntimeLoRA: loraOn})
+				BodyTimeout: bodyTO, APIKey: apiKey, Loader: loader, RuntimeLoRA: loraOn, WeightUpdates: updates,
+				LoadRoot: loadRoot, MaxLoRAs: maxLoRAs})
 			if err != nil {
 				return err
 			}
@@ -122,7 +147,10 @@ adapter holds its own copy of the base model (vLLM shares one).`,
 	f.DurationVar(&hdrTO, "header-timeout", 10*time.Second, "time to receive request headers")
 	f.DurationVar(&idleTO, "idle-timeout", 120*time.Second, "keep-alive connections idle this long are closed")
 	f.DurationVar(&grace, "grace", 30*time.Second, "how long requests in flight may finish on shutdown")
-	f.BoolVar(&loraOn, "enable-lora", false, "serve vLLM's runtime LoRA routes, /v1/load_lora_adapter and /v1/unload_lora_adapter")
+	f.BoolVar(&loraOn, "enable-lora", false, "serve vLLM's runtime LoRA routes, /v1/load_lora_adapter and /v1/unload_lora_adapter (needs --load-root)")
+	f.BoolVar(&updates, "enable-weight-updates", false, "serve SGLang's /update_weights_from_disk, which replaces the served weights (needs --load-root)")
+	f.StringVar(&loadRoot, "load-root", "", "the directory runtime loads may read checkpoints and adapters from; paths outside it are refused")
+	f.IntVar(&maxLoRAs, "max-loras", 8, "most LoRA adapters loaded at once (vLLM's --max-loras); each holds only its low-rank factors")
 	_ = cmd.MarkFlagRequired("model")
 	return cmd
 }
@@ -167,55 +195,61 @@ func parseBytes(s string) (int64, error) {
 }
 
 // torchLoader loads the engines of `evolm serve`'s runtime weight updates
-// with the options the server started with: an adapter attaches to the
-// current base checkpoint (the last update_weights_from_disk's, else
-// --model).
+// with the options the server started with: an adapter is a view of the
+// current base model (the last update_weights_from_disk's, else --model)
+// that shares its weights.
 type torchLoader struct {
 	opt    torchbe.Options
 	mu     sync.Mutex
-	base   string
+	bases  []*torchbe.Model // --model, then each update's weights not yet freed: the last is the base
 	models []*torchbe.Model // loaded and not yet freed, for shutdown
 }
 
-func (l *torchLoader) load(opt torchbe.Options) (*server.Engine, error) {
-	m, err := loadServed(opt)
-	if err != nil {
-		return nil, err
-	}
+func (l *torchLoader) engine(m *torchbe.Model) *server.Engine {
 	l.mu.Lock()
 	l.models = append(l.models, m)
 	l.mu.Unlock()
-	return &server.Engine{Generator: m, Scorer: m, RenderChat: m.RenderChat, Close: func() {
+	return &server.Engine{Generator: m, Scorer: m, RenderChat: m.RenderChat, Tokenizer: m, Close: func() {
 		m.Close()
 		l.mu.Lock()
-		l.models = slices.DeleteFunc(l.models, func(x *torchbe.Model) bool { return x == m })
+		drop := func(x *torchbe.Model) bool { return x == m }
+		l.models, l.bases = slices.DeleteFunc(l.models, drop), slices.DeleteFunc(l.bases, drop)
 		l.mu.Unlock()
-	}}, nil
+	}}
 }
 
-func (l *torchLoader) LoadAdapter(path string) (*server.Engine, error) {
-	opt := l.opt
+func (l *torchLoader) LoadAdapter(ctx context.Context, path string) (*server.Engine, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
-	opt.Dir = l.base
+	base := l.bases[len(l.bases)-1]
 	l.mu.Unlock()
-	opt.Adapter, opt.ModelID = path, path
-	return l.load(opt)
+	v, err := base.WithAdapter(path, path)
+	if err != nil {
+		return nil, err
+	}
+	return l.engine(v), nil
 }
 
-func (l *torchLoader) LoadWeights(path, format string) (*server.Engine, error) {
+func (l *torchLoader) LoadWeights(ctx context.Context, path, format string) (*server.Engine, error) {
 	switch format {
 	case "", "auto", "safetensors":
 	default:
 		return nil, fmt.Errorf("load_format %q: evolm serve reads safetensors checkpoints (auto or safetensors)", format)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	opt := l.opt
 	opt.Dir, opt.ModelID = path, path
-	e, err := l.load(opt)
+	m, err := loadServed(opt)
 	if err != nil {
 		return nil, err
 	}
+	e := l.engine(m)
 	l.mu.Lock()
-	l.base = path
+	l.bases = append(l.bases, m)
 	l.mu.Unlock()
 	return e, nil
 }

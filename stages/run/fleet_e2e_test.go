@@ -44,11 +44,13 @@ func (s *fleetServer) output() string {
 
 // startFleetServer serves the policy checkpoint as the run's servers do:
 // one thread, one request per engine call (so that its samples equal the
-// in-process engine's), thinking off, runtime LoRA on; env adds failpoints.
+// in-process engine's), thinking off, runtime LoRA and weight updates on;
+// env adds failpoints.
 func startFleetServer(t *testing.T, e demoEnv, env ...string) *fleetServer {
 	t.Helper()
 	cmd := exec.Command(e.bin, "serve", "--model", filepath.Join(e.models, "policy"), "--addr", "127.0.0.1:0", "--threads", "1",
-		"--max-batch", "1", "--coalesce", "1", "--engine-calls", "1", "--disable-thinking", "--enable-lora")
+		"--max-batch", "1", "--coalesce", "1", "--engine-calls", "1", "--disable-thinking", "--enable-lora",
+		"--enable-weight-updates", "--load-root", os.TempDir()) // the runs' sync directories are test temporaries
 	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
