@@ -2,12 +2,14 @@
 // a CPU in minutes, played by tiny models trained from scratch (nanoGPT's
 // Shakespeare, for this method).
 //
-// The task is short arithmetic with one right answer: "What is 17 + 25?"
-// (a, b in 0…49) or "What is 83 - 41?" (a in 0…99, b in 0…min(a, 49)). Every
-// question has distractors: wrong answers near the right one (±1, ±10, the
-// digits swapped, the other operation). The 6,275 questions are split,
-// seeded, into a held-out set (evaluation), an RL set (the prompts of
-// `evolm run`) and an SFT set (the warm starts); the three are disjoint.
+// The task is short questions about numbers with one right answer: "What
+// number comes after 41?", "What number comes before 41?" (0…999), "What is
+// the largest of 17, 42 and 8?" and "What is the smallest of …" (three
+// distinct numbers below 100). Every question has distractors: wrong answers
+// next to the right one (the other numbers of the question, ±1, ±2, ±10).
+// The 7,998 questions are split, seeded, into a held-out set (evaluation),
+// an RL set (the prompts of `evolm run`) and an SFT set (the warm starts);
+// the three are disjoint.
 //
 // The generator writes (Write):
 //
@@ -43,13 +45,14 @@ package toyworld
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 )
 
 // Question is one arithmetic question.
 type Question struct {
-	ID          string // "add-17-25", "sub-83-41"
-	Text        string // "What is 17 + 25?"
+	ID          string // "next-41", "max-17-42-8"
+	Text        string // "What number comes after 41?"
 	Answer      string // "42"
 	Distractors []string
 }
@@ -65,34 +68,46 @@ const (
 	RLSize      = 1000
 )
 
-// universe lists every question in a fixed order.
+// universe lists every question in a fixed order: what comes after n and
+// before n (n in 0…999), and the largest and the smallest of three distinct
+// numbers below 100 (3,000 triples each, drawn with a fixed seed).
 func universe() []Question {
 	var qs []Question
-	for a := 0; a < 50; a++ {
-		for b := 0; b < 50; b++ {
-			qs = append(qs, newQuestion("add", a, b))
-		}
+	for n := 0; n < 999; n++ {
+		qs = append(qs, question(fmt.Sprintf("next-%d", n), fmt.Sprintf("What number comes after %d?", n), n+1, n, n+2, n+10, n-1))
 	}
-	for a := 0; a < 100; a++ {
-		for b := 0; b <= min(a, 49); b++ {
-			qs = append(qs, newQuestion("sub", a, b))
+	for n := 1; n <= 999; n++ {
+		qs = append(qs, question(fmt.Sprintf("prev-%d", n), fmt.Sprintf("What number comes before %d?", n), n-1, n, n-2, n-10, n+1))
+	}
+	r := rand.New(rand.NewPCG(0, 0x746f79))
+	seen := map[string]bool{}
+	for _, op := range []string{"max", "min"} {
+		for k := 0; k < 3000; {
+			a, b, c := r.IntN(100), r.IntN(100), r.IntN(100)
+			id := fmt.Sprintf("%s-%d-%d-%d", op, a, b, c)
+			if a == b || b == c || a == c || seen[id] {
+				continue
+			}
+			seen[id] = true
+			k++
+			lo, mid, hi := sort3(a, b, c)
+			if op == "max" {
+				qs = append(qs, question(id, fmt.Sprintf("What is the largest of %d, %d and %d?", a, b, c), hi, mid, lo, hi+1, hi-1))
+			} else {
+				qs = append(qs, question(id, fmt.Sprintf("What is the smallest of %d, %d and %d?", a, b, c), lo, mid, hi, lo+1, lo-1))
+			}
 		}
 	}
 	return qs
 }
 
-func newQuestion(op string, a, b int) Question {
-	q := Question{ID: fmt.Sprintf("%s-%d-%d", op, a, b)}
-	right, other := a+b, a-b
-	sym := "+"
-	if op == "sub" {
-		right, other, sym = a-b, a+b, "-"
-	}
-	q.Text = fmt.Sprintf("What is %d %s %d?", a, sym, b)
-	q.Answer = strconv.Itoa(right)
+// question makes a question whose answer is right; the distractors are the
+// wrong answers among wrong that are in 0…999 (duplicates dropped).
+func question(id, text string, right int, wrong ...int) Question {
+	q := Question{ID: id, Text: text, Answer: strconv.Itoa(right)}
 	seen := map[int]bool{right: true}
-	for _, d := range []int{right + 1, right - 1, right + 10, right - 10, swapDigits(right), other} {
-		if d >= 0 && !seen[d] {
+	for _, d := range wrong {
+		if d >= 0 && d <= 999 && !seen[d] {
 			seen[d] = true
 			q.Distractors = append(q.Distractors, strconv.Itoa(d))
 		}
@@ -100,11 +115,10 @@ func newQuestion(op string, a, b int) Question {
 	return q
 }
 
-func swapDigits(n int) int {
-	if n < 10 || n > 99 {
-		return n
-	}
-	return (n%10)*10 + n/10
+func sort3(a, b, c int) (lo, mid, hi int) {
+	xs := []int{a, b, c}
+	sort.Ints(xs)
+	return xs[0], xs[1], xs[2]
 }
 
 // Split shuffles the questions with seed and splits them.

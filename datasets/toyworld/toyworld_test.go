@@ -36,11 +36,16 @@ func TestSplitsAreDisjointAndSeeded(t *testing.T) {
 			}
 		}
 	}
-	if len(a.HeldOut) != HeldOutSize || len(a.RL) != RLSize || len(seen) != 6275 {
+	if len(a.HeldOut) != HeldOutSize || len(a.RL) != RLSize || len(seen) != 7998 {
 		t.Fatalf("sizes: held-out %d, rl %d, all %d", len(a.HeldOut), len(a.RL), len(seen))
 	}
-	if q := newQuestion("add", 17, 25); q.Answer != "42" || !strings.Contains(strings.Join(q.Distractors, ","), "41") {
-		t.Fatalf("17 + 25: %+v", q)
+	for _, q := range universe() {
+		if q.Text == "What is the largest of 17, 42 and 8?" && (q.Answer != "42" || !strings.Contains(strings.Join(q.Distractors, ","), "41")) {
+			t.Fatalf("largest of 17, 42 and 8: %+v", q)
+		}
+		if q.Text == "What number comes after 41?" && q.Answer != "42" {
+			t.Fatalf("after 41: %+v", q)
+		}
 	}
 }
 
