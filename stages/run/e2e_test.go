@@ -440,11 +440,14 @@ func TestE2EDemoPreset(t *testing.T) {
 }
 
 // TestE2ELoopPaperOptionsWithLoRA runs the loop with the paper preset's
-// fidelity options (policy-step ages with the official fallback, active
-// sampling, population std, fill_mean in the rubric phase, pack loss norm,
-// lenient R_format, the non-stop penalty, rubric-phase sampling) on a LoRA
-// adapter with gradient checkpointing, and checks that a run stopped after 4
-// steps and resumed to 6 ends with the same adapter as an uninterrupted one.
+// fidelity options (the official age clock and fallback, active sampling in
+// both phases, every group in the replay buffer, each phase's own prompt
+// order, a frozen copy of the initial model inferring questions, population
+// std, fill_mean in the rubric phase, pack loss norm, lenient R_format, the
+// official judge reading, rubric-phase sampling) and the non-stop penalty
+// on a LoRA adapter with gradient checkpointing, and checks that a run
+// stopped after 4 steps and resumed to 6 ends with the same adapter as an
+// uninterrupted one.
 func TestE2ELoopPaperOptionsWithLoRA(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
@@ -454,15 +457,18 @@ func TestE2ELoopPaperOptionsWithLoRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := strings.Replace(string(b), "    seed: 11\n", `    seed: 11
-    temporal_age: policy_steps
+    temporal_age: newest_global
     temporal_fallback: official
     active_sampling: true
+    rubric_active_sampling: true
     active_sampling_rounds: 2
+    replay_fill: every_group
+    prompt_order: replay
+    backtranslate_source: frozen_initial
     adv_std: population
     rubric_missing_reward: fill_mean
     loss_norm: pack
     pack_length: 64
-    rubric_format: lenient
     non_stop_penalty: true
     rubric_phase_temperature: 1.0
     rubric_phase_top_p: 0.95
@@ -470,6 +476,7 @@ func TestE2ELoopPaperOptionsWithLoRA(t *testing.T) {
     lora_alpha: 8
     grad_checkpointing: true
 `, 1)
+	cfg += "rubric:\n  format: lenient\n  judge_reply: official\n"
 	cfgPath := filepath.Join(dir, "paper-options.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
