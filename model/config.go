@@ -148,14 +148,11 @@ func NewConfig(cfg *Config) error {
 	if cfg.ModelType == "" {
 		cfg.ModelType = arch.ModelType
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"vocab_size", cfg.VocabSize}, {"hidden_size", cfg.HiddenSize}, {"intermediate_size", cfg.IntermediateSize},
-		{"num_hidden_layers", cfg.NumHiddenLayers}, {"num_attention_heads", cfg.NumAttentionHeads}} {
-		if f.v <= 0 {
-			return fmt.Errorf("%s = %d, want > 0", f.name, f.v)
-		}
+	if !strings.EqualFold(cfg.ModelType, arch.ModelType) {
+		return fmt.Errorf("model_type %q does not match architectures[0] %s (model_type %q)", cfg.ModelType, arch.Name, arch.ModelType)
+	}
+	if err := checkSizes(cfg); err != nil {
+		return err
 	}
 	if cfg.NumKeyValueHeads == 0 {
 		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
@@ -178,11 +175,14 @@ func NewConfig(cfg *Config) error {
 	if cfg.HiddenAct != "silu" {
 		return fmt.Errorf("hidden_act %q: only silu is supported", cfg.HiddenAct)
 	}
-	if cfg.RMSNormEps <= 0 {
-		return fmt.Errorf("rms_norm_eps %g, want > 0", cfg.RMSNormEps)
+	if !(cfg.RMSNormEps > 0) || cfg.RMSNormEps >= 1 {
+		return fmt.Errorf("rms_norm_eps %g, want in (0, 1)", cfg.RMSNormEps)
 	}
-	if cfg.RopeTheta <= 0 {
-		return fmt.Errorf("rope_theta %g, want > 0", cfg.RopeTheta)
+	if !(cfg.RopeTheta > 0) || math.IsInf(cfg.RopeTheta, 0) {
+		return fmt.Errorf("rope_theta %g, want a finite value > 0", cfg.RopeTheta)
+	}
+	if cfg.InitializerRange < 0 || math.IsNaN(cfg.InitializerRange) || math.IsInf(cfg.InitializerRange, 0) {
+		return fmt.Errorf("initializer_range %g, want a finite value >= 0", cfg.InitializerRange)
 	}
 	if cfg.RopeScaling != nil {
 		return fmt.Errorf("rope_scaling %v: only null is supported", cfg.RopeScaling)
@@ -199,10 +199,77 @@ func NewConfig(cfg *Config) error {
 	if cfg.InitializerRange == 0 {
 		cfg.InitializerRange = 0.02
 	}
+	if err := checkTokenIDs(cfg); err != nil {
+		return err
+	}
+	switch cfg.TorchDType {
+	case "", "float32", "bfloat16", "float16", "float64":
+	default:
+		return fmt.Errorf("torch_dtype %q, want float32, bfloat16, float16 or float64", cfg.TorchDType)
+	}
 	cfg.KVGroups = cfg.NumAttentionHeads / cfg.NumKeyValueHeads
 	cfg.AttnScale = 1 / math.Sqrt(float64(cfg.HeadDim))
 	cfg.QKVBias, cfg.OBias, cfg.QKNorm = cfg.AttentionBias, cfg.AttentionBias, false
 	arch.Derive(cfg)
+	return nil
+}
+
+// Size bounds of config.json: beyond them a checkpoint is not a model
+// this engine could hold, and a typo (a size off by 1000×) would be
+// allocated before anything else failed.
+const (
+	maxVocab     = 1 << 24 // ids stay exact in float32
+	maxWidth     = 1 << 18
+	maxLayers    = 1 << 10
+	maxHeads     = 1 << 12
+	maxPositions = 1 << 24
+)
+
+// checkSizes checks every size against its meaning: positive, and within
+// the bounds above.
+func checkSizes(cfg *Config) error {
+	for _, f := range []struct {
+		name  string
+		v     int
+		bound int
+	}{{"vocab_size", cfg.VocabSize, maxVocab}, {"hidden_size", cfg.HiddenSize, maxWidth},
+		{"intermediate_size", cfg.IntermediateSize, maxWidth}, {"num_hidden_layers", cfg.NumHiddenLayers, maxLayers},
+		{"num_attention_heads", cfg.NumAttentionHeads, maxHeads},
+		// The context-length guard of generation and serving reads it.
+		{"max_position_embeddings", cfg.MaxPositionEmbeddings, maxPositions}} {
+		if f.v <= 0 || f.v > f.bound {
+			return fmt.Errorf("%s = %d, want in [1, %d]", f.name, f.v, f.bound)
+		}
+	}
+	if cfg.NumKeyValueHeads > maxHeads || cfg.HeadDim > maxWidth {
+		return fmt.Errorf("num_key_value_heads %d and head_dim %d must be at most %d and %d", cfg.NumKeyValueHeads, cfg.HeadDim, maxHeads, maxWidth)
+	}
+	return nil
+}
+
+// checkTokenIDs checks that the special token ids lie in the vocabulary.
+func checkTokenIDs(cfg *Config) error {
+	in := func(name string, id int) error {
+		if id < 0 || id >= cfg.VocabSize {
+			return fmt.Errorf("%s %d is outside the vocabulary [0, %d)", name, id, cfg.VocabSize)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		id   *int
+	}{{"bos_token_id", cfg.BOSTokenID}, {"pad_token_id", cfg.PadTokenID}} {
+		if f.id != nil {
+			if err := in(f.name, *f.id); err != nil {
+				return err
+			}
+		}
+	}
+	for _, id := range cfg.EOSTokenID {
+		if err := in("eos_token_id", id); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -98,6 +98,22 @@ func TestConfigErrors(t *testing.T) {
 		{"zero layers", `{"architectures":["LlamaForCausalLM"],"hidden_size":64,"num_attention_heads":4,"num_hidden_layers":0,"intermediate_size":8,"vocab_size":10}`, "num_hidden_layers = 0"},
 		{"bad json", `{"architectures":["LlamaForCausalLM"],`, "config.json"},
 		{"activation", `{"architectures":["LlamaForCausalLM"],"hidden_act":"gelu",` + base + `}`, `hidden_act "gelu"`},
+		// Every field against its meaning (issue: a max_position_embeddings
+		// of 0 or −5 removed the context-length guard).
+		{"context 0", `{"architectures":["LlamaForCausalLM"],"max_position_embeddings":0,` + base + `}`, "max_position_embeddings = 0, want in [1,"},
+		{"context negative", `{"architectures":["Qwen3ForCausalLM"],"max_position_embeddings":-5,` + base + `}`, "max_position_embeddings = -5"},
+		{"vocab too big", `{"architectures":["LlamaForCausalLM"],"hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":100000000}`, "vocab_size = 100000000"},
+		{"width typo", `{"architectures":["LlamaForCausalLM"],"hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,"intermediate_size":8000000,"vocab_size":10}`, "intermediate_size = 8000000"},
+		{"eps zero", `{"architectures":["LlamaForCausalLM"],"rms_norm_eps":0,` + base + `}`, "rms_norm_eps 0"},
+		{"eps one", `{"architectures":["LlamaForCausalLM"],"rms_norm_eps":1,` + base + `}`, "rms_norm_eps 1"},
+		{"theta negative", `{"architectures":["LlamaForCausalLM"],"rope_theta":-1,` + base + `}`, "rope_theta -1"},
+		{"init range", `{"architectures":["LlamaForCausalLM"],"initializer_range":-0.02,` + base + `}`, "initializer_range -0.02"},
+		{"model type", `{"architectures":["Qwen3ForCausalLM"],"model_type":"llama",` + base + `}`, `model_type "llama" does not match`},
+		{"eos outside", `{"architectures":["LlamaForCausalLM"],"eos_token_id":[2,10],` + base + `}`, "eos_token_id 10 is outside the vocabulary [0, 10)"},
+		{"bos negative", `{"architectures":["LlamaForCausalLM"],"bos_token_id":-1,` + base + `}`, "bos_token_id -1"},
+		{"pad outside", `{"architectures":["LlamaForCausalLM"],"pad_token_id":10,` + base + `}`, "pad_token_id 10"},
+		{"dtype", `{"architectures":["LlamaForCausalLM"],"torch_dtype":"int8",` + base + `}`, `torch_dtype "int8"`},
+		{"kv heads negative", `{"architectures":["LlamaForCausalLM"],"num_key_value_heads":-2,` + base + `}`, "num_key_value_heads -2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
