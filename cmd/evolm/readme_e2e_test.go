@@ -148,9 +148,15 @@ func binCommands(t *testing.T, bin, path string) []string {
 // leaves a checkout: tiny random checkpoints under models/, the Tulu 3 mixture
 // (6 prompts of the sample set) as the Hub stores it under data/tulu3, a
 // RewardBench-2 download under data/reward-bench-2, a LoRA adapter of the
-// policy under adapters/policy, and the paper preset.
+// policy under adapters/policy, the paper preset, and a clone of the
+// official repository under EvoLM holding the test double of its prompt
+// module (syntheticTemplates).
 func readmeFixtures(t *testing.T, dir, root string) {
 	t.Helper()
+	writeTo(t, filepath.Join(dir, "EvoLM", syntheticModule), func(w io.Writer) error {
+		_, err := io.WriteString(w, syntheticTemplates)
+		return err
+	})
 	for seed, name := range []string{"Qwen3-8B", "Qwen3-1.7B", "other-judge"} {
 		modeltest.InitTiny(t, filepath.Join(dir, "models", name), int64(seed+1))
 	}
@@ -247,6 +253,8 @@ var readmeEnv = []string{
 	"EVOLM_STAGES_RUN_SAMPLES=2", "EVOLM_STAGES_RUN_RUBRIC_SAMPLES=2", "EVOLM_STAGES_RUN_CHECKPOINT_EVERY=1",
 	"EVOLM_STAGES_RUN_TEMPORAL_MIN_AGE=1", "EVOLM_STAGES_RUN_TEMPORAL_MAX_AGE=2",
 	"EVOLM_STAGES_REPLAY_N=2", "EVOLM_STAGES_EVAL_LIMIT=2", "EVOLM_STAGES_EVAL_BOOTSTRAP_SAMPLES=20",
+	// The yes/no judge cannot be asked under a rubric with no criterion.
+	"EVOLM_STAGES_RUN_UNUSABLE_RUBRIC=zero",
 }
 
 func TestReadmeCommands(t *testing.T) {
