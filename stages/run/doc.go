@@ -41,30 +41,47 @@
 // Step s (0-based) is a policy step when ⌊s/K⌋ is even and a rubric step
 // otherwise. Each step takes the next prompts of the run's prompt stream:
 // the dedup stage's prompts table (or `input` files) in a seeded order,
-// reshuffled every epoch, position s·prompts_per_step — so the data
-// position is a function of the step and needs no saved cursor.
+// reshuffled every epoch. Under prompt_order fresh step s takes position
+// s·prompts_per_step; under replay (the official code's) the j-th step of a
+// phase takes position j·prompts_per_step, so the rubric phase replays the
+// prompts the policy saw first (schedule.Schedule.Position). Either way the
+// data position is a function of the step and needs no saved cursor; the
+// refill prompts of active sampling are seeded draws from the whole set, a
+// function of (seed, step, round).
 //
 //   - Policy step: the rubric generator writes one rubric per prompt
 //     (temperature 0.6); the policy samples n answers per prompt
 //     (temperature 1.0); the judge scores each answer under its prompt's
-//     rubric; rewards are the scores, a missing score is replaced by its
-//     group's mean (zero advantage); GRPO updates the policy. One answer per
-//     prompt (sample 0) enters the replay buffer.
-//   - Rubric step: pairs.Builder makes one (a+, a−) pair per prompt with the
-//     three strategies; the rubric generator samples n rubrics per pair; the
-//     judge scores a+ and a− under each; the reward is
+//     rubric; rewards are the scores (with non_stop_penalty, an answer cut
+//     at max_tokens gets non_stop_penalty_value), a missing score is
+//     replaced by its group's mean (zero advantage); with active_sampling,
+//     groups whose rewards all tie are refilled with new prompts; GRPO
+//     updates the policy. One answer per prompt (sample 0) enters the replay
+//     buffer: of the step's own prompts (replay_fill step_batch) or of every
+//     group whose rewards were computed (every_group).
+//   - Rubric step (rubricstep.go): pairs.Builder makes one (a+, a−) pair per
+//     prompt with the three strategies (back-translated questions inferred
+//     by the policy, or with backtranslate_source frozen_initial by a frozen
+//     copy of the initial model); the rubric generator samples n rubrics per
+//     pair; the judge scores a+ and a− under each; the reward is
 //     α·(s+ − s−) + (1 − α)·R_format (or an ablation); a rubric the judge
-//     cannot apply at all (no usable criteria) earns 0, and a rubric whose
-//     pair the judge failed to score is dropped from its group; GRPO updates
-//     the rubric generator.
+//     has no criterion of earns 0 (unusable_rubric zero) or is judged under
+//     its text anyway (judge, the official rule), and a rubric whose pair
+//     the judge failed to score is dropped from its group (or gets its mean,
+//     fill_mean); with rubric_active_sampling, pair groups whose rewards all
+//     tie are refilled with pairs of new prompts; GRPO updates the rubric
+//     generator.
 //
-// A rubric that fails R_format is still used to judge (invalid_rubric=
-// raw_text: its parsed criteria when some parsed with usable weights, else
-// its raw text as one criterion of weight 1) so that a weak generator early
-// in training still yields a signal; with invalid_rubric=skip only its
-// parsed criteria are used, and one without any gets judgments that record
-// the missing score (and, in the rubric phase, reward 0). The policy phase
-// and eval/replay apply the same rule (rules.JudgingRubric).
+// Rubrics are parsed under rubric.format and the judge's replies read under
+// rubric.judge_reply: the shared rubric section (stages/rubrics.Rules) every
+// stage that parses rubrics reads. A rubric that fails R_format is still
+// used to judge (invalid_rubric=raw_text: its parsed criteria when some
+// parsed with usable weights, else its raw text as one criterion of weight
+// 1) so that a weak generator early in training still yields a signal; with
+// invalid_rubric=skip only its parsed criteria are used, and one without
+// any gets judgments that record the missing score (and, in the rubric
+// phase, reward 0). The policy phase and eval/replay apply the same rule
+// (rules.JudgingRubric).
 //
 // # Outputs
 //
