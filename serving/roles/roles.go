@@ -157,8 +157,8 @@ var variants = map[string][]string{
 
 var variantDesc = map[string]string{
 	Policy:          "policy system prompt: none (send none) or assistant (the official code's one-line assistant prompt)",
-	RubricGenerator: "official: instructions and a worked example in the system message, the bare question as the user message (as the official EVOLM code); evolm: evolm's first one-message prompt",
-	Judge:           "official: system message with instructions and worked examples, the whole rubric with its scoring levels (as the official EVOLM code); evolm: evolm's first prompt, criteria and weights only",
+	RubricGenerator: "official: the official EVOLM code's rubric_generation_v3 in evolm's words: instructions and a worked example in the system message, the bare question as the user message, 2 to 5 criteria with scoring levels and a high-weight dealbreaker stating a checkable answer; evolm: evolm's first one-message prompt",
+	Judge:           "official: as the official EVOLM code's judge, in evolm's words: a one-line system message, then the question, the rubric as the generator wrote it and the answer, followed by the grading instructions and worked examples; evolm: evolm's first prompt, criteria and weights only",
 }
 
 // fields returns a role section's keys: the common ones, then each
