@@ -55,9 +55,13 @@ GO_TAGS :=
 endif
 export EVOLM_PYTHON := $(PY)
 export EVOLM_ROOT := $(CURDIR)
+# lm-evaluation-harness has a venv of its own (scripts/lmeval-requirements.txt
+# says why); serving/server's tests run it as $(EVOLM_LMEVAL) -m lm_eval.
+LMEVAL_VENV ?= $(CURDIR)/.venv-lmeval
+export EVOLM_LMEVAL := $(LMEVAL_VENV)/bin/python
 GO_TEST_FLAGS ?= -count=1 -p 2 -timeout 60m
 
-.PHONY: build build-cuda deps venv torch torch-cuda cuda-headers gloo npm test test-cuda demo toyworld bench fuzz clean
+.PHONY: build build-cuda deps venv lmeval torch torch-cuda cuda-headers gloo npm test test-cuda demo toyworld bench fuzz clean
 
 # scripts/constraints.txt pins every transitive dependency, so that nothing
 # pulls another torch (and so another libtorch) into the venv.
@@ -67,6 +71,12 @@ $(VENV)/.ok: scripts/requirements.txt scripts/constraints.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check -c scripts/constraints.txt -r scripts/requirements.txt
 	touch $@
 venv: $(VENV)/.ok
+
+$(LMEVAL_VENV)/.ok: scripts/lmeval-requirements.txt scripts/lmeval-constraints.txt
+	$(PYTHON) -m venv $(LMEVAL_VENV)
+	$(LMEVAL_VENV)/bin/pip install -q --disable-pip-version-check -c scripts/lmeval-constraints.txt -r scripts/lmeval-requirements.txt
+	touch $@
+lmeval: $(LMEVAL_VENV)/.ok
 
 # model/dist compiles a C++ shim over libtorch's c10d, whose
 # ProcessGroupGloo.hpp includes Gloo's headers; the wheel ships c10d's headers
@@ -113,7 +123,7 @@ node_modules/.ok: package.json
 	touch $@
 npm: node_modules/.ok
 
-deps: venv torch npm
+deps: venv lmeval torch npm
 
 build: $(if $(filter 1,$(TORCH_CUDA)),torch-cuda,torch)
 	go build -o $(BIN) ./cmd/evolm
