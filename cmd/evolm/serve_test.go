@@ -43,7 +43,9 @@ func TestServedCallsLeaveConnectionThreads(t *testing.T) {
 			{"/v1/evolm/score", `{"model":"tiny","prefix":"Is grass red? No.","suffixes":[" Correct?"],"candidates":[" yes"," no"]}`, "logprobs"},
 		} {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body)))
+			req := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body))
+			req.Header.Set("Content-Type", "application/json")
+			h.ServeHTTP(rec, req)
 			if b, _ := io.ReadAll(rec.Body); rec.Code != http.StatusOK || !strings.Contains(string(b), c.want) {
 				t.Errorf("%s: status %d, body %s", c.path, rec.Code, b)
 				return

@@ -13,7 +13,11 @@
 // A role holds its engine (backend, model, endpoints, device, dtype,
 // threads, max_batch, disable_thinking, max_in_flight, request_timeout,
 // max_attempts), how many requests go to it per call (batch_rows), its
-// sampling defaults (temperature, top_p, top_k, max_tokens, stop) and its
+// sampling defaults (temperature, top_p, top_k, max_tokens, stop, and
+// vLLM's min_p, repetition_penalty, presence_penalty, frequency_penalty,
+// min_tokens, stop_token_ids, include_stop_str_in_output,
+// skip_special_tokens, truncate_prompt_tokens: the same on the torch engine
+// and on any vLLM-compatible server) and its
 // prompt variant (prompt_variant: policy none | assistant; rubric_generator
 // and judge official | evolm; see stages/prompts) and prompt overrides
 // (prompt_files, which win over the variant); the judge also its mode and
@@ -50,6 +54,7 @@ package roles
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,6 +100,16 @@ const (
 	KeyTopK        = "top_k"
 	KeyMaxTokens   = "max_tokens"
 	KeyStop        = "stop"
+	// vLLM's sampling controls (backend.Sampling).
+	KeyMinP              = "min_p"
+	KeyRepetitionPenalty = "repetition_penalty"
+	KeyPresencePenalty   = "presence_penalty"
+	KeyFrequencyPenalty  = "frequency_penalty"
+	KeyMinTokens         = "min_tokens"
+	KeyStopTokenIDs      = "stop_token_ids"
+	KeyIncludeStop       = "include_stop_str_in_output"
+	KeySkipSpecial       = "skip_special_tokens"
+	KeyTruncatePrompt    = "truncate_prompt_tokens"
 	KeyPromptFiles = "prompt_files"
 	KeyVariant     = "prompt_variant"
 	KeyMode        = "mode"         // judge only
@@ -193,6 +208,16 @@ func fields(role string) []pipeline.Field {
 		{Key: KeyTopK, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(1 << 20), Description: "keep the k most likely tokens; 0 disables it"},
 		{Key: KeyMaxTokens, Type: pipeline.TypeInt, Default: maxTokens, Min: one, Max: pipeline.Bound(1 << 20), Description: "most new tokens per generation"},
 		{Key: KeyStop, Type: pipeline.TypeStrings, Default: []string{}, Description: "stop strings"},
+		{Key: KeyMinP, Type: pipeline.TypeFloat, Default: 0.0, Min: zero, Max: one, Description: "drop tokens less likely than min_p × the most likely one (after temperature); 0 disables it"},
+		{Key: KeyRepetitionPenalty, Type: pipeline.TypeFloat, Default: 1.0, Min: zero, ExclusiveMin: true, Max: pipeline.Bound(100),
+			Description: "divide the positive logits (multiply the negative ones) of every token already in the prompt or the output by it, as vLLM and transformers do; 1 disables it"},
+		{Key: KeyPresencePenalty, Type: pipeline.TypeFloat, Default: 0.0, Min: pipeline.Bound(-2), Max: pipeline.Bound(2), Description: "subtracted from the logit of every token already in the output (OpenAI's and vLLM's); 0 disables it"},
+		{Key: KeyFrequencyPenalty, Type: pipeline.TypeFloat, Default: 0.0, Min: pipeline.Bound(-2), Max: pipeline.Bound(2), Description: "subtracted from a token's logit once per time it is already in the output; 0 disables it"},
+		{Key: KeyMinTokens, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(1 << 20), Description: "no end token or stop string ends a generation before this many tokens"},
+		{Key: KeyStopTokenIDs, Type: pipeline.TypeStrings, Default: []string{}, Description: "token ids that end a generation besides the model's end tokens"},
+		{Key: KeyIncludeStop, Type: pipeline.TypeBool, Default: false, Description: "keep the stop string (or the end token's text) that ended a generation in its text"},
+		{Key: KeySkipSpecial, Type: pipeline.TypeBool, Default: true, Description: "leave special tokens out of the generated text"},
+		{Key: KeyTruncatePrompt, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(1 << 24), Description: "keep only the prompt's last k tokens; 0 keeps all"},
 		{Key: KeyPromptFiles, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "overrides of this role's prompts as name=path (names: " + strings.Join(names, ", ") + "); an override wins over prompt_variant",
 			Example:     []string{names[0] + "=prompts/" + names[0] + ".tmpl"}},
@@ -289,7 +314,11 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 	}
 	c := Config{Role: role, BatchRows: sec.Int(KeyBatchRows),
 		Sampling: backend.Sampling{MaxTokens: sec.Int(KeyMaxTokens), Temperature: sec.Float(KeyTemperature),
-			TopP: sec.Float(KeyTopP), TopK: sec.Int(KeyTopK), Stop: sec.Strings(KeyStop)},
+			TopP: sec.Float(KeyTopP), TopK: sec.Int(KeyTopK), Stop: sec.Strings(KeyStop),
+			MinP: sec.Float(KeyMinP), RepetitionPenalty: sec.Float(KeyRepetitionPenalty),
+			PresencePenalty: sec.Float(KeyPresencePenalty), FrequencyPenalty: sec.Float(KeyFrequencyPenalty),
+			MinTokens: sec.Int(KeyMinTokens), IncludeStopStr: sec.Bool(KeyIncludeStop), KeepSpecialTokens: !sec.Bool(KeySkipSpecial),
+			TruncatePromptTokens: sec.Int(KeyTruncatePrompt)},
 		Mode: sec.String(KeyMode), TopLogprobs: sec.Int(KeyTopLogprobs), PromptVariant: sec.String(KeyVariant),
 	}
 	engine := sec
@@ -319,6 +348,16 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 		if s == "" {
 			return c, sec.Errorf(KeyStop, "entry %d is empty", i)
 		}
+	}
+	for i, s := range sec.Strings(KeyStopTokenIDs) {
+		id, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || id < 0 {
+			return c, sec.Errorf(KeyStopTokenIDs, "entry %d %q: want a token id", i, s)
+		}
+		c.Sampling.StopTokenIDs = append(c.Sampling.StopTokenIDs, id)
+	}
+	if c.Sampling.MinTokens > c.Sampling.MaxTokens {
+		return c, sec.Errorf(KeyMinTokens, "%d exceeds %s %d", c.Sampling.MinTokens, KeyMaxTokens, c.Sampling.MaxTokens)
 	}
 	var err error
 	if c.PromptFiles, err = promptFiles(sec, role); err != nil {
