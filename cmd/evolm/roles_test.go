@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/model/modeltest"
@@ -30,15 +32,31 @@ type recordingGenerator struct {
 	backend.Generator
 	mu   sync.Mutex
 	seen map[[2]float64]int // (temperature, max_tokens) → requests
+	// penalties are the (repetition_penalty, min_p) pairs seen.
+	penalties map[[2]float64]bool
 }
 
 func (r *recordingGenerator) Generate(ctx context.Context, reqs []backend.GenerateRequest) ([]backend.GenerateResponse, error) {
 	r.mu.Lock()
 	for _, q := range reqs {
 		r.seen[[2]float64{q.Temperature, float64(q.MaxTokens)}]++
+		if r.penalties == nil {
+			r.penalties = map[[2]float64]bool{}
+		}
+		r.penalties[[2]float64{q.RepetitionPenalty, q.MinP}] = true
 	}
 	r.mu.Unlock()
 	return r.Generator.Generate(ctx, reqs)
+}
+
+// takePenalties returns and forgets the (repetition_penalty, min_p) pairs
+// seen.
+func (r *recordingGenerator) takePenalties() map[[2]float64]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.penalties
+	r.penalties = nil
+	return out
 }
 
 // take returns and forgets what was recorded.
@@ -121,6 +139,8 @@ func TestRolesAreDefinedOnce(t *testing.T) {
     endpoints: [%s]
     temperature: %v
     max_tokens: %d
+    repetition_penalty: 1.25
+    min_p: 0.05
   rubric_generator:
     temperature: %v
     max_tokens: %d
@@ -179,6 +199,19 @@ log: {level: warn}
 			t.Fatalf("%s: %v", tc.args[0], err)
 		}
 		want(tc.args[0], tc.pol, tc.jud)
+		// The policy's sampling controls reach the server; the rubric
+		// generator's own (vLLM's defaults: not sent) do too.
+		pens := servers["policy-srv"].takePenalties()
+		switch tc.args[0] {
+		case "rollout":
+			if !cmp.Equal(pens, map[[2]float64]bool{{1.25, 0.05}: true}) {
+				t.Errorf("rollout: (repetition_penalty, min_p) seen %v, want only (1.25, 0.05)", pens)
+			}
+		case "rubrics":
+			if !cmp.Equal(pens, map[[2]float64]bool{{0, 0}: true}) {
+				t.Errorf("rubrics: (repetition_penalty, min_p) seen %v, want only vLLM's defaults", pens)
+			}
+		}
 	}
 	if _, err := run(t, "--config", cfgFile, "--run-dir", filepath.Join(dir, "eval"), "eval"); err != nil {
 		t.Fatalf("eval: %v", err)
