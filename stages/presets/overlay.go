@@ -44,7 +44,7 @@ func With(name, head string, set map[string]any) ([]byte, error) {
 		for i, l := range lines {
 			lines[i] = strings.TrimRight("# "+l, " ")
 		}
-		doc.HeadComment = strings.Join(lines, "\n") + "\n\n" + doc.HeadComment
+		doc.HeadComment = strings.Join(lines, "\n") + "\n" + doc.HeadComment
 	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
