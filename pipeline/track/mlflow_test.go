@@ -72,11 +72,24 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// watchdog runs its arguments as a child and, should the test binary die
+// (a test timeout skips TestMain's cleanup), kills its process group: the
+// server and its workers never outlive the tests.
+const watchdog = `import os, signal, subprocess, sys, time
+parent = os.getppid()
+child = subprocess.Popen(sys.argv[1:])
+while child.poll() is None:
+    if os.getppid() != parent:
+        os.killpg(0, signal.SIGKILL)
+    time.sleep(0.5)
+sys.exit(child.returncode)`
+
 // start runs the server (its own process group, so that stop ends its
 // workers too) and waits until /health answers or the server exits.
 func (s *mlflowServer) start() error {
 	s.out = &bytes.Buffer{}
-	s.cmd = exec.Command(s.mlf, "server", "--backend-store-uri", "sqlite:///"+filepath.Join(s.dir, "mlflow.db"),
+	s.cmd = exec.Command(filepath.Join(filepath.Dir(s.mlf), "python"), "-c", watchdog, s.mlf, "server",
+		"--backend-store-uri", "sqlite:///"+filepath.Join(s.dir, "mlflow.db"),
 		"--default-artifact-root", filepath.Join(s.dir, "artifacts"), "--host", "127.0.0.1", "--port", fmt.Sprint(s.port), "--workers", "1")
 	// The job runner spawns workers the tests do not need.
 	s.cmd.Env = append(os.Environ(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false")

@@ -21,6 +21,7 @@ u32 LE CRC-32 (IEEE, unmasked) of its type byte and data, u16 LE length, u8 type
 (1 full, 2 first, 3 middle, 4 last), a block tail under 7 bytes being padding;
 each reassembled record is a wandb.proto Record. wandb ships no reader of its own.
 """
+import fcntl
 import glob
 import json
 import os
@@ -114,6 +115,12 @@ def main():
         op = msg["op"]
         if op == "init":
             try:
+                # One sidecar at a time per run: a killed evolm's sidecar may
+                # still be finishing the run (and writing its file) when the
+                # resumed run starts the next; wait for it.
+                os.makedirs(msg["dir"], exist_ok=True)
+                lock = open(os.path.join(msg["dir"], f"wandb-{msg['id']}.lock"), "w")
+                fcntl.flock(lock, fcntl.LOCK_EX)
                 offline_last = last_offline_step(msg["dir"], msg["id"]) if msg["mode"] == "offline" else -1
                 settings = wandb.Settings(console="off", x_stats_pid=msg.get("pid") or os.getppid())
                 run = wandb.init(project=msg["project"], entity=msg.get("entity") or None, id=msg["id"],

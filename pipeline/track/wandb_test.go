@@ -18,8 +18,9 @@ import (
 func wandbEnv(t *testing.T) {
 	t.Helper()
 	d := t.TempDir()
+	// NETRC: wandb reads API keys from it (default ~/.netrc); there is none.
 	for k, v := range map[string]string{"WANDB_CACHE_DIR": d + "/cache", "WANDB_CONFIG_DIR": d + "/config", "WANDB_DATA_DIR": d + "/data",
-		"WANDB_ARTIFACT_DIR": d + "/artifacts", "WANDB_SILENT": "true", "HOME": d, "WANDB_API_KEY": "", "NETRC": d + "/netrc"} {
+		"WANDB_ARTIFACT_DIR": d + "/artifacts", "WANDB_SILENT": "true", "WANDB_API_KEY": "", "NETRC": d + "/netrc"} {
 		t.Setenv(k, v)
 	}
 	os.Unsetenv("WANDB_API_KEY")

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/track"
 	"github.com/evolm/evolm/schemas"
@@ -160,6 +161,7 @@ func (l *loop) registerTrackerHooks() {
 			l.track.hub.Text(int64(step), t.tag, t.text)
 		}
 		l.track.texts = nil
+		failpoint.Hit("trackers-step") // crash tests: killed after a step's hand-off
 		return nil
 	})
 	l.hooks.OnStep("trackers_checkpoint", PriorityCheckpoint+1, func(_ context.Context, step int, _ *schemas.StepMetrics) error {
