@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/evolm/evolm/model/constrain"
 	"github.com/evolm/evolm/serving/backend"
 	"github.com/evolm/evolm/serving/openai"
 )
@@ -197,8 +198,25 @@ func format(p *openai.SamplingParams) (*backend.OutputFormat, error) {
 	if set > 1 {
 		return nil, badRequest("response_format", "only one of response_format, guided_json and guided_choice may be set")
 	}
+	if out != nil && out.Type == backend.FormatJSONSchema {
+		param := "response_format.json_schema.schema"
+		if len(bytes.TrimSpace(p.GuidedJSON)) > 0 && string(bytes.TrimSpace(p.GuidedJSON)) != "null" {
+			param = "guided_json"
+		}
+		// Refused here, by name, if it is not a schema or says what
+		// constrained decoding cannot enforce.
+		if _, err := constrain.NewValidator(out.Schema); err != nil {
+			return nil, badRequest(param, "%s: %v", param, err)
+		}
+		if _, err := constrain.Schema(out.Schema, noVocab); err != nil {
+			return nil, badRequest(param, "%s: %v", param, err)
+		}
+	}
 	return out, nil
 }
+
+// noVocab compiles schemas for their checks alone.
+var noVocab = constrain.NewVocab(nil)
 
 // streamOptions checks stream_options: with stream false it must be absent
 // or empty (vLLM answers 400). It returns whether the stream ends with a
