@@ -14,11 +14,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/stages/analyze"
 	"github.com/evolm/evolm/stages/eval"
 	"github.com/evolm/evolm/stages/export"
-	"github.com/evolm/evolm/internal/testutil/synthrun"
 )
 
 // TestE2ENotebooks executes every notebook headless with nbconvert against a
@@ -61,7 +61,7 @@ func TestE2ENotebooks(t *testing.T) {
 			t.Fatalf("nbconvert %s: %v\n%s", filepath.Base(nb), err, b)
 		}
 	}
-	for _, png := range []string{"reward_kl.png", "pair_strategies.png", "rubric_evolution.png", "format_rate.png", "eval_scores.png"} {
+	for _, png := range []string{"reward_kl.png", "pair_strategies.png", "time_breakdown.png", "rubric_evolution.png", "format_rate.png", "eval_scores.png"} {
 		st, err := os.Stat(filepath.Join(figs, png))
 		if err != nil || st.Size() < 1000 {
 			t.Errorf("figure %s: %v (size %v)", png, err, st)

@@ -40,7 +40,7 @@ def save(fig, name):
 
 NOTEBOOKS = {
     "training.ipynb": [
-        ("markdown", "# Training curves\n\nReward and KL per step, per phase, and per-strategy statistics of the rubric-phase preference pairs. Reads `export_steps` and `export_pairs` (`evolm export`)."),
+        ("markdown", "# Training curves\n\nReward and KL per step, per phase, per-strategy statistics of the rubric-phase preference pairs, and where each step's time went. Reads `export_steps` and `export_pairs` (`evolm export`)."),
         ("code", PARAMS),
         ("code", COMMON),
         ("code", '''steps = read_table("export_steps", "evolm export")
@@ -74,6 +74,27 @@ axes[1].set(title="share of pairs with s(a+) > s(a-)", ylabel="share", ylim=(0, 
 for ax in axes:
     ax.grid(alpha=0.3)
 save(fig, "pair_strategies.png")'''),
+        ("markdown", "## Where each step's time went\n\nThe steps table's time breakdown (`time_*_s`): the trained role's generation, rubric sampling, judging, the reference's log-probs, the learner (forward/backward and optimizer), the fleet's weight sync, Parquet writes and commits, checkpoints, and the remainder, the loop's own overhead. A step's parts sum to its `elapsed_s`, the time since the previous step's row was complete, so the previous row's write and a checkpoint written after it count in the next step."),
+        ("code", '''parts = ["generation", "rubrics", "judge", "ref_logprobs", "learner", "weight_sync", "writes", "checkpoint", "other"]
+cols = [f"time_{p}_s" for p in parts]
+tb = steps.drop_duplicates("step").set_index("step")[cols].rename(columns=dict(zip(cols, parts)))
+if tb.to_numpy().sum() == 0:
+    print("this run's steps table predates the time breakdown (steps version 4): nothing to plot")
+else:
+    colors = plt.cm.tab10.colors[:len(parts)]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"width_ratios": [3, 1]})
+    axes[0].stackplot(tb.index, tb.T.to_numpy(), labels=parts, colors=colors, step="mid")
+    axes[0].set(title="where each step's time went (stacked)", xlabel="step", ylabel="seconds")
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    share = tb.sum() / tb.to_numpy().sum()
+    share.plot.barh(ax=axes[1], color=colors)
+    axes[1].set(title="share of the steps' time", xlabel="share")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    save(fig, "time_breakdown.png")
+    print(f"remainder (the loop's own overhead): {share['other']:.3%} of the steps' time; "
+          f"largest in one step: {(tb['other'] / tb.sum(axis=1)).max():.3%}")'''),
     ],
     "rubric_evolution.ipynb": [
         ("markdown", "# Rubric evolution\n\nHow the rubrics change over training (docs/design.md): abstract labels, concrete expected values, constraints, criteria per rubric, criterion length and weight concentration. Reads `rubric_stats` (`evolm analyze rubrics`)."),

@@ -169,6 +169,10 @@ func Write(ctx context.Context, mem memory.Allocator, dir string, o Options) (Co
 			RespLenMean: 100 + 10*rng.NormFloat64(), Entropy: 1 - 0.05*float64(s), ZeroStdFrac: 0.1 * rng.Float64(),
 			ElapsedS: 10 + rng.Float64(),
 		}
+		// A time breakdown that sums to the step, as the loop writes it.
+		st.TimeGenerationS, st.TimeRubricsS, st.TimeJudgeS = 0.45*st.ElapsedS, 0.1*st.ElapsedS, 0.2*st.ElapsedS
+		st.TimeRefLogprobsS, st.TimeLearnerS, st.TimeWritesS = 0.05*st.ElapsedS, 0.18*st.ElapsedS, 0.01*st.ElapsedS
+		st.TimeOtherS = st.ElapsedS - st.TimeGenerationS - st.TimeRubricsS - st.TimeJudgeS - st.TimeRefLogprobsS - st.TimeLearnerS - st.TimeWritesS
 		if phase == schemas.PhaseRubric {
 			fr := 0.5 + 0.5*progress
 			st.FormatRate = &fr
