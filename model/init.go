@@ -28,6 +28,8 @@ type Preset struct {
 var Presets = map[string]Preset{
 	// tiny: 64-wide, 2 layers; ~9.8M parameters, almost all embedding.
 	"tiny": {HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 16, TieWordEmbeddings: true},
+	// toy: 128-wide, 4 layers; the toyworld judge (make toyworld) with a ~10k vocabulary.
+	"toy": {HiddenSize: 128, IntermediateSize: 384, NumHiddenLayers: 4, NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 32, TieWordEmbeddings: true},
 	// small: 256-wide, 4 layers; ~42M parameters.
 	"small": {HiddenSize: 256, IntermediateSize: 768, NumHiddenLayers: 4, NumAttentionHeads: 8, NumKeyValueHeads: 4, HeadDim: 32, TieWordEmbeddings: true},
 	// qwen3-0.6b: 596M parameters (tied).
