@@ -110,10 +110,10 @@ const (
 	KeyIncludeStop       = "include_stop_str_in_output"
 	KeySkipSpecial       = "skip_special_tokens"
 	KeyTruncatePrompt    = "truncate_prompt_tokens"
-	KeyPromptFiles = "prompt_files"
-	KeyVariant     = "prompt_variant"
-	KeyMode        = "mode"         // judge only
-	KeyTopLogprobs = "top_logprobs" // judge only
+	KeyPromptFiles       = "prompt_files"
+	KeyVariant           = "prompt_variant"
+	KeyMode              = "mode"         // judge only
+	KeyTopLogprobs       = "top_logprobs" // judge only
 )
 
 // engineKeys are the keys that choose and run a model: the backend, and

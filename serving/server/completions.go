@@ -70,7 +70,9 @@ func (s *server) planCompletion(r *http.Request, req *openai.CompletionRequest) 
 	if req.RequestID != "" {
 		p.id = "cmpl-" + req.RequestID
 	}
-	scorePrompt := req.Echo && p.top >= 0 || p.promptTop >= 0
+	// An echo with max_tokens 0 generates nothing: the engine runs the
+	// prompt alone (scoring it), as vLLM does.
+	scorePrompt := req.Echo && (p.top >= 0 || sp.MaxTokens == 0) || p.promptTop >= 0
 	mk := func(i int) backend.GenerateRequest {
 		return backend.GenerateRequest{ID: fmt.Sprintf("%s-%d", p.id, i), N: n, Sampling: sp,
 			LogProbs: p.top >= 0, TopLogProbs: max(p.top, 0), PromptLogProbs: scorePrompt,
