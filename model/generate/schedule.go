@@ -185,7 +185,15 @@ func (g *Generator) EstimateBytes(reqs []Request) int64 {
 	scores := P * nh * T * Tp * 4 * 2              // scores (scaled and masked in place) and softmax, float32
 	acts := P * T * (4*C + 3*I + 2*nh*hs) * es * 2 // projections, MLP, residuals
 	logits := 2 * max(P, S) * V * 4 * 2
-	return kv + scores + acts + logits
+	// Prompt log-probs take (rows, promptBlock, V) logits, their
+	// log-softmax and a rank mask per pass.
+	var promptLP int64
+	for i := range reqs {
+		if reqs[i].PromptLogProbs {
+			promptLP += min(int64(promptBlock), T) * V * (4 + 4 + 1)
+		}
+	}
+	return kv + scores + acts + logits + promptLP
 }
 
 // Admit checks that every request fits the scheduler's budget on its own;
