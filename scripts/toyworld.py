@@ -59,7 +59,7 @@ def sh(cmd, **kw):
 def evolm(a, cfg, path, run_dir, stage, binary=None):
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)
-    sh([binary or a.evolm, "--config", path, "--run", os.path.abspath(run_dir), "--progress", "off", stage])
+    sh([binary or a.evolm, "--config", path, "--run-dir", os.path.abspath(run_dir), "--progress", "off", stage])
 
 
 def preset():

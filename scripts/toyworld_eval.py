@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(evolm, cfg_path, run_dir, stage):
-    cmd = [evolm, "--config", cfg_path, "--run", run_dir, "--progress", "off", "--fresh", stage]
+    cmd = [evolm, "--config", cfg_path, "--run-dir", run_dir, "--progress", "off", "--fresh", stage]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if p.returncode != 0:
         sys.stderr.write(p.stdout + p.stderr)
@@ -112,7 +112,7 @@ def main():
     pairs = {json.loads(l)["id"]: json.loads(l) for l in open(os.path.join(data, "heldout_pairs.jsonl"))}
     states = []
     for r in rubrics:
-        item = pairs.get(r["item_id"].split("/")[0]) or next((p for k, p in pairs.items() if r["item_id"].startswith(k)), None)
+        item = pairs.get(r["item_id"].split("/", 1)[-1])  # eval's request id: pw/<item id>
         if item is not None:
             states.append(f"The answer is {item['chosen']}." in r["raw_text"])
     out = {
