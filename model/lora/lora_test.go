@@ -221,3 +221,70 @@ func tinyLogits(t *testing.T, m model.CausalLM, ids []int64) []float32 {
 		return model.Batch{IDs: s.FromInt64(ids, 1, int64(len(ids)))}
 	})
 }
+
+// TestLoadRefusesBrokenAdapters: an adapter whose weights hold NaN or Inf,
+// or whose lora_alpha scales it absurdly, is refused at load, as a
+// checkpoint with such weights is (a loaded one would answer "!!!!!!").
+func TestLoadRefusesBrokenAdapters(t *testing.T) {
+	m := tinyModel(t, torch.Float32)
+	defer m.Close()
+	save := func(cfg lora.Config, poison float64) string {
+		t.Helper()
+		ad, err := lora.New(m, cfg, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ad.Close()
+		if poison != 0 {
+			err := torch.NoGrad(func() error {
+				s := torch.NewScope()
+				defer s.Close()
+				l := ad.Layers()[1]
+				s.Copy_(l.B, s.AddScalar(s.MulScalar(l.B, 0), poison))
+				return s.Err()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir := t.TempDir()
+		if err := ad.Save(dir, "base"); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	good := lora.Config{Rank: 4, Alpha: 8}
+	for _, tc := range []struct {
+		name, dir, want string
+	}{
+		{"NaN weights", save(good, math.NaN()), "NaN or infinite"},
+		{"Inf weights", save(good, math.Inf(1)), "NaN or infinite"},
+	} {
+		if a, err := lora.Load(m, tc.dir); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if a != nil {
+				a.Close()
+			}
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+		if a, err := lora.LoadDetached(m, tc.dir); err == nil {
+			a.Close()
+			t.Errorf("%s: loaded detached", tc.name)
+		}
+	}
+	// An absurd lora_alpha in a config a client wrote.
+	dir := save(good, 0)
+	cfgPath := filepath.Join(dir, lora.ConfigFile)
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(b), `"lora_alpha": 8`, `"lora_alpha": 1e+38`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := lora.Load(m, dir); err == nil || !strings.Contains(err.Error(), "swamped") {
+		if a != nil {
+			a.Close()
+		}
+		t.Errorf("lora_alpha 1e38: %v", err)
+	}
+}

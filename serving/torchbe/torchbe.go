@@ -9,16 +9,39 @@
 //
 //   - Prompts. A request with Messages is rendered with chat.Render
 //     (AddGenerationPrompt; thinking as Options.DisableThinking says), a
-//     request with Prompt is tokenized as is. RenderChat is that rendering,
+//     request with Prompt is tokenized as is, and PromptTokenIDs are taken
+//     as they are (each checked against the vocabulary);
+//     TruncatePromptTokens keeps the last k. RenderChat is the rendering,
 //     so `evolm serve` and in-process callers send the engine the same text.
+//     A response carries the prompt's ids and text (decoded when they were
+//     not given as text).
 //   - Seeds. Completion j of a request with Seed s draws from
 //     sample.NewRNG(s + j) (model/generate), so one request of N samples
 //     equals N requests of one sample seeded s … s+N−1, and a row's tokens do
 //     not depend on the rest of the batch. An unseeded request gets a random
 //     seed.
 //   - Stop. Generation stops at the checkpoint's end tokens (config.json and
-//     generation_config.json eos_token_id), at a stop string or at MaxTokens.
-//     Text excludes the end token and is cut before a stop string.
+//     generation_config.json eos_token_id; not with IgnoreEOS), at
+//     StopTokenIDs, at a stop string or at MaxTokens, never before
+//     MinTokens. Text excludes the end token and is cut before a stop
+//     string (IncludeStopStr keeps them); special tokens are skipped unless
+//     KeepSpecialTokens.
+//   - Sampling controls. Penalties, LogitBias (clamped to ±100),
+//     AllowedTokenIDs, BadWords (each as vLLM encodes it: the word and,
+//     when it starts another token, the word after a space) and MinP are
+//     model/generate's logit processors.
+//   - Output formats. A request with Format is decoded under a
+//     model/constrain grammar over the checkpoint's vocabulary (special
+//     tokens left out), compiled once per format and kept; a completion
+//     that ends on an end token is checked by an independent JSON-schema
+//     validator, and one that fails it fails the call (an engine bug). A
+//     format whose shortest value needs more than MaxTokens, or with
+//     MinTokens, is rejected.
+//   - Streams and abort. Stream gets each completion's StreamDeltas from
+//     the decode loop (model/generate), Done ends a request's rows.
+//   - LoRA views. WithAdapter makes a view of a loaded model with a PEFT
+//     adapter that shares its weights and holds only the adapter's
+//     factors; a view's engine turns switch its adapter in (lora.Switch).
 //   - Row failures. A prompt that does not fit the model's context
 //     (prompt + MaxTokens > MaxModelLen), a chat that does not
 //     render, or a Score candidate that is not exactly one token fails its
@@ -66,8 +89,9 @@
 //     any call: within 1e-6 when the call's requests ask alike, within
 //     1e-5 when a request among the candidates shares its head with one
 //     over the vocabulary (the full head, renormalized).
-//   - Top log-probs (TopLogProbs > 0) come from one extra forward pass over
-//     prompt+completion per sample, after sampling.
+//   - Log-probs. Top log-probs (TopLogProbs > 0) and prompt log-probs
+//     (PromptLogProbs) are the raw model's, computed in the decode loop and
+//     in the prefill.
 //   - Concurrency. Concurrent calls (the handlers of `evolm serve`) share
 //     the engine in turns (generate.Scheduler): generations interleave decode
 //     step by decode step, so a large request cannot starve a small one;
