@@ -151,11 +151,12 @@ type worker struct {
 	undelivered []Event
 }
 
-// enqueue queues ev unless the tracker already has its step or the queue
-// is full; a full queue drops it and says so (once, then at most once every
-// reportEvery).
+// enqueue queues ev unless the tracker already has its step (a checkpoint
+// is always sent: a resumed run writes again the one it resumed before) or
+// the queue is full; a full queue drops it and says so (once, then at most
+// once every reportEvery).
 func (w *worker) enqueue(ev Event) {
-	if ev.Step <= w.last {
+	if ev.Step <= w.last && ev.Kind != Checkpoint {
 		return
 	}
 	select {

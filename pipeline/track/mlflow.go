@@ -261,14 +261,17 @@ func (m *mlflow) Write(ctx context.Context, evs []Event) error {
 			}
 		}
 		if step <= m.delivered {
-			continue
+			sm = nil // taken before; tags are set again harmlessly
+			if len(st) == 0 {
+				continue
+			}
 		}
 		if len(metrics)+len(sm) > mlflowMaxMetrics || len(tags)+len(st) > mlflowMaxTags {
 			if err := flush(); err != nil {
 				return err
 			}
 		}
-		metrics, tags, pending = append(metrics, sm...), append(tags, st...), step
+		metrics, tags, pending = append(metrics, sm...), append(tags, st...), max(pending, step)
 	}
 	return flush()
 }

@@ -236,11 +236,11 @@ func (w *wandbSink) Write(ctx context.Context, evs []Event) error {
 	}
 	var buf bytes.Buffer
 	for _, e := range evs {
-		if e.Step <= w.last {
-			continue
-		}
 		switch e.Kind {
 		case Scalars:
+			if e.Step <= w.last {
+				continue
+			}
 			buf.WriteString(`{"op":"log","step":`)
 			buf.WriteString(strconv.FormatInt(e.Step, 10))
 			buf.WriteString(`,"metrics":{`)
