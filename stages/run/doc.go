@@ -90,8 +90,23 @@
 // pairs (rubric steps) and one steps row with loss, KL, clip fraction, grad
 // norm, reward mean/std, response length, entropy (the mean −log p of the
 // sampled tokens, an unbiased estimate at temperature 1), zero-std fraction,
-// per-strategy rewards and counts, R_format rate and judge-missing rate.
+// per-strategy rewards and counts, R_format rate and judge-missing rate,
+// response-length p50/p95, truncated share, rubric lengths, the rubric
+// phase's mean margin s(a+) − s(a−), tokens per second, and where the step's
+// wall time went (timing.go: generation, rubric sampling, judging,
+// reference log-probs, learner, fleet weight sync, Parquet writes,
+// checkpointing, and the remainder, so that the parts sum to elapsed_s).
 // Shards are committed through the run manifest (stage "run").
+//
+// # Trackers
+//
+// stages.run.trackers (trackers.go) sends each committed steps row, a
+// sample rubric and answer, and each checkpoint's path to TensorBoard,
+// MLflow and W&B through package pipeline/track, from rank 0 only. The
+// trackers open before any model is loaded (one that cannot start stops the
+// run there); after that they never stop or slow the loop. A resumed run
+// sends the trackers the committed rows they lack from before the
+// checkpoint, then its own steps after the last one they hold.
 //
 // # Checkpoints and resume
 //
@@ -108,7 +123,8 @@
 // made under another config (its hash, steps excepted) is refused, and
 // --fresh forgets the checkpoints with the shards. Sampling seeds
 // derive from (seed, step, role, item), so the recomputed steps — and the
-// rows of every table, but for steps.elapsed_s (wall time) — equal those of
+// rows of every table, but for the steps' wall times (elapsed_s,
+// tokens_per_s and the time_*_s breakdown) — equal those of
 // an uninterrupted run on the same libtorch thread count; steps already
 // committed after the checkpoint are rewritten with the same rows. The KL
 // reference is always the initial policy (roles.policy.model), reloaded on resume.

@@ -41,7 +41,7 @@ func (e demoEnv) dpConfig(t *testing.T, dir string, zero int) string {
 }
 
 // compareSteps checks that two runs' steps tables have the same rows, floats
-// within tol (elapsed_s apart), for the steps before until (all with
+// within tol (wall times apart), for the steps before until (all with
 // until < 0), and returns the largest float difference.
 func compareSteps(t *testing.T, a, b string, tol float64, until int64) float64 {
 	t.Helper()
@@ -57,7 +57,7 @@ func compareSteps(t *testing.T, a, b string, tol float64, until int64) float64 {
 		if until >= 0 && x.Step >= until {
 			break
 		}
-		x.ElapsedS, y.ElapsedS = 0, 0
+		x, y = withoutWallTimes(x), withoutWallTimes(y)
 		fx, fy := stepFloats(x), stepFloats(y)
 		for k := range fx {
 			d := math.Abs(fx[k] - fy[k])
@@ -73,6 +73,7 @@ func compareSteps(t *testing.T, a, b string, tol float64, until int64) float64 {
 		y.Loss, y.KL, y.ClipFrac, y.GradNorm, y.RewardMean, y.RewardStd, y.RespLenMean, y.Entropy, y.ZeroStdFrac = 0, 0, 0, 0, 0, 0, 0, 0, 0
 		x.FormatRate, y.FormatRate, x.JudgeMissingRate, y.JudgeMissingRate = nil, nil, 0, 0
 		x.RewardTemporal, y.RewardTemporal, x.RewardBacktranslate, y.RewardBacktranslate, x.RewardRubricGuided, y.RewardRubricGuided = nil, nil, nil, nil, nil, nil
+		x.MarginMean, y.MarginMean = nil, nil
 		if fmt.Sprintf("%+v", x) != fmt.Sprintf("%+v", y) {
 			t.Errorf("step %d: rows differ beyond floats:\n%+v\n%+v", x.Step, x, y)
 		}
@@ -88,7 +89,7 @@ func stepFloats(m schemas.StepMetrics) []float64 {
 		return *p
 	}
 	return []float64{m.Loss, m.KL, m.ClipFrac, m.GradNorm, m.RewardMean, m.RewardStd, m.RespLenMean, m.Entropy, m.ZeroStdFrac,
-		opt(m.FormatRate), m.JudgeMissingRate, opt(m.RewardTemporal), opt(m.RewardBacktranslate), opt(m.RewardRubricGuided)}
+		opt(m.FormatRate), m.JudgeMissingRate, opt(m.RewardTemporal), opt(m.RewardBacktranslate), opt(m.RewardRubricGuided), opt(m.MarginMean)}
 }
 
 // firstFlip returns the first step at which two runs sampled different
@@ -148,7 +149,9 @@ func TestE2EDataParallel(t *testing.T) {
 	for _, zero := range []int{0, 1, 2} {
 		rd := filepath.Join(dir, fmt.Sprintf("dp-zero%d", zero))
 		t0 := time.Now()
-		run(t, e.bin, "run", "--config", e.dpConfig(t, dir, zero), "--run-dir", rd, "--nproc", "2")
+		// Reporting to TensorBoard too: rank 0 alone writes the run's events.
+		run(t, e.bin, "run", "--config", e.dpConfig(t, dir, zero), "--run-dir", rd, "--nproc", "2", "--trackers", "console,tensorboard")
+		checkOneTracker(t, rd)
 		t.Logf("2 ranks, zero_stage %d: %v", zero, time.Since(t0).Round(time.Millisecond))
 		runs[zero] = rd
 		// Compare the weights after the updates that trained on the same

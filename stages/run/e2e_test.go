@@ -299,7 +299,7 @@ func TestE2ELoopResumeIsExact(t *testing.T) {
 	compareTable(t, ref, crash, schemas.Judgments, func(r schemas.Judgment) string { return r.JudgmentID })
 	compareTable(t, ref, crash, schemas.Pairs, func(r schemas.Pair) string { return r.PairID })
 	compareTable(t, ref, crash, schemas.Steps, func(r schemas.StepMetrics) string { return fmt.Sprint(r.Step) },
-		cmpopts.IgnoreFields(schemas.StepMetrics{}, "ElapsedS"))
+		cmpopts.IgnoreFields(schemas.StepMetrics{}, wallTimeFields...))
 	maxDiff := compareWeights(t, filepath.Join(ref, "checkpoints/step-000006/policy/model.safetensors"),
 		filepath.Join(crash, "checkpoints/step-000006/policy/model.safetensors"))
 	t.Logf("final weights: max |Δ| = %g over every tensor", maxDiff)
