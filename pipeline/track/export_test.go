@@ -9,3 +9,11 @@ func SetIntervals(retry, report time.Duration) (restore func()) {
 	retryMin, retryMax, reportEvery = retry, retry, report
 	return func() { retryMin, retryMax, reportEvery = a, b, c }
 }
+
+// SetStuckWait sets how long a stopped worker's write may take, for a test,
+// and returns what restores it.
+func SetStuckWait(d time.Duration) (restore func()) {
+	old := stuckWait
+	stuckWait = d
+	return func() { stuckWait = old }
+}

@@ -26,6 +26,9 @@ var (
 	retryMin    = time.Second
 	retryMax    = 30 * time.Second
 	reportEvery = time.Minute
+	// stuckWait is how long a stopped worker's write may take to return,
+	// before the sink is aborted and again after.
+	stuckWait = 10 * time.Second
 )
 
 // maxBatch is the most events a tracker is handed in one Write.
@@ -265,7 +268,10 @@ func (w *worker) finish(deadline time.Time, status Status) {
 	case <-w.done:
 	case <-time.After(time.Until(deadline)):
 		close(w.stop)
-		<-w.done
+		if !w.stopped() {
+			w.log.Warn("tracker stuck in a write after the flush timeout; abandoned (the steps table keeps every row)")
+			return
+		}
 	}
 	if n := len(w.undelivered); n > 0 {
 		w.log.Warn("tracker did not take every event before the flush timeout (stages.run.tracker_flush_timeout); the steps table keeps every row",
@@ -280,6 +286,30 @@ func (w *worker) finish(deadline time.Time, status Status) {
 	defer cancel()
 	if err := w.sink.Close(ctx, status); err != nil {
 		w.log.Warn("tracker did not close cleanly", "err", err)
+	}
+}
+
+// aborter is a sink that can end a write that does not return (a sidecar
+// that stopped reading).
+type aborter interface{ Abort() }
+
+// stopped waits for the worker to return once stop is closed: a write in
+// flight sees its context cancelled; one that ignores it is aborted
+// (aborter), and one that still does not return is abandoned (false).
+func (w *worker) stopped() bool {
+	select {
+	case <-w.done:
+		return true
+	case <-time.After(stuckWait):
+	}
+	if a, ok := w.sink.(aborter); ok {
+		a.Abort()
+	}
+	select {
+	case <-w.done:
+		return true
+	case <-time.After(stuckWait):
+		return false
 	}
 }
 

@@ -27,7 +27,14 @@ type doubleSink struct {
 	refuse  map[int64]bool // steps refused permanently
 	always  bool           // every write fails
 	written chan struct{}  // signalled after each write attempt
+	deaf    bool           // Write ignores its context while gated
+	aborted chan struct{}  // non-nil: the double is an aborter; Abort closes it
 }
+
+// stuckSink is a doubleSink that can be aborted.
+type stuckSink struct{ *doubleSink }
+
+func (s stuckSink) Abort() { close(s.aborted) }
 
 func (d *doubleSink) Write(ctx context.Context, evs []track.Event) error {
 	defer func() {
@@ -37,10 +44,14 @@ func (d *doubleSink) Write(ctx context.Context, evs []track.Event) error {
 		}
 	}()
 	if d.gate != nil {
+		done := ctx.Done()
+		if d.deaf {
+			done = d.aborted // nil: never
+		}
 		select {
 		case <-d.gate:
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-done:
+			return errors.New("aborted")
 		}
 	}
 	d.mu.Lock()
@@ -75,6 +86,9 @@ var (
 
 func init() {
 	track.Register("test-double", func(context.Context, track.Settings, track.Run) (track.Sink, int64, error) {
+		if nextDouble.aborted != nil {
+			return stuckSink{nextDouble}, nextLast, nil
+		}
 		return nextDouble, nextLast, nil
 	})
 }
@@ -218,4 +232,28 @@ func TestPoints(t *testing.T) {
 	if len(track.MetricTags()) < len(pts) {
 		t.Errorf("MetricTags lists %d tags, a row has %d", len(track.MetricTags()), len(pts))
 	}
+}
+
+// TestHubStuckTracker: a write that ignores its cancelled context at the
+// end of the run gets the sink aborted; one that does not return even then
+// is abandoned, and Close returns all the same.
+func TestHubStuckTracker(t *testing.T) {
+	defer track.SetIntervals(time.Millisecond, time.Hour)()
+	defer track.SetStuckWait(10 * time.Millisecond)()
+	d := &doubleSink{gate: make(chan struct{}), deaf: true, aborted: make(chan struct{})}
+	h, logs := openDouble(t, d, -1, 10, time.Millisecond)
+	steps(h, 0, 3)
+	h.Close(track.Finished)
+	if logs.count("did not take every event") != 1 || logs.count("abandoned") != 0 || d.closed != track.Finished {
+		t.Errorf("aborted sink: closed %q, log:\n%s", d.closed, logs)
+	}
+
+	d = &doubleSink{gate: make(chan struct{}), deaf: true} // no Abort: stays stuck
+	h, logs = openDouble(t, d, -1, 10, time.Millisecond)
+	steps(h, 0, 3)
+	h.Close(track.Finished)
+	if logs.count("abandoned") != 1 {
+		t.Errorf("stuck sink, log:\n%s", logs)
+	}
+	close(d.gate) // let its goroutine end
 }

@@ -217,6 +217,14 @@ func (w *wandbSink) kill() {
 	}
 }
 
+// Abort kills the sidecar, ending a write to it that blocks (hub: a sidecar
+// that stopped reading); the next write or Close starts or skips it.
+func (w *wandbSink) Abort() {
+	if w.cmd != nil && w.cmd.Process != nil {
+		_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
 // logTail is the end of the sidecar's stderr log, for an error message.
 func (w *wandbSink) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(w.r.StateDir(), "wandb_sidecar.log"))
