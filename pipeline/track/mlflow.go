@@ -79,14 +79,17 @@ func openMLflow(ctx context.Context, s Settings, r Run) (Sink, int64, error) {
 	}
 	last := int64(-1)
 	params := map[string]string{}
+	unreachable := func(err error) error {
+		return fmt.Errorf("tracking server %s: %w (is `mlflow server` running there?)", uri, err)
+	}
 	if ok && st.TrackingURI == uri {
 		if last, params, err = m.resume(ctx, st.RunID); err != nil {
-			return nil, 0, err
+			return nil, 0, unreachable(err)
 		}
 	}
 	if m.runID == "" {
 		if st, err = m.create(ctx, uri, s, r); err != nil {
-			return nil, 0, err
+			return nil, 0, unreachable(err)
 		}
 		if err := saveState(r, "mlflow", st); err != nil {
 			return nil, 0, err

@@ -204,10 +204,18 @@ func TestMLflowReadBack(t *testing.T) {
 	}
 }
 
-// TestMLflowRefusesFileStore: a tracking URI that is not an http(s) server
-// is refused at start.
-func TestMLflowRefusesFileStore(t *testing.T) {
+// TestMLflowStartErrors: a tracking URI that is not an http(s) server, or
+// a server that does not answer, stops the run at start.
+func TestMLflowStartErrors(t *testing.T) {
 	log, _ := newLog()
 	_, err := track.Open(t.Context(), track.Settings{Trackers: []string{"mlflow"}, MLflowURI: "file:///tmp/mlruns", Queue: 1}, runInfo(t.TempDir()), log)
-	testutil.ErrorContains(t, err, "tracker mlflow", "file:///tmp/mlruns", "http(s) URL of a tracking server")
+	testutil.ErrorContains(t, err, "a file store", "tracker mlflow", "file:///tmp/mlruns", "http(s) URL of a tracking server")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := "http://" + l.Addr().String()
+	l.Close() // nothing listens there now
+	_, err = track.Open(t.Context(), track.Settings{Trackers: []string{"mlflow"}, MLflowURI: uri, MLflowExperiment: "x", Queue: 1}, runInfo(t.TempDir()), log)
+	testutil.ErrorContains(t, err, "no server", "tracker mlflow", uri, "connection refused", "mlflow server")
 }
