@@ -42,7 +42,9 @@ def main() -> None:
         n = len(lp.tokens)
         assert all(isinstance(t, str) for t in lp.tokens)
         assert len(lp.token_logprobs) == n and all(isinstance(v, float) and v <= 0 for v in lp.token_logprobs)
-        assert len(lp.top_logprobs) == n and all(isinstance(d, dict) and 0 < len(d) <= 3 for d in lp.top_logprobs)
+        # The sampled token and the 3 most likely: 3 or 4 entries (OpenAI's
+        # and vLLM's logprobs+1).
+        assert len(lp.top_logprobs) == n and all(isinstance(d, dict) and 0 < len(d) <= 4 for d in lp.top_logprobs)
         assert all(isinstance(k, str) and isinstance(v, float) for d in lp.top_logprobs for k, v in d.items())
         assert len(lp.text_offset) == n and all(isinstance(o, int) for o in lp.text_offset)
         assert lp.text_offset == sorted(lp.text_offset)

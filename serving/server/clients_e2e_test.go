@@ -234,7 +234,7 @@ func TestLMEvalHarness(t *testing.T) {
 	url, _, dir := tinyServer(t, func(g backend.Generator) backend.Generator { rec.Generator = g; return rec })
 	tasks := lmevalTasks(t)
 	out := runLMEval(t, "--model", "local-completions", "--model_args",
-		"model=tiny,base_url="+url+"/completions,tokenizer="+dir+",tokenizer_backend=huggingface,num_concurrent=1,max_retries=1",
+		"model=tiny,base_url="+url+"/completions,tokenizer="+dir+",num_concurrent=1,max_retries=1",
 		"--tasks", "evtiny_mc,evtiny_gen", "--include_path", tasks, "--batch_size", "1")
 	rec.mu.Lock()
 	ids, echo := 0, 0
@@ -452,5 +452,24 @@ func TestChatTemplateWithToolsMatchesTransformers(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("token ids of the chat template with tools (-transformers +evolm serve):\n%s", diff)
+	}
+	// /detokenize keeps special tokens, as vLLM's does; /version is vLLM's.
+	r := postJSON(t, root+"/detokenize", openai.DetokenizeRequest{Tokens: got[0]})
+	var dr openai.DetokenizeResponse
+	if r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &dr) != nil || !strings.HasPrefix(dr.Prompt, "<|im_start|>system\nYou are helpful.") {
+		t.Errorf("detokenize: %+v", r)
+	}
+	if r := postJSON(t, root+"/detokenize", openai.DetokenizeRequest{Tokens: []int{-1}}); r.status != http.StatusBadRequest {
+		t.Errorf("detokenize of an id outside the vocabulary: %+v", r)
+	}
+	resp, err := http.Get(root + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v openai.VersionResponse
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	resp.Body.Close()
+	if v.Version != server.Version {
+		t.Errorf("version %q", v.Version)
 	}
 }

@@ -88,6 +88,7 @@ func wireView(rs []backend.GenerateResponse) []backend.GenerateResponse {
 	out := make([]backend.GenerateResponse, len(rs))
 	for i, r := range rs {
 		r.Model = modelID
+		r.PromptTokenIDs, r.PromptText = nil, "" // the wire carries neither
 		comps := make([]backend.Completion, len(r.Completions))
 		for j, c := range r.Completions {
 			c.TokenIDs, c.TokenSource = nil, "" // the wire carries neither without return_tokens_as_token_ids
