@@ -27,7 +27,9 @@
 // (default <run>/model): an HF checkpoint with the base model's tokenizer,
 // or the PEFT adapter with LoRA. A rerun resumes from the newest
 // checkpoint made under the same config (steps excepted, so raising steps
-// trains on); the resumed steps equal an uninterrupted run's.
+// trains on, the linear or cosine rates after the checkpoint following the
+// new total); a killed run resumed with the same config computes the same
+// steps, rows and weights as an uninterrupted one.
 //
 // The stage trains in one process; the learner's SFT step is data-parallel
 // (model/learner), but the stage does not open a process group yet and

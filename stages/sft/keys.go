@@ -16,7 +16,7 @@ type Keys struct {
 
 	// Schedule.
 	Epochs    int `key:"epochs" default:"1" min:"1" max:"100000" help:"passes over the data (when steps is 0)"`
-	Steps     int `key:"steps" default:"0" min:"0" max:"1e9" volatile:"true" help:"optimizer steps; 0: epochs × ⌈examples / batch_size⌉"`
+	Steps     int `key:"steps" default:"0" min:"0" max:"1e9" volatile:"true" help:"optimizer steps; 0: epochs × ⌈examples / batch_size⌉; raising it continues a run (under a linear or cosine schedule the rates after the checkpoint follow the new total)"`
 	BatchSize int `key:"batch_size" default:"8" min:"1" max:"1048576" help:"examples per optimizer step (the global batch: TRL's per_device_train_batch_size × gradient_accumulation_steps × ranks)"`
 	// Learner.
 	MicroBatch        int      `key:"micro_batch" default:"8" min:"1" max:"65536" help:"rows (examples, or packed rows) per forward/backward pass; gradients accumulate over the step"`

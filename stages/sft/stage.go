@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/evolm/evolm/internal/failpoint"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
@@ -213,6 +214,7 @@ func (st *stage) Run(ctx context.Context, env *pipeline.Env) error {
 				return err
 			}
 		}
+		failpoint.Hit("sft-step") // crash tests: killed after a step
 	}
 	return ck.export(ctx, sft, total)
 }
