@@ -173,9 +173,10 @@ func Input(cfg *pipeline.Config, lc backend.LearnerConfig, o Options) (plan.Inpu
 	// (the generator sees the question alone: prompt + rubric max_tokens).
 	// Generated sequences also include question back-translation, whose
 	// prompt holds a whole answer: prompt + 2·policy max_tokens.
-	policySeq := P + pol.Sampling.MaxTokens
-	rubricSeq := P + rub.Sampling.MaxTokens
-	inferSeq := P + 2*pol.Sampling.MaxTokens
+	// A role's truncate_prompt_tokens caps the prompts it reads.
+	policySeq := promptOf(pol, P) + pol.Sampling.MaxTokens
+	rubricSeq := promptOf(rub, P) + rub.Sampling.MaxTokens
+	inferSeq := promptOf(pol, P+pol.Sampling.MaxTokens) + pol.Sampling.MaxTokens
 	in.SeqLen, in.GenTokens = max(policySeq, rubricSeq), max(policySeq, rubricSeq, inferSeq)
 	if rub.Shared {
 		src.RubricGenerator = "the policy's model (shared)"
@@ -203,13 +204,22 @@ func Input(cfg *pipeline.Config, lc backend.LearnerConfig, o Options) (plan.Inpu
 		// most the policy's budget) and the rubric rebuilt from its parsed
 		// criteria (at most 2,048 tokens for 10 criteria with levels), and
 		// writes up to its own budget.
-		in.JudgeTok = P + pol.Sampling.MaxTokens + min(rub.Sampling.MaxTokens, judgeRubricTokens) + jud.Sampling.MaxTokens
+		in.JudgeTok = promptOf(jud, P+pol.Sampling.MaxTokens+min(rub.Sampling.MaxTokens, judgeRubricTokens)) + jud.Sampling.MaxTokens
 	} else if judLocal {
 		src.Judge = "in process on " + judDev
 	} else {
 		src.Judge = "served (" + jud.Backend + ")"
 	}
 	return in, src, nil
+}
+
+// promptOf is the most prompt tokens role c reads of a prompt of p
+// tokens: p, or its truncate_prompt_tokens when that is smaller.
+func promptOf(c roles.Config, p int) int {
+	if k := c.Sampling.TruncatePromptTokens; k > 0 {
+		return min(p, k)
+	}
+	return p
 }
 
 // ForRun estimates the plan of `evolm run` and checks it against the

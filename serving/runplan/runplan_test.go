@@ -70,6 +70,20 @@ func TestPaperInput(t *testing.T) {
 	if in.LoRA.Rank != 64 || len(in.LoRA.Targets) != 2 || !in.GradCheckpointing || in.SeqLen != 10+budget {
 		t.Errorf("with overrides: %+v", in)
 	}
+	// truncate_prompt_tokens caps what each role reads: the policy's
+	// prompts at 512, the judge's at 4,096.
+	cut, err := pipeline.LoadConfig(pipeline.LoadOptions{File: testutil.Root(t) + "/stages/presets/paper.yaml",
+		Env: []string{"EVOLM_ROLES_POLICY_TRUNCATE_PROMPT_TOKENS=512", "EVOLM_ROLES_JUDGE_TRUNCATE_PROMPT_TOKENS=4096"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, _, err = runplan.Input(cut, learner(t, cut), runplan.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// The rubric generator keeps whole prompts: its sequences are the longest.
+	if in.SeqLen != 1024+budget || in.GenTokens != 1024+budget || in.JudgeTok != 4096+budget {
+		t.Errorf("with truncate_prompt_tokens: %+v", in)
+	}
 	// A model that is neither a checkpoint nor a preset name is an error naming the key.
 	if _, _, err := runplan.ShapeOf("models/NoSuchModel"); err == nil || !strings.Contains(err.Error(), "not a preset") {
 		t.Errorf("unknown model: %v", err)
