@@ -22,11 +22,12 @@
 # needs libcudart and libcupti at load time, which come from the wheel's
 # nvidia-cuda-runtime/cupti dependencies.
 #
-# TORCH_CUDA=1 also writes build/overlay-cuda.json: overlay.json plus two
-# files that exist only in it, each built only with -tags evolm_cuda:
-# model/torch/cuda_cgo.go (links libtorch_cuda, c10_cuda and libtorch, and
-# compiles model/torch/cuda.cc against CUDA's headers) and
-# model/dist/nccl_cgo.go (compiles c10d.cc's ProcessGroupNCCL path). Every
+# TORCH_CUDA=1 also writes build/overlay-cuda.json: overlay.json plus the
+# flags of two files built only with -tags evolm_cuda (committed as stubs
+# that stop the build with a message): model/torch/cuda_cgo.go (links
+# libtorch_cuda, c10_cuda and libtorch, and compiles model/torch/cuda.cc
+# against CUDA's headers) and model/dist/nccl_cgo.go (compiles c10d.cc's
+# ProcessGroupNCCL path). Every
 # other file is the CPU build's, byte for byte, so the CPU and the CUDA
 # builds share the go build cache for gotch's large C++ library. The CUDA
 # headers are the wheel's nvidia/*/include plus $CUDA_HOME/include, which must

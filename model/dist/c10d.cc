@@ -7,6 +7,9 @@
 #ifdef EVOLM_DIST_NO_OVERLAY
 #error "model/dist needs libtorch's and Gloo's headers: run `make torch` and build with GOFLAGS=-overlay=build/overlay.json (source the Makefile's environment)"
 #endif
+#ifdef EVOLM_DIST_NO_CUDA_OVERLAY
+#error "-tags evolm_cuda needs the CUDA overlay: run `TORCH_CUDA=1 make build` (GOFLAGS=-overlay=build/overlay-cuda.json)"
+#endif
 
 #include "c10d.h"
 

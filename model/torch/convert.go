@@ -33,17 +33,13 @@ func Numel(shape []int64) int64 {
 // DTypeOf is x's dtype.
 func DTypeOf(x *Tensor) DType { return x.DType() }
 
-// DeviceOf is x's device.
+// DeviceOf is x's device: the CPU or a CUDA device; another (a meta
+// tensor of a test, ToMeta) is an error.
 func DeviceOf(x *Tensor) (Device, error) {
-	defer lockThread()()
-	d, err := x.Device()
-	if err != nil {
-		return CPU, cleanErr("Device", err)
+	if x == nil {
+		return CPU, fmt.Errorf("torch Device: nil tensor")
 	}
-	if !d.IsCuda() {
-		return CPU, nil // gotch reports the CPU as {CPU 1}, not the CPU value
-	}
-	return d, nil
+	return deviceOf(x)
 }
 
 // FromBytes makes a tensor of dtype and shape on the CPU from raw

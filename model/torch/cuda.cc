@@ -6,6 +6,10 @@
 // device properties, and the caching allocator's statistics, which
 // torch.cuda.max_memory_allocated reads.
 
+#ifdef EVOLM_TORCH_NO_CUDA_OVERLAY
+#error "-tags evolm_cuda needs the CUDA overlay: run `TORCH_CUDA=1 make build` (GOFLAGS=-overlay=build/overlay-cuda.json)"
+#endif
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -86,6 +90,18 @@ char* evolm_torch_cuda_memory(int64_t dev, int64_t* allocated, int64_t* peak, in
     *peak = stats.allocated_bytes[all].peak;
     *reserved = stats.reserved_bytes[all].current;
     if (reset != 0) c10::cuda::CUDACachingAllocator::resetPeakStats(d);
+  });
+}
+
+// evolm_torch_cuda_mem_info reads device dev's free and total memory from
+// the driver (torch.cuda.mem_get_info).
+char* evolm_torch_cuda_mem_info(int64_t dev, int64_t* free, int64_t* total) {
+  return guard([&] {
+    c10::cuda::CUDAGuard g(index(dev));
+    size_t f = 0, t = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    *free = static_cast<int64_t>(f);
+    *total = static_cast<int64_t>(t);
   });
 }
 

@@ -7,6 +7,7 @@ package torch
 // char* evolm_torch_cuda_probe(int64_t* count);
 // char* evolm_torch_cuda_props(int64_t dev, char** name, int64_t* total, int64_t* major, int64_t* minor);
 // char* evolm_torch_cuda_memory(int64_t dev, int64_t* allocated, int64_t* peak, int64_t* reserved, int reset);
+// char* evolm_torch_cuda_mem_info(int64_t dev, int64_t* free, int64_t* total);
 // char* evolm_torch_cuda_synchronize(int64_t dev);
 // char* evolm_torch_cuda_empty_cache(void);
 import "C"
@@ -19,9 +20,7 @@ import (
 
 // cudaBuilt: this file is built with -tags evolm_cuda, which links
 // libtorch_cuda through build/overlay-cuda.json's cuda_cgo.go (TORCH_CUDA=1
-// make build). cudaOverlay is declared there only, so the tag without that
-// overlay fails to compile here rather than build a binary that claims CUDA
-// and links none.
+// make build; without it the committed cuda_cgo.go makes cuda.cc stop).
 const cudaBuilt = cudaOverlay
 
 // CUDAHeaders is where the CUDA build's CUDA headers came from (a toolkit's
@@ -67,6 +66,14 @@ func cudaMemory(i int, reset bool) (MemoryStats, error) {
 		return MemoryStats{}, err
 	}
 	return MemoryStats{Allocated: int64(a), Peak: int64(p), Reserved: int64(r)}, nil
+}
+
+func cudaMemInfo(i int) (int64, int64, error) {
+	var f, t C.int64_t
+	if err := cErrMsg(C.evolm_torch_cuda_mem_info(C.int64_t(i), &f, &t)); err != nil {
+		return 0, 0, err
+	}
+	return int64(f), int64(t), nil
 }
 
 func cudaSynchronize(i int) error { return cErrMsg(C.evolm_torch_cuda_synchronize(C.int64_t(i))) }

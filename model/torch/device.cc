@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 
+#include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -89,6 +90,31 @@ char* evolm_torch_seed(int64_t seed, int cuda) {
     for (int64_t i = 0; i < n; i++) {
       seed_generator(at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i))), s);
     }
+  });
+}
+
+// evolm_torch_device reads x's device: *type 0 for the CPU, 1 for CUDA
+// (with *index), 2 for another (its name, malloc'd, in *other). gotch's
+// own at_device reports -99 for a device other than these two, on which
+// gotch's Go side exits the process.
+char* evolm_torch_device(void* x, int* type, int* index, char** other) {
+  *other = nullptr;
+  return guard([&] {
+    TORCH_CHECK(x != nullptr, "device: tensor is NULL");
+    const at::Device d = static_cast<at::Tensor*>(x)->device();
+    *index = d.has_index() ? d.index() : 0;
+    *type = d.is_cpu() ? 0 : d.is_cuda() ? 1 : 2;
+    if (*type == 2) *other = dup(d.str());
+  });
+}
+
+// evolm_torch_to_meta is x on the meta device: its shape, dtype and
+// strides, no storage.
+char* evolm_torch_to_meta(void* x, void** out) {
+  return guard([&] {
+    TORCH_CHECK(x != nullptr, "to meta: tensor is NULL");
+    const at::Tensor& t = *static_cast<at::Tensor*>(x);
+    *out = new at::Tensor(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
   });
 }
 

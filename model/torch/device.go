@@ -5,6 +5,8 @@ package torch
 // int64_t evolm_torch_cuda_runtime(void);
 // int64_t evolm_torch_cudnn_version(void);
 // char* evolm_torch_seed(int64_t seed, int cuda);
+// char* evolm_torch_device(void* x, int* type, int* index, char** other);
+// char* evolm_torch_to_meta(void* x, void** out);
 import "C"
 
 import (
@@ -231,3 +233,51 @@ func checkInUse(d Device) error {
 // OverlayPatches lists what scripts/gotch-overlay.sh changed in gotch for
 // this build: the module copy, the cgo flags, and the two patched files.
 func OverlayPatches() []string { return slices.Clone(overlayPatches) }
+
+// deviceOf is x's device through the shim: the CPU, a CUDA device, or an
+// error naming another (meta): gotch's Device exits the process there.
+func deviceOf(x *Tensor) (Device, error) {
+	var typ, idx C.int
+	var other *C.char
+	if msg := C.evolm_torch_device(Handle(x), &typ, &idx, &other); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		return CPU, fmt.Errorf("torch Device: %s", C.GoString(msg))
+	}
+	switch typ {
+	case 0:
+		return CPU, nil
+	case 1:
+		return CUDA(int(idx)), nil
+	}
+	defer C.free(unsafe.Pointer(other))
+	return CPU, fmt.Errorf("torch Device: the tensor is on %s; evolm runs on cpu and cuda", C.GoString(other))
+}
+
+// ToMeta is a tensor of x's shape, dtype and strides on the meta device,
+// which holds no data: libtorch's ops on meta tensors compute only their
+// results' shapes and dtypes, and a shim's device checks (is_cpu) take
+// their non-CPU branch. For tests of code that chooses a path by device,
+// on a machine without the device; DeviceOf reports such a tensor as an
+// error, and reading one fails.
+func (s *Scope) ToMeta(x *Tensor) *Tensor {
+	if !s.ok("ToMeta", x) {
+		return nil
+	}
+	var out unsafe.Pointer
+	if msg := C.evolm_torch_to_meta(Handle(x), &out); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		s.Fail(fmt.Errorf("torch ToMeta: %s", C.GoString(msg)))
+		return nil
+	}
+	return s.AdoptHandle("ToMeta", out)
+}
+
+// CUDAMemInfo is the free and total memory of CUDA device d as the driver
+// reports them (cudaMemGetInfo, torch.cuda.mem_get_info); d must have passed
+// CheckDevice.
+func CUDAMemInfo(d Device) (free, total int64, err error) {
+	if err := checkInUse(d); err != nil {
+		return 0, 0, err
+	}
+	return cudaMemInfo(d.Value)
+}

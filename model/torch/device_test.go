@@ -105,3 +105,45 @@ func TestDeviceName(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceMeta: a meta tensor (ToMeta) keeps x's shape and dtype, is
+// reported as an error by DeviceOf (gotch's own Device exits the process
+// there), and CopyBytesInto, whose raw copy is for CPU tensors only, leaves
+// it to the caller's other path (the one a CUDA tensor takes) instead of
+// writing through its data pointer.
+func TestDeviceMeta(t *testing.T) {
+	base := Live()
+	s := NewScope()
+	x := s.FromFloat32([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
+	m := s.ToMeta(s.Transpose(x, 0, 1))
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if sh, err := Shape(m); err != nil || !slices.Equal(sh, []int64{3, 2}) || DTypeOf(m) != Float32 {
+		t.Errorf("meta tensor: shape %v (%v), dtype %s; want [3 2] float32", sh, err, DTypeName(DTypeOf(m)))
+	}
+	if _, err := DeviceOf(m); err == nil || !strings.Contains(err.Error(), "meta") {
+		t.Errorf("DeviceOf(meta) = %v, want an error naming meta", err)
+	}
+	if d, err := DeviceOf(x); err != nil || d != CPU {
+		t.Errorf("DeviceOf(cpu tensor) = %v, %v", d, err)
+	}
+	done, err := CopyBytesInto(s.ToMeta(x), make([]byte, 24), Float32, nil)
+	if done || err == nil {
+		t.Errorf("CopyBytesInto(meta) = %v, %v; want not done, with the device error", done, err)
+	}
+	y := s.Add(s.MulScalar(m, 2), m) // ops on meta tensors compute shapes only
+	if sh, err := Shape(y); err != nil || !slices.Equal(sh, []int64{3, 2}) || s.Err() != nil {
+		t.Errorf("meta op: shape %v, %v, %v", sh, err, s.Err())
+	}
+	s.Close()
+	wantLive(t, base)
+}
+
+// TestDeviceParamDType: parameters are bfloat16 on CUDA and float32 on the
+// CPU (model.LoadOptions' default dtype).
+func TestDeviceParamDType(t *testing.T) {
+	if ParamDType(CUDA(0)) != BFloat16 || ParamDType(CUDA(3)) != BFloat16 || ParamDType(CPU) != Float32 {
+		t.Errorf("ParamDType: cuda %s, cpu %s", DTypeName(ParamDType(CUDA(0))), DTypeName(ParamDType(CPU)))
+	}
+}

@@ -16,5 +16,6 @@ var errNoCUDA = errors.New("this evolm was built without CUDA (TORCH_CUDA=1 make
 func cudaProbe() (int, string)                  { return 0, errNoCUDA.Error() }
 func cudaProps(int) (CUDADeviceInfo, error)     { return CUDADeviceInfo{}, errNoCUDA }
 func cudaMemory(int, bool) (MemoryStats, error) { return MemoryStats{}, errNoCUDA }
+func cudaMemInfo(int) (int64, int64, error)     { return 0, 0, errNoCUDA }
 func cudaSynchronize(int) error                 { return errNoCUDA }
 func cudaEmptyCache() error                     { return errNoCUDA }
