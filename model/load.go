@@ -97,18 +97,25 @@ func Build(cfg *Config, opts LoadOptions) (CausalLM, error) {
 		return nil, err
 	}
 	c := *cfg // the model gets its own copy, with the attention choice
-	switch opts.Attention {
-	case "":
-		c.AttnImplementation = AttnEager
-		if torch.IsCUDA(dev) {
-			c.AttnImplementation = AttnSDPA
-		}
-	case AttnEager, AttnSDPA:
-		c.AttnImplementation = opts.Attention
-	default:
-		return nil, fmt.Errorf("attention %q: want eager or sdpa", opts.Attention)
+	if c.AttnImplementation, err = attention(dev, opts.Attention); err != nil {
+		return nil, err
 	}
 	return arch.Build(&c, dev, dt)
+}
+
+// attention is LoadOptions.Attention resolved for dev: "" is sdpa on CUDA
+// and eager on the CPU.
+func attention(dev torch.Device, opt string) (string, error) {
+	switch opt {
+	case "":
+		if torch.IsCUDA(dev) {
+			return AttnSDPA, nil
+		}
+		return AttnEager, nil
+	case AttnEager, AttnSDPA:
+		return opt, nil
+	}
+	return "", fmt.Errorf("attention %q: want eager or sdpa", opt)
 }
 
 // TensorSource is a set of named tensors stored as bytes, such as a
