@@ -29,7 +29,7 @@ Model shapes come from each role's config.json (roles.<role>.model), or from
 a preset when that directory has none and its name is one (models/Qwen3-8B:
 qwen3-8b). The learner's keys are stages.run's (micro_batch, beta, lora_rank,
 grad_checkpointing …). Without --gpu-mem the plan is checked against the free
-memory of roles.policy.device (nvidia-smi on CUDA, MemAvailable on CPU).
+memory of roles.policy.device (the CUDA driver's free memory, MemAvailable on CPU).
 'evolm run' makes the same estimate at start and refuses a configuration that
 does not fit.`,
 		Example: `  evolm --config stages/presets/paper.yaml plan --gpu-mem 80GiB

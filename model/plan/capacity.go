@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/evolm/evolm/model/torch"
 )
 
 // ParseBytes reads a size such as 80GiB, 141GB, 512MiB, 80G or a plain
@@ -36,28 +37,26 @@ func ParseBytes(s string) (int64, error) {
 }
 
 // Available is the memory a learner may use on device now: free CUDA memory
-// (nvidia-smi) for cuda / cuda:N, MemAvailable (/proc/meminfo) for cpu.
+// for cuda / cuda:N (the driver's, cudaMemGetInfo, for the device as this
+// process numbers it, CUDA_VISIBLE_DEVICES applied; it initializes CUDA
+// and needs a CUDA build), MemAvailable (/proc/meminfo) for cpu.
 func Available(device string) (int64, error) {
 	d := strings.ToLower(strings.TrimSpace(device))
 	if d == "" || d == "cpu" {
 		return memAvailable("/proc/meminfo")
 	}
-	if !strings.HasPrefix(d, "cuda") {
-		return 0, fmt.Errorf("device %q: want cpu, cuda or cuda:N", device)
-	}
-	idx := "0"
-	if i := strings.IndexByte(d, ':'); i >= 0 {
-		idx = d[i+1:]
-	}
-	out, err := exec.Command("nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", idx).Output()
+	dev, err := torch.ParseDevice(d)
 	if err != nil {
-		return 0, fmt.Errorf("free memory of %s: nvidia-smi: %w", device, err)
+		return 0, err
 	}
-	mib, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err := torch.CheckDevice(dev); err != nil {
+		return 0, fmt.Errorf("free memory: %w (or give the capacity: evolm plan --gpu-mem)", err)
+	}
+	free, _, err := torch.CUDAMemInfo(dev)
 	if err != nil {
-		return 0, fmt.Errorf("free memory of %s: nvidia-smi said %q", device, out)
+		return 0, fmt.Errorf("free memory of %s: %w", torch.DeviceName(dev), err)
 	}
-	return mib << 20, nil
+	return free, nil
 }
 
 func memAvailable(path string) (int64, error) {

@@ -79,8 +79,11 @@
 // (the README's table), with host allocations of 1 MiB and more mapped on
 // their own as evolm sets them (torch.mmap_threshold). Under glibc's
 // adaptive threshold the process keeps freed heap the plan does not count
-// (LoRA: 36–67% above it). GPU figures (bf16, SDPA, CUDA context) are
-// estimates that no measurement here has checked.
+// (LoRA: 36–67% above it). The GPU figures (bf16, SDPA, the CUDA context)
+// are unproven: no GPU has measured them yet. scripts/gpu-check.sh compares
+// the plan (less its runtime line) with torch.cuda.max_memory_allocated for
+// a LoRA step of qwen3-0.6b shapes and fails beyond 15%; on the CPU,
+// TestCUDATerms checks only that a CUDA plan counts what it should.
 package plan
 
 import (

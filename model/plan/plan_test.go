@@ -1,12 +1,14 @@
 package plan
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/evolm/evolm/model"
 	"github.com/evolm/evolm/model/generate"
 	_ "github.com/evolm/evolm/model/llama"
+	"github.com/evolm/evolm/model/torch"
 )
 
 // TestPresetParams: the plan counts each preset's parameters as the engine
@@ -226,6 +228,54 @@ func TestPackedHead(t *testing.T) {
 	} {
 		if got := packed(c.in); got != c.want {
 			t.Errorf("%s: packed lm_head %d bytes, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestCUDATerms: what a CUDA plan counts differently from the CPU's, term
+// by term: SDPA keeps a (B, T, T) mask of the parameter dtype per layer
+// where eager attention keeps the (B, heads, T, T) float32 softmax, the
+// runtime is a CUDA context's, and no oneDNN lm_head copy is held. (The
+// CUDA figures against a measured peak: scripts/gpu-check.sh.)
+func TestCUDATerms(t *testing.T) {
+	cfg, err := model.PresetConfig("qwen3", "qwen3-0.6b", model.QwenVocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := ShapeOf(cfg)
+	const B, T = 2, 1024
+	in := Input{Policy: s, ParamBytes: 4, MicroBatch: B, SeqLen: T}
+	cpu := Estimate(in)
+	in.CUDA = true
+	cuda := Estimate(in)
+	perLayer := int64(B)*int64(s.Heads)*T*T*4 - int64(B)*T*T*4 // eager's softmax − SDPA's mask
+	if got := cpu.Parts[0].Bytes - cuda.Parts[0].Bytes; got != int64(s.Layers)*perLayer {
+		t.Errorf("activations: CPU − CUDA = %d, want %d layers × %d", got, s.Layers, perLayer)
+	}
+	if cpu.Runtime.Bytes != RuntimeCPU || cuda.Runtime.Bytes != RuntimeCUDA {
+		t.Errorf("runtime: CPU %d, CUDA %d", cpu.Runtime.Bytes, cuda.Runtime.Bytes)
+	}
+	for _, l := range cuda.Static {
+		if strings.Contains(l.Name, "packed lm_head") {
+			t.Errorf("CUDA plan holds %q", l.Name)
+		}
+	}
+}
+
+// TestAvailableNamesAMissingDevice: the free memory of a CUDA device this
+// process cannot use is an error naming it; the CPU's is MemAvailable.
+func TestAvailableNamesAMissingDevice(t *testing.T) {
+	devs, _ := torch.CUDADevices()
+	name := fmt.Sprintf("cuda:%d", len(devs))
+	if _, err := Available(name); err == nil || !strings.Contains(err.Error(), "device "+name+": ") {
+		t.Errorf("Available(%s) with %d device(s): %v, want an error naming it", name, len(devs), err)
+	}
+	if n, err := Available("cpu"); err != nil || n <= 0 {
+		t.Errorf("Available(cpu) = %d, %v", n, err)
+	}
+	if len(devs) > 0 {
+		if n, err := Available("cuda:0"); err != nil || n <= 0 || n > devs[0].Memory {
+			t.Errorf("Available(cuda:0) = %d, %v (device memory %d)", n, err, devs[0].Memory)
 		}
 	}
 }
