@@ -58,6 +58,7 @@ func launch(ctx context.Context, nproc int, grace time.Duration) error {
 			base = append(base, kv)
 		}
 	}
+	base = withoutNvfuser(base)
 	cmds := make([]*exec.Cmd, nproc)
 	var outs sync.WaitGroup
 	for r := range cmds {
