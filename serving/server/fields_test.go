@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -410,4 +411,20 @@ func post2(t *testing.T, url, body string) (int, string, string) {
 		param = *eb.Error.Param
 	}
 	return resp.StatusCode, string(data), param
+}
+
+// TestPackageDocNamesEveryField: the package doc names every harmless and
+// rejected field, so that its lists say what the server does.
+func TestPackageDocNamesEveryField(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fs := range [][]server.Field{server.CompletionFields(), server.ChatFields()} {
+		for _, f := range fs {
+			if f.Kind != server.Implemented && !strings.Contains(string(doc), f.Name) {
+				t.Errorf("the package doc does not name %s field %s", f.Kind, f.Name)
+			}
+		}
+	}
 }
