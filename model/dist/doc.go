@@ -50,10 +50,13 @@
 // The cgo flags are machine-specific, so like gotch's they come from the
 // overlay (scripts/gotch-overlay.sh writes build/_overlay/dist_cgo.go for
 // cgo.go): the wheel's include directories, -D_GLIBCXX_USE_CXX11_ABI=0 (the
-// PyPI wheel's ABI, torch._C._GLIBCXX_USE_CXX11_ABI is False), -DUSE_C10D_GLOO
-// as libtorch was built, and with TORCH_CUDA=1 -DUSE_C10D_NCCL plus the CUDA
-// and NCCL include directories (the wheel's nvidia/*/include, CUDA_HOME).
-// Building without the overlay fails with a message saying so.
+// PyPI wheel's ABI, torch._C._GLIBCXX_USE_CXX11_ABI is False) and
+// -DUSE_C10D_GLOO as libtorch was built. The CUDA build (TORCH_CUDA=1 make
+// build: -tags evolm_cuda, build/overlay-cuda.json) adds nccl_cgo.go's
+// flags: -DUSE_C10D_NCCL -DEVOLM_DIST_NCCL, the CUDA and NCCL include
+// directories (the wheel's nvidia/*/include and CUDA_HOME's, or the two
+// headers the Makefile takes from pinned wheels into build/cuda) and
+// libtorch_cuda. Building without the overlay fails with a message saying so.
 //
 // # Launching
 //
@@ -82,15 +85,16 @@
 //
 // # Not tested here
 //
-// The NCCL path has never run: there is no GPU here. It follows
-// ProcessGroupNCCL.hpp of libtorch 2.1.0 (Options, the constructor,
-// _allgather_base, _reduce_scatter_base, barrier's device_ids). It was
-// compiled once by hand with the TORCH_CUDA=1 flags against the wheel's
-// headers (plus the CUDA 12.1 toolkit's crt/ headers, and a host-only stub of
-// libcu++'s <nv/target>, which the wheel lacks: a CUDA machine has them under
-// CUDA_HOME) and linked against the wheel's libtorch_cuda, where every
-// ProcessGroupNCCL symbol resolved; Init("nccl") then returned the CUDA
-// driver's error as an error. On a GPU machine built with TORCH_CUDA=1,
+// The NCCL path compiles and links in every `make test` (its CUDA subset
+// builds the CUDA variant and runs this package's tests against it on the
+// CPU: Gloo's collectives, NCCLVersion from the wheel's libnccl, and Init on
+// NCCL refusing a rank whose GPU is missing, in one line, before the
+// rendezvous), but its collectives have never run: there is no GPU here.
+// It follows ProcessGroupNCCL.hpp of libtorch 2.1.0 (Options, the
+// constructor, _allgather_base, _reduce_scatter_base, barrier's
+// device_ids). On a GPU machine, scripts/gpu-check.sh runs an all-reduce
+// and a broadcast on NCCL at world size 1, and 2 with two GPUs, and
 // TestCollectives runs on NCCL with EVOLM_DIST_TEST_BACKEND=nccl (and
-// EVOLM_DIST_TEST_WORLDS no larger than the GPU count).
+// EVOLM_DIST_TEST_WORLDS no larger than the GPU count), built as the CUDA
+// variant (GOFLAGS="-overlay=build/overlay-cuda.json -tags=evolm_cuda").
 package dist

@@ -24,6 +24,18 @@
 //     EVOLM_PACKED=0 turns it off; packedHead), where F.linear re-packs
 //     the weight on every call. Those logits equal F.linear's within
 //     float32 rounding, not bit for bit.
+//
+// On CUDA the model takes the other side of each device choice: SDPA by
+// default (model.LoadOptions), bfloat16 parameters, the attention mask
+// built by tensor ops on the device (maskOps, where the CPU's comes from
+// fused.AttnBias or row by row in the fused pass), the lm_head through
+// F.linear, and the fused pass running ATen's ops where its CPU float32
+// kernels decline (model/fused's TestOffCPUTakesTheOps). Each of these runs
+// on the CPU in a test (TestHFParitySDPA, TestBFloat16Forward,
+// TestAttnBiasEqualsOps, TestHeadFormsMatchLinear). What is unproven
+// without a GPU is CUDA's own kernels under them and onDevice's copy of
+// the batch's ids, mask and positions to the device: scripts/gpu-check.sh
+// checks logits and log-probs against transformers on a GPU.
 package llama
 
 import (

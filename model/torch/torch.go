@@ -28,6 +28,13 @@
 // model code. CUDA is initialized only when a CUDA device is first asked for
 // (CheckDevice, device.go), so a binary built with TORCH_CUDA=1 runs every
 // CPU path as the CPU build does, on a machine without a GPU too.
+//
+// The CUDA build (-tags evolm_cuda) adds cuda.go over cuda.cc: why no
+// device is visible, device properties, the caching allocator's statistics
+// (CUDAMemory: torch.cuda.max_memory_allocated), free memory (CUDAMemInfo),
+// Synchronize and EmptyCache. Their refusals without a device are tested
+// here (TestDeviceCheck, in make test's CUDA subset too); the calls that
+// reach a GPU have never run: scripts/gpu-check.sh makes them on one.
 package torch
 
 import (
