@@ -66,6 +66,15 @@
 // at::parallel_for compiles to a serial loop in a file built without
 // -fopenmp, as fused.cc is.
 //
+// What takes another device or dtype: every one-pass kernel, the variance
+// sum, grouped_bmm (also without MKL, or below 400 multiply-adds) and
+// Argmax's scan fall back to ATen's ops; PackedLinear and a mask from Pad
+// and Branches refuse anything but the CPU. TestOffCPUTakesTheOps runs the
+// stack on meta tensors (no GPU needed) and checks that none of the CPU
+// kernels runs and the ops' shapes hold; bfloat16 runs the same fallbacks
+// on the CPU with numbers (TestFusedEqualsPlain). CUDA's kernels under
+// them are scripts/gpu-check.sh's to check.
+//
 // model/llama's TestFusedEqualsPlain compares the two paths bit for bit
 // (max |Δ| = 0) over prefill and decode steps, GQA and MHA, biases, Qwen3's
 // q/k norms, padded batches, eager and SDPA attention, float32 and
