@@ -10,6 +10,7 @@ import (
 	"github.com/evolm/evolm/internal/lmstage"
 	"github.com/evolm/evolm/method/prompts"
 	"github.com/evolm/evolm/method/rules"
+	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/roles"
 	"github.com/evolm/evolm/stages/judge"
@@ -50,6 +51,9 @@ type RubricJudge struct {
 	// Rubrics and Judgments accumulate every row made, for the output.
 	Rubrics   []schemas.Rubric
 	Judgments []schemas.Judgment
+	// GenFailures counts the generator's requests and those that failed on
+	// its backend (the judge's are Judge.Failures).
+	GenFailures pipeline.RowFailures
 }
 
 // Score implements Scorer.
@@ -68,6 +72,7 @@ func (s *RubricJudge) Score(ctx context.Context, reqs []ScoreRequest) ([][]float
 	if err != nil {
 		return nil, fmt.Errorf("rubric generator: %w", err)
 	}
+	lmstage.RecordFailures(&s.GenFailures, rolls)
 	byItem := map[string][]schemas.Rubric{}
 	for i := range rolls {
 		rub := rubrics.FromRolloutAs(&rolls[i], s.Format)

@@ -235,6 +235,14 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	// A judge that failed on every call (a model id the server does not
 	// serve, an unreachable endpoint) scores nothing: the table would show
 	// ties. That is an error, as in the judge stage (pipeline.RowFailures).
+	// So is a generator that failed on every call: no rubric, nothing to
+	// judge under.
+	grows, gfailed, gfirst := scorer.GenFailures.Counts()
+	env.Failures.Add(int(grows), int(gfailed), gfirst)
+	if grows > 0 && gfailed == grows {
+		return fmt.Errorf("rubric generator: %w: %d of %d calls; the first: %s (nothing was scored: check the generator's model, the server's --model-id and the endpoints)",
+			pipeline.ErrAllRowsFailed, gfailed, grows, gfirst)
+	}
 	rows, failed, first := scorer.Judge.Failures().Counts()
 	env.Failures.Add(int(rows), int(failed), first)
 	if _, err := env.Failures.Check(1); err != nil {
