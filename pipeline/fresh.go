@@ -49,13 +49,15 @@ func (r *Run) stagedJournalPath(stage string) string {
 }
 
 // StagedRun returns the staging run directory of an interrupted --fresh of
-// stage in run directory dir, or "" when there is none.
+// stage in run directory dir that committed shards (the one a rerun
+// resumes), or "" when there is none.
 func StagedRun(dir, stage string) string {
 	r := &Run{Dir: dir}
-	if _, err := os.Stat(r.stagedDir(stage)); err != nil {
+	staged := &Run{Dir: r.stagedDir(stage)}
+	if m, err := staged.Manifest(stage); err != nil || len(m.Shards) == 0 {
 		return ""
 	}
-	return r.stagedDir(stage)
+	return staged.Dir
 }
 
 // finishStaged completes a swap that a crash interrupted: when the stage's
