@@ -88,6 +88,9 @@ type Sampling struct {
 	KeepSpecialTokens bool
 	// TruncatePromptTokens keeps only the prompt's last k tokens; 0: all.
 	TruncatePromptTokens int
+	// Format, when set, constrains every completion to a value of it
+	// (structured output).
+	Format *OutputFormat
 }
 
 // Check checks the ranges of s.
@@ -177,8 +180,6 @@ type GenerateRequest struct {
 	// PromptTopLogProbs most likely alternatives.
 	PromptLogProbs    bool
 	PromptTopLogProbs int
-	// Format, when set, constrains every completion to a value of it.
-	Format *OutputFormat
 	// Stream, when set, receives each completion's StreamDeltas as they
 	// come, before the response. It must not block: an engine calls it
 	// between decode steps.

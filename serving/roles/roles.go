@@ -17,7 +17,8 @@
 // vLLM's min_p, repetition_penalty, presence_penalty, frequency_penalty,
 // min_tokens, stop_token_ids, include_stop_str_in_output,
 // skip_special_tokens, truncate_prompt_tokens: the same on the torch engine
-// and on any vLLM-compatible server) and its
+// and on any vLLM-compatible server; response_format, structured output,
+// off by default as in the paper) and its
 // prompt variant (prompt_variant: policy none | assistant; rubric_generator
 // and judge official | evolm; see stages/prompts) and prompt overrides
 // (prompt_files, which win over the variant); the judge also its mode and
@@ -53,7 +54,9 @@
 package roles
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -110,6 +113,7 @@ const (
 	KeyIncludeStop       = "include_stop_str_in_output"
 	KeySkipSpecial       = "skip_special_tokens"
 	KeyTruncatePrompt    = "truncate_prompt_tokens"
+	KeyResponseFormat    = "response_format"
 	KeyPromptFiles       = "prompt_files"
 	KeyVariant           = "prompt_variant"
 	KeyMode              = "mode"         // judge only
@@ -218,6 +222,11 @@ func fields(role string) []pipeline.Field {
 		{Key: KeyIncludeStop, Type: pipeline.TypeBool, Default: false, Description: "keep the stop string (or the end token's text) that ended a generation in its text"},
 		{Key: KeySkipSpecial, Type: pipeline.TypeBool, Default: true, Description: "leave special tokens out of the generated text"},
 		{Key: KeyTruncatePrompt, Type: pipeline.TypeInt, Default: 0, Min: zero, Max: pipeline.Bound(1 << 24), Description: "keep only the prompt's last k tokens; 0 keeps all"},
+		{Key: KeyResponseFormat, Type: pipeline.TypeString, Default: "",
+			Description: "structured output by constrained decoding: empty (none, as the paper), json_object, or the path of a JSON schema file. " +
+				"For the rubric generator a schema makes every rubric parse, so R_format stops varying within a group and no longer shapes the reward: " +
+				"it changes the method, and thinking (before the JSON) is not possible under it",
+			Example: "schemas/rubric.schema.json"},
 		{Key: KeyPromptFiles, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "overrides of this role's prompts as name=path (names: " + strings.Join(names, ", ") + "); an override wins over prompt_variant",
 			Example:     []string{names[0] + "=prompts/" + names[0] + ".tmpl"}},
@@ -355,6 +364,20 @@ func Read(cfg *pipeline.Config, role string) (Config, error) {
 			return c, sec.Errorf(KeyStopTokenIDs, "entry %d %q: want a token id", i, s)
 		}
 		c.Sampling.StopTokenIDs = append(c.Sampling.StopTokenIDs, id)
+	}
+	switch rf := sec.String(KeyResponseFormat); rf {
+	case "":
+	case backend.FormatJSONObject:
+		c.Sampling.Format = &backend.OutputFormat{Type: backend.FormatJSONObject}
+	default:
+		b, err := os.ReadFile(rf)
+		if err != nil {
+			return c, sec.Errorf(KeyResponseFormat, "%v", err)
+		}
+		if !json.Valid(b) {
+			return c, sec.Errorf(KeyResponseFormat, "%s is not JSON: want a JSON schema", rf)
+		}
+		c.Sampling.Format = &backend.OutputFormat{Type: backend.FormatJSONSchema, Schema: b}
 	}
 	if c.Sampling.MinTokens > c.Sampling.MaxTokens {
 		return c, sec.Errorf(KeyMinTokens, "%d exceeds %s %d", c.Sampling.MinTokens, KeyMaxTokens, c.Sampling.MaxTokens)

@@ -91,8 +91,9 @@ func (s *server) planChat(r *http.Request, req *openai.ChatRequest, e *entry) (*
 	if req.RequestID != "" {
 		p.id = "chatcmpl-" + req.RequestID
 	}
+	sp.Format = f
 	p.req = backend.GenerateRequest{ID: p.id, N: n, Sampling: sp, LogProbs: p.top >= 0, TopLogProbs: max(p.top, 0),
-		PromptLogProbs: p.promptTop >= 0, PromptTopLogProbs: max(p.promptTop, 0), Format: f, Done: r.Context().Done()}
+		PromptLogProbs: p.promptTop >= 0, PromptTopLogProbs: max(p.promptTop, 0), Done: r.Context().Done()}
 	if err := s.renderChat(p, req, e); err != nil {
 		return nil, err
 	}

@@ -73,10 +73,11 @@ func (s *server) planCompletion(r *http.Request, req *openai.CompletionRequest) 
 	// An echo with max_tokens 0 generates nothing: the engine runs the
 	// prompt alone (scoring it), as vLLM does.
 	scorePrompt := req.Echo && (p.top >= 0 || sp.MaxTokens == 0) || p.promptTop >= 0
+	sp.Format = f
 	mk := func(i int) backend.GenerateRequest {
 		return backend.GenerateRequest{ID: fmt.Sprintf("%s-%d", p.id, i), N: n, Sampling: sp,
 			LogProbs: p.top >= 0, TopLogProbs: max(p.top, 0), PromptLogProbs: scorePrompt,
-			PromptTopLogProbs: max(p.top, p.promptTop, 0), Format: f, Done: r.Context().Done()}
+			PromptTopLogProbs: max(p.top, p.promptTop, 0), Done: r.Context().Done()}
 	}
 	for i, t := range req.Prompt.Texts {
 		q := mk(i)
