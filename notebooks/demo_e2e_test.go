@@ -3,6 +3,7 @@
 package notebooks_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -47,10 +48,13 @@ func TestE2EDemoRun(t *testing.T) {
 	}
 	// The shipped demo preset, with its model and data paths pointed here and
 	// the run cut to 6 steps (policy, policy, rubric, rubric, policy, policy).
+	// It reports to TensorBoard too, and its log (info level) times the steps.
 	run := filepath.Join(tmp, "demo-run")
-	evolm(nil, "run", "--config", filepath.Join(root, "stages", "presets", "demo.yaml"), "--run-dir", run,
+	runLog := evolm(nil, "run", "--config", filepath.Join(root, "stages", "presets", "demo.yaml"), "--run-dir", run,
 		"--input", strings.Join(prompts, ","), "--policy-model", filepath.Join(models, "policy"),
-		"--judge-model", filepath.Join(models, "judge"), "--steps", "6", "--progress", "off", "--log-level", "warn")
+		"--judge-model", filepath.Join(models, "judge"), "--steps", "6", "--progress", "off", "--log-level", "info",
+		"--trackers", "console,tensorboard")
+	checkTrackersAndTiming(t, tmp, run, runLog)
 
 	quiet := []string{"--progress", "off", "--log-level", "warn"}
 	evolm(nil, append([]string{"export", "--run-dir", run}, quiet...)...)
@@ -79,7 +83,7 @@ func TestE2EDemoRun(t *testing.T) {
 			t.Fatalf("nbconvert %s: %v\n%s", filepath.Base(nb), err, b)
 		}
 	}
-	for _, png := range []string{"reward_kl.png", "pair_strategies.png", "rubric_evolution.png", "format_rate.png", "eval_scores.png"} {
+	for _, png := range []string{"reward_kl.png", "pair_strategies.png", "time_breakdown.png", "rubric_evolution.png", "format_rate.png", "eval_scores.png"} {
 		if st, err := os.Stat(filepath.Join(figs, png)); err != nil || st.Size() < 1000 {
 			t.Errorf("figure %s: %v", png, err)
 		}
@@ -115,4 +119,39 @@ print(n, diff)
 		t.Fatal(err)
 	}
 	t.Logf("same judge: %s", testutil.RunPython(t, script, run, same))
+}
+
+// checkTrackersAndTiming reads the demo run's TensorBoard files back with
+// TensorBoard's EventAccumulator (every steps column at every step equal to
+// the steps table, scripts/tracker_check.py) and checks its time breakdown
+// against its log: the parts of each step sum to the step, and the steps'
+// times add up to the log's own clock. It logs the remainder's share, the
+// loop's own overhead.
+func checkTrackersAndTiming(t *testing.T, tmp, run, runLog string) {
+	t.Helper()
+	logPath := filepath.Join(tmp, "run.log")
+	if err := os.WriteFile(logPath, []byte(runLog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testutil.Python(t), filepath.Join(testutil.Root(t), "scripts", "tracker_check.py"), run,
+		"--tensorboard", filepath.Join(run, "tensorboard"), "--timing", logPath)
+	out, err := cmd.Output()
+	var rep map[string]struct {
+		Steps      int                `json:"steps"`
+		Tags       int                `json:"tags"`
+		Problems   []string           `json:"problems"`
+		OtherShare float64            `json:"other_share"`
+		MaxOther   float64            `json:"max_other_share"`
+		Elapsed    float64            `json:"elapsed_s"`
+		Parts      map[string]float64 `json:"parts_s"`
+	}
+	if jerr := json.Unmarshal(out, &rep); jerr != nil || err != nil {
+		t.Fatalf("tracker_check.py: %v %v\n%s", err, jerr, out)
+	}
+	tb, tm := rep["tensorboard"], rep["timing"]
+	if tb.Steps != 6 || tb.Tags < 30 || tm.Steps != 6 {
+		t.Errorf("tensorboard: %d steps, %d tags; timing: %d steps", tb.Steps, tb.Tags, tm.Steps)
+	}
+	t.Logf("demo time breakdown over %.1f s: %v; remainder %.4f%% of the steps' time (largest step %.4f%%)",
+		tm.Elapsed, tm.Parts, 100*tm.OtherShare, 100*tm.MaxOther)
 }

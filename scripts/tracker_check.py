@@ -2,7 +2,7 @@
 with the run's steps table as pyarrow reads it (pipeline/track's tests).
 
   tracker_check.py RUN_DIR [--tensorboard LOGDIR] [--mlflow URI RUN_ID]
-                           [--wandb DIR RUN_ID] [--volatile]
+                           [--wandb DIR RUN_ID] [--volatile] [--timing LOG]
 
 Readers: TensorBoard's EventAccumulator (every scalar kept: size_guidance 0),
 mlflow.tracking.MlflowClient against the tracking server, and for W&B the run's
@@ -16,13 +16,21 @@ column must be there exactly once at the row's step, equal to the table's value
 must hold no other step. --volatile compares only presence for the wall-time
 columns (elapsed_s, tokens_per_s, time_*), which a resumed run recomputes.
 
+--timing checks the steps' time breakdown against the run's log (LOG: its stderr at
+info level): in every row each part is >= 0 and the parts (time_*_s, the remainder
+included) sum to elapsed_s within 1%; and the rows' elapsed_s, which tile the loop,
+add up to the time between the first and the last step's log line (slog's own
+clock) within 1%. It reports the remainder's share of the steps' time.
+
 Prints a JSON report; exits 1 on any mismatch.
 """
 import argparse
+import datetime
 import importlib.util
 import json
 import math
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -156,6 +164,37 @@ def compare(rows, series, f32, loose):
     return {"steps": len(rows), "tags": len(series), "values": values, "problems": problems[:50], "n_problems": len(problems)}
 
 
+def timing(rows, log):
+    problems = []
+    parts = [c for c in rows[0] if c.startswith("time_")] if rows else []
+    for r in rows:
+        total = sum(r[c] for c in parts)
+        if any(r[c] < -1e-9 for c in parts):
+            problems.append(f"step {r['step']}: a negative part {[(c, r[c]) for c in parts if r[c] < 0]}")
+        if abs(total - r["elapsed_s"]) > 0.01 * r["elapsed_s"]:
+            problems.append(f"step {r['step']}: parts sum to {total}, elapsed_s {r['elapsed_s']}")
+    stamps = {}
+    for line in open(log):
+        m = re.search(r"^time=(\S+) level=INFO msg=step .*? step=(\d+) ", line)
+        if m:
+            stamps[int(m.group(2))] = datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
+    steps = [r["step"] for r in rows]
+    if sorted(stamps) != steps:
+        problems.append(f"the log has step lines {sorted(stamps)}, the steps table {steps}")
+        wall = tiled = 0.0
+    else:
+        wall = stamps[steps[-1]] - stamps[steps[0]]
+        tiled = sum(r["elapsed_s"] for r in rows[1:])
+        if abs(wall - tiled) > 0.01 * wall:
+            problems.append(f"steps 1..{steps[-1]}: elapsed_s adds up to {tiled:.3f} s, the log's clock says {wall:.3f} s")
+    el = sum(r["elapsed_s"] for r in rows)
+    other = sum(r["time_other_s"] for r in rows)
+    return {"steps": len(rows), "problems": problems, "n_problems": len(problems), "log_wall_s": wall, "tiled_s": tiled,
+            "elapsed_s": el, "other_s": other, "other_share": other / el if el else 0,
+            "max_other_share": max((r["time_other_s"] / r["elapsed_s"] for r in rows if r["elapsed_s"]), default=0),
+            "parts_s": {c[5:-2]: sum(r[c] for r in rows) for c in parts}}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("run")
@@ -163,6 +202,7 @@ def main():
     ap.add_argument("--mlflow", nargs=2)
     ap.add_argument("--wandb", nargs=2)
     ap.add_argument("--volatile", action="store_true")
+    ap.add_argument("--timing")
     a = ap.parse_args()
     rows = steps_table(a.run)
     report = {}
@@ -175,6 +215,8 @@ def main():
     if a.wandb:
         s, extra = wandb(*a.wandb)
         report["wandb"] = {**compare(rows, s, False, a.volatile), **extra}
+    if a.timing:
+        report["timing"] = timing(rows, a.timing)
     print(json.dumps(report, indent=1, default=str))
     return 1 if any(r["n_problems"] for r in report.values()) else 0
 
