@@ -119,7 +119,7 @@ func newInspectCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVarP(&rows, "rows", "n", 5, "rows to show for a file")
-	cmd.Flags().BoolVar(&verify, "verify", false, "check the sha256 of every committed shard of a run against its manifest and list stray files")
+	cmd.Flags().BoolVar(&verify, "verify", false, "check the sha256 and partition of every committed shard of a run against its manifest, list stray files, and follow the references between tables (every judgment's response and rubric, every pair's rollouts), reporting dangling ones by table and count")
 	return cmd
 }
 
