@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/track"
 	"github.com/evolm/evolm/schemas"
 )
@@ -256,4 +257,28 @@ func TestHubStuckTracker(t *testing.T) {
 		t.Errorf("stuck sink, log:\n%s", logs)
 	}
 	close(d.gate) // let its goroutine end
+}
+
+// TestConfigParams: a stage's section flattens to its full keys, durations
+// as text, lists as lists, credentials redacted.
+func TestConfigParams(t *testing.T) {
+	pipeline.Register(pipeline.Spec{Name: "tracktest", Summary: "test double", Fields: []pipeline.Field{
+		{Key: "lr", Type: pipeline.TypeFloat, Default: 1e-6, Description: "a float"},
+		{Key: "timeout", Type: pipeline.TypeDuration, Default: 90 * time.Second, Description: "a duration"},
+		{Key: "strategies", Type: pipeline.TypeStrings, Default: []string{"a", "b"}, Description: "a list"},
+		{Key: "hub_api_key", Type: pipeline.TypeString, Default: "", Description: "a credential"},
+	}, New: func(*pipeline.Config) (pipeline.Stage, error) { return nil, nil }})
+	cfg, err := pipeline.StageConfig("tracktest", map[string]any{"lr": 2e-6, "hub_api_key": "sk-123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, p := range track.ConfigParams(cfg, "stages.tracktest") {
+		got[p.Key] = p.Value
+	}
+	want := map[string]any{"stages.tracktest.lr": 2e-6, "stages.tracktest.timeout": "1m30s",
+		"stages.tracktest.strategies": []string{"a", "b"}, "stages.tracktest.hub_api_key": "<redacted>"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("params (-want +got):\n%s", diff)
+	}
 }

@@ -76,7 +76,8 @@ func (p Param) Text() string {
 
 // ConfigParams flattens a stage's config view — its section (named section,
 // e.g. "stages.run") and the sections it uses (roles.*) — into params
-// sorted by full key.
+// sorted by full key. A key named like a credential (api_key, token,
+// secret, password) is sent as "<redacted>": trackers are often shared.
 func ConfigParams(cfg *pipeline.Config, section string) []Param {
 	var out []Param
 	add := func(prefix string, c *pipeline.Config) {
@@ -84,6 +85,9 @@ func ConfigParams(cfg *pipeline.Config, section string) []Param {
 			v := c.Get(k)
 			if d, ok := v.(time.Duration); ok {
 				v = d.String()
+			}
+			if credential(k) {
+				v = "<redacted>"
 			}
 			out = append(out, Param{Key: prefix + "." + k, Value: v})
 		}
@@ -94,6 +98,16 @@ func ConfigParams(cfg *pipeline.Config, section string) []Param {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out
+}
+
+func credential(key string) bool {
+	k := strings.ToLower(key)
+	for _, w := range []string{"api_key", "apikey", "token", "secret", "password"} {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // Kind is what an event carries.
