@@ -152,46 +152,25 @@ func mlflowRunID(t *testing.T, run string) string {
 // MlflowClient, every steps column at every step equal to the steps table
 // (NaN included), the configuration as params, the version, config hash
 // and checkpoints as tags. A resumed session (after a crash at step 9 from
-// a checkpoint at step 6) continues the same run and sends no step twice;
-// a server killed mid-run and started again loses nothing, and the tracker
-// says so once.
+// a checkpoint at step 6) continues the same run and sends no step twice.
+// (The server killed and restarted mid-run: the e2e test.)
 func TestMLflowReadBack(t *testing.T) {
 	srv := sharedMLflow(t)
 	dir := t.TempDir()
 	rows := stepRows(12)
 	writeSteps(t, dir, rows)
-	log, logs := newLog()
+	log, _ := newLog()
 	s := track.Settings{Trackers: []string{"mlflow"}, MLflowURI: srv.URI, MLflowExperiment: "evolm-test", RunName: "readback",
 		Tags: map[string]string{"team": "rl"}, Queue: 100, FlushTimeout: 10 * time.Minute}
 	if last := reportRows(t, s, runInfo(dir), rows[:10], log); last != -1 {
 		t.Fatalf("a new run's tracker holds step %d", last)
 	}
 	id := mlflowRunID(t, dir)
-
-	// The resumed session: the server dies after it opened and comes back.
-	h, err := track.Open(t.Context(), s, runInfo(dir), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.Last() != 9 {
-		t.Fatalf("resumed tracker holds up to step %d, want 9", h.Last())
+	if last := reportRows(t, s, runInfo(dir), rows[6:], log); last != 9 {
+		t.Fatalf("resumed tracker holds up to step %d, want 9", last)
 	}
 	if got := mlflowRunID(t, dir); got != id {
 		t.Fatalf("resumed run id %s, want %s", got, id)
-	}
-	srv.kill()
-	for i := 6; i < 12; i++ {
-		h.Step(&rows[i])
-	}
-	if err := srv.start(); err != nil {
-		t.Fatal(err)
-	}
-	h.Close(track.Finished)
-	if n := logs.count("tracker failing"); n != 1 {
-		t.Errorf("%d 'tracker failing' warnings, want 1:\n%s", n, logs)
-	}
-	if logs.count("tracker recovered") != 1 {
-		t.Errorf("no 'tracker recovered' line:\n%s", logs)
 	}
 	rep := check(t, dir, "--mlflow", srv.URI, id)["mlflow"]
 	if rep.Steps != 12 || rep.Tags < 30 || rep.Status != "FINISHED" || rep.Params != len(runInfo(dir).Params) {
