@@ -185,7 +185,9 @@ func modelStages(w *e2eWorld, backendCfg map[string]any, runDir, mode string) ma
 		"stages": map[string]any{
 			"rollout": map[string]any{"input": []string{w.prompts}, "n": e2eN, "seed": 1},
 			"rubrics": map[string]any{"input": []string{w.prompts}, "n": e2eN, "seed": 2},
-			"judge": map[string]any{"prompts": []string{w.prompts}, "seed": 3,
+			// skip: the random model's rubrics never parse, and the checks
+			// below count the responses judged under the handwritten rubric.
+			"judge": map[string]any{"prompts": []string{w.prompts}, "seed": 3, "invalid_rubric": "skip",
 				"rubrics": []string{filepath.Join(runDir, "rubrics/phase=policy/step=0/*.parquet"), w.rubrics}},
 		},
 		"roles": map[string]any{
