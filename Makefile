@@ -200,7 +200,7 @@ FUZZTIME     ?= 1m
 FUZZPARALLEL ?=
 FUZZ_TARGETS ?= schemas:FuzzValidateRubric model/tokenizer:FuzzEncodeDecode model/tokenizer:FuzzDecodeEncode \
 	model/chat:FuzzRender model/safetensors:FuzzParseHeader pipeline:FuzzLoadConfig \
-	model/openai:FuzzParseResponse model/serve:FuzzDecodeRequest
+	serving/openai:FuzzParseResponse serving/server:FuzzDecodeRequest
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
