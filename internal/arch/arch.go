@@ -6,7 +6,7 @@
 // layer or the layers below it, and two rooms of one layer (the engine and
 // the data plane) do not import each other. From the bottom:
 //
-//	base      internal/{choice,failpoint,jsonobj,thinking}, schemas
+//	base      internal/{choice,failpoint,jsonobj,modelprint,thinking}, schemas
 //	contracts serving/backend: the interfaces every room calls models through
 //	method    method/...: the EVOLM method in pure Go (no cgo: checked too)
 //	engine    model/...            data      pipeline/..., datasets/...
@@ -58,6 +58,7 @@ var rules = []struct {
 	layer  Layer
 }{
 	{"internal/choice", Base}, {"internal/failpoint", Base}, {"internal/jsonobj", Base}, {"internal/thinking", Base},
+	{"internal/modelprint", Base},
 	{"internal/arch", Base},
 	{"schemas", Base},
 	{"serving/backend", Contracts},
