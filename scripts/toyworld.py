@@ -35,10 +35,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 
 # Warm starts: model sizes (evolm model init presets) and steps of evolm sft (batch 64).
-# The policy is left only partly right.
+# The policy is left only partly right: after 500 steps (seed 1) it answers 44% of the
+# held-out questions right sampled at temperature 1 and 58% greedily, and writes rubrics
+# that pass R_format 99.7% of the time. The judge's settings are not yet ones under which
+# it was seen to tell "the answer is 42." from 41: after 600 steps of the tiny preset or
+# 200 of toy it was right on 56-60% of such criteria (its format criterion: 95-100%).
 POLICY_PRESET, JUDGE_PRESET = "tiny", "toy"
-POLICY_SFT = {"steps": 150, "batch_size": 64, "micro_batch": 64, "lr": 3e-3, "lr_scheduler": "constant"}
-JUDGE_SFT = {"steps": 400, "batch_size": 64, "micro_batch": 64, "lr": 2e-3, "lr_scheduler": "constant"}
+POLICY_SFT = {"steps": 500, "batch_size": 64, "micro_batch": 64, "lr": 3e-3, "lr_scheduler": "constant"}
+JUDGE_SFT = {"steps": 600, "batch_size": 64, "micro_batch": 64, "lr": 1e-3, "lr_scheduler": "constant"}
 RUN_OVERRIDES = {}  # stages.run keys over the preset's (--quick)
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
