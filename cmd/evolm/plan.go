@@ -49,6 +49,7 @@ does not fit.`,
 			if err != nil {
 				return err
 			}
+			o.FrozenInferrer = rc.PlanOptions().FrozenInferrer
 			p, src, err := runplan.ForRun(a.cfg, rc.Learner, o)
 			if err != nil {
 				return err

@@ -1,5 +1,5 @@
 // Package plan estimates the memory of an evolm run on one device before
-// any of it is spent (README.md, "Memory and evolm plan"): `evolm plan` prints
+// any of it is spent (docs/gpus-and-scale.md, "The memory plan"): `evolm plan` prints
 // the estimate and `evolm run` refuses a configuration whose estimate exceeds
 // the device (stages/runplan builds the Input from a config).
 //
@@ -27,6 +27,8 @@
 //	master         fp32 copy of non-fp32 trainable parameters: trainable·4; ÷ world with ZeRO ≥ 1
 //	reference      a frozen copy P·b for the KL term when β ≠ 0 in full
 //	               fine-tuning; none with LoRA (the base with adapters off)
+//	inferrer       a frozen copy of the initial policy P·b when it, not the
+//	               trained policy, infers back-translated questions
 //	judge          an in-process judge's weights on this device
 //	packed lm_head on the CPU with fp32 weights, the oneDNN copy of each
 //	               lm_head that inference passes keep (V·C·4; the policy's
@@ -214,6 +216,10 @@ type Input struct {
 	// RubricGenerator is a second trained model on this device (the
 	// two-model ablation); nil when the policy plays both roles.
 	RubricGenerator *Shape
+	// Inferrer is a frozen copy of the initial policy on this device that
+	// infers back-translated questions (stages.run.backtranslate_source
+	// frozen_initial); nil when the trained policy infers them.
+	Inferrer *Shape
 	// Judge is an in-process judge on this device; nil when it is served
 	// remotely (or on another device).
 	Judge      *Shape
@@ -360,146 +366,6 @@ func largestTensor(s Shape, lora LoRA) int64 {
 		n = max(n, int64(l.In)*int64(l.Out))
 	}
 	return n
-}
-
-// Estimate computes the plan of in without a capacity.
-func Estimate(in Input) Plan {
-	if in.WorldSize <= 0 {
-		in.WorldSize = 1
-	}
-	if in.ParamBytes <= 0 {
-		in.ParamBytes = 4
-	}
-	if in.JudgeBytes <= 0 {
-		in.JudgeBytes = in.ParamBytes
-	}
-	if in.JudgeRows <= 0 {
-		in.JudgeRows = in.GenRows
-	}
-	p := Plan{Input: in, MaxMicroBatch: -1}
-	w := int64(in.WorldSize)
-	shard := func(n int64, stage int) int64 {
-		if in.ZeROStage >= stage {
-			return (n + w - 1) / w
-		}
-		return n
-	}
-	b := int64(in.ParamBytes)
-	learner := func(role string, s Shape) {
-		P := s.Params()
-		A := in.LoRA.Params(s)
-		if A > 0 {
-			p.Static = append(p.Static,
-				Line{role + " weights", shard(P*b, 3), fmt.Sprintf("%.2fB frozen base parameters × %d B", float64(P)/1e9, b)},
-				Line{role + " LoRA adapters", A * 4, fmt.Sprintf("%.1fM fp32 parameters, rank %d", float64(A)/1e6, in.LoRA.Rank)},
-				Line{role + " gradients", shard(A*4, 2), "adapters only"},
-				Line{role + " optimizer state", shard(2*A*4, 1), "AdamW exp_avg + exp_avg_sq, fp32, adapters only"},
-				Line{role + " master weights", 0, "adapters are fp32"},
-				Line{role + " reference model", 0, "the base with adapters off"},
-			)
-			return
-		}
-		master, mnote := int64(0), "parameters are fp32"
-		if b != 4 {
-			master, mnote = shard(P*4, 1), "fp32 copy of the bf16 parameters"
-		}
-		grads, gnote := P*b, "full fine-tuning"
-		if in.ZeROStage >= 2 && w > 1 {
-			flight := (int64(s.Vocab)*int64(s.Hidden) + (P-2*int64(s.Vocab)*int64(s.Hidden))/int64(max(s.Layers, 1))) * b
-			grads, gnote = shard(P*b, 2)+flight, "this rank's share, plus the lm_head's and about one layer's in flight"
-		}
-		ref, rnote := int64(0), "β = 0: none"
-		if in.Beta != 0 {
-			ref, rnote = P*b, "frozen copy for the KL term"
-		}
-		p.Static = append(p.Static,
-			Line{role + " weights", shard(P*b, 3), fmt.Sprintf("%.2fB parameters × %d B", float64(P)/1e9, b)},
-			Line{role + " gradients", grads, gnote},
-			Line{role + " optimizer state", shard(2*P*4, 1), "AdamW exp_avg + exp_avg_sq, fp32"},
-			Line{role + " master weights", master, mnote},
-			Line{role + " reference model", ref, rnote},
-		)
-	}
-	// packedHead is the oneDNN copy of a float32 lm_head that inference
-	// passes on the CPU keep (model/fused.PackedLinear, model/llama's
-	// packedHead): V·C·4 for as long as the weight is unchanged.
-	packedHead := func(role string, s Shape, bytes int64, copies int64, why string) {
-		if in.CUDA || bytes != 4 {
-			return
-		}
-		p.Static = append(p.Static, Line{role + " packed lm_head", copies * int64(s.Vocab) * int64(s.Hidden) * 4, why})
-	}
-	learner("policy", in.Policy)
-	heads, hnote := int64(1), "oneDNN's packed fp32 copy for inference passes on the CPU"
-	if in.LoRA.Rank <= 0 && in.Beta != 0 {
-		heads, hnote = 2, hnote+", the policy's and the reference's"
-	}
-	packedHead("policy", in.Policy, b, heads, hnote)
-	if in.RubricGenerator != nil {
-		learner("rubric generator", *in.RubricGenerator)
-		packedHead("rubric generator", *in.RubricGenerator, b, heads, hnote)
-	}
-	jb := int64(in.JudgeBytes)
-	if in.Judge != nil {
-		p.Static = append(p.Static, Line{"judge", in.Judge.Params() * jb, fmt.Sprintf("%.2fB parameters × %d B, in process", float64(in.Judge.Params())/1e9, jb)})
-		packedHead("judge", *in.Judge, jb, 1, "oneDNN's packed fp32 copy for inference passes on the CPU")
-	} else {
-		p.Static = append(p.Static, Line{"judge", 0, "not on this device (served, or on another device)"})
-	}
-
-	kv := KVCache(in.Policy, in.GenRows, in.GenTokens, in.ParamBytes)
-	kvNote := fmt.Sprintf("%d rows × %d tokens", in.GenRows, in.GenTokens)
-	if in.Judge != nil {
-		kv = max(kv, KVCache(*in.Judge, in.JudgeRows, in.JudgeTok, in.JudgeBytes))
-		kvNote += fmt.Sprintf("; judge %d rows × %d tokens (the larger)", in.JudgeRows, in.JudgeTok)
-	}
-	sdpa := in.CUDA
-	B, T, pb := in.MicroBatch, in.SeqLen, in.ParamBytes
-	act := activations(in.Policy, B, T, pb, in.GradCheckpointing, sdpa, in.LoRA)
-	other := activations(in.Policy, B, T, pb, !in.GradCheckpointing, sdpa, in.LoRA)
-	logits := LogitsChunk(in.Policy, B, T)
-	lnote := fmt.Sprintf("chunked selective log-softmax, %d positions at a time", max(1, min(int64(T), LogitChunkElems/max(1, int64(B)*int64(in.Policy.Vocab)))))
-	full := int64(B) * int64(T) * int64(in.Policy.Vocab) * 4
-	if in.FullLogits {
-		logits, lnote = logitsLive*full, "unchunked (B, T, V) logits"
-	}
-	if in.LoRA.Rank <= 0 {
-		logits += int64(in.Policy.Vocab) * int64(in.Policy.Hidden) * 4
-		lnote += ", and a temporary lm_head gradient"
-	}
-	bwd := layerBackward(in.Policy, B, T, pb, sdpa)
-	if in.FullLogits {
-		bwd += full // the logits stay alive through the layers' backward
-	}
-	ck := map[bool]string{true: "with checkpointing", false: "without checkpointing"}
-	micro := act + max(logits, bwd)
-	step := adamTemps * largestTensor(in.Policy, in.LoRA) * 4
-	snote := "AdamW temporaries: 2 fp32 copies of the largest trainable tensor"
-	if pb != 4 && in.LoRA.Rank <= 0 {
-		step += largestTensor(in.Policy, in.LoRA) * 4
-		snote += " and its fp32 gradient"
-	}
-	p.Phases = []Line{
-		{"KV cache (generation)", kv, kvNote},
-		{"training micro-batch", micro, "activations + the larger of the logits chunk and a layer's backward"},
-		{"optimizer step", step, snote},
-	}
-	p.Parts = []Line{
-		{"activations per micro-batch", act, fmt.Sprintf("%d × %d tokens, %s", B, T, ck[in.GradCheckpointing])},
-		{"logits chunk", logits, lnote},
-		{"layer backward", bwd, "temporaries of one decoder layer's backward"},
-	}
-	p.Other = []Line{{"activations " + ck[!in.GradCheckpointing], other, "for comparison"}}
-	p.Runtime = Line{"runtime", RuntimeCPU, "libtorch CPU libraries, Go runtime, tokenizer"}
-	if in.CUDA {
-		p.Runtime = Line{"runtime", RuntimeCUDA, "CUDA context and workspaces"}
-	}
-	var static int64
-	for _, l := range p.Static {
-		static += l.Bytes
-	}
-	p.Total = static + max(kv, micro, step) + p.Runtime.Bytes
-	return p
 }
 
 // Check sets the plan's capacity and finds the largest micro-batch and the

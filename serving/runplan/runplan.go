@@ -23,7 +23,7 @@
 //     question alone and writes roles.rubric_generator.max_tokens; question
 //     back-translation reads a whole answer and writes up to the policy's
 //     budget; the judge reads the question, an answer and the rubric (at
-//     most 2,048 tokens as rebuilt) and writes up to its max_tokens. The
+//     generator's budget) and writes up to its max_tokens. The
 //     learner's sequence is the longest sequence it trains on; the
 //     generation batch is the engine's max_batch rows of the longest
 //     generated sequence.
@@ -45,9 +45,6 @@ import (
 	"github.com/evolm/evolm/serving/roles"
 )
 
-// judgeRubricTokens bounds the rubric as the judge reads it.
-const judgeRubricTokens = 2048
-
 // DefaultPromptTokens is the prompt length the plan assumes.
 const DefaultPromptTokens = 1024
 
@@ -58,6 +55,10 @@ type Options struct {
 	// Capacity is the device memory in bytes to check against; 0 queries
 	// the policy's device (free CUDA memory, or MemAvailable on CPU).
 	Capacity int64
+	// FrozenInferrer counts a frozen copy of the initial policy on its
+	// device, the model that infers back-translated questions
+	// (stages.run.backtranslate_source frozen_initial).
+	FrozenInferrer bool
 	// WorldSize is the number of data-parallel learner ranks (evolm plan
 	// --nproc); 0 reads torchrun's WORLD_SIZE, else 1. With zero_stage ≥ 1 a
 	// rank holds 1/WorldSize of the AdamW state and master weights, and with
@@ -166,6 +167,10 @@ func Input(cfg *pipeline.Config, lc backend.LearnerConfig, o Options) (plan.Inpu
 	if in.Policy, src.Policy, err = ShapeOf(pol.Model); err != nil {
 		return in, src, fmt.Errorf("%s.%s: %w", roles.Section(roles.Policy), roles.KeyModel, err)
 	}
+	if o.FrozenInferrer {
+		sh := in.Policy
+		in.Inferrer = &sh
+	}
 	if in.ParamBytes, err = elemBytes(pol); err != nil {
 		return in, src, err
 	}
@@ -200,11 +205,10 @@ func Input(cfg *pipeline.Config, lc backend.LearnerConfig, o Options) (plan.Inpu
 		}
 		in.Judge, src.Judge = &sh, from
 		in.JudgeRows = jud.MaxBatch
-		// The judge reads the question, an answer (thinking stripped, at
-		// most the policy's budget) and the rubric rebuilt from its parsed
-		// criteria (at most 2,048 tokens for 10 criteria with levels), and
-		// writes up to its own budget.
-		in.JudgeTok = promptOf(jud, P+pol.Sampling.MaxTokens+min(rub.Sampling.MaxTokens, judgeRubricTokens)) + jud.Sampling.MaxTokens
+		// The judge reads the question, an answer and the rubric as the
+		// generator wrote it (thinking stripped; each at most its role's
+		// budget), and writes up to its own budget.
+		in.JudgeTok = promptOf(jud, P+pol.Sampling.MaxTokens+rub.Sampling.MaxTokens) + jud.Sampling.MaxTokens
 	} else if judLocal {
 		src.Judge = "in process on " + judDev
 	} else {
@@ -245,8 +249,8 @@ func ForRun(cfg *pipeline.Config, lc backend.LearnerConfig, o Options) (plan.Pla
 // read, or when a model's shape cannot be read (a checkpoint directory that
 // does not exist: loading the model reports that, naming the key);
 // otherwise an error that holds the whole plan.
-func Refuse(cfg *pipeline.Config, lc backend.LearnerConfig) error {
-	p, _, err := ForRun(cfg, lc, Options{})
+func Refuse(cfg *pipeline.Config, lc backend.LearnerConfig, o Options) error {
+	p, _, err := ForRun(cfg, lc, o)
 	if err != nil {
 		return nil
 	}

@@ -54,9 +54,9 @@ func TestPaperInput(t *testing.T) {
 	// Budgets of 16,384 tokens per role: an answer or a rubric is trained at
 	// 1024 + 16384; back-translation generates from a whole answer,
 	// 1024 + 2·16384; the judge reads question, answer and a rubric of at
-	// most 2,048 tokens and writes 16,384.
+	// most its budget, as written, and writes 16,384.
 	const budget = 16384
-	if !in.CUDA || in.ParamBytes != 2 || in.JudgeBytes != 2 || in.SeqLen != 1024+budget || in.GenTokens != 1024+2*budget || in.JudgeTok != 1024+budget+2048+budget {
+	if !in.CUDA || in.ParamBytes != 2 || in.JudgeBytes != 2 || in.SeqLen != 1024+budget || in.GenTokens != 1024+2*budget || in.JudgeTok != 1024+3*budget {
 		t.Errorf("input %+v", in)
 	}
 	if in.MicroBatch != 4 || in.Beta != 0.001 || in.LoRA.Rank != 0 || !in.GradCheckpointing || in.GenRows != 64 {
@@ -83,6 +83,16 @@ func TestPaperInput(t *testing.T) {
 	// The rubric generator keeps whole prompts: its sequences are the longest.
 	if in.SeqLen != 1024+budget || in.GenTokens != 1024+budget || in.JudgeTok != 4096+budget {
 		t.Errorf("with truncate_prompt_tokens: %+v", in)
+	}
+	// The paper's back-translation source is a frozen copy of the initial
+	// policy: the plan holds it beside the policy, P parameters in bf16.
+	in, _, err = runplan.Input(cfg, learner(t, cfg), runplan.Options{FrozenInferrer: true})
+	if err != nil || in.Inferrer == nil || *in.Inferrer != in.Policy {
+		t.Fatalf("frozen inferrer: %+v, %v", in.Inferrer, err)
+	}
+	with, without := plan.Estimate(in), plan.Estimate(func() plan.Input { c := in; c.Inferrer = nil; return c }())
+	if d := with.Total - without.Total; d != in.Policy.Params()*2 {
+		t.Errorf("the frozen inferrer adds %d bytes, want %d (P × 2)", d, in.Policy.Params()*2)
 	}
 	// A model that is neither a checkpoint nor a preset name is an error naming the key.
 	if _, _, err := runplan.ShapeOf("models/NoSuchModel"); err == nil || !strings.Contains(err.Error(), "not a preset") {

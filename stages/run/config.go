@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/evolm/evolm/method/grpo"
+	"github.com/evolm/evolm/method/pairs"
 	"github.com/evolm/evolm/method/schedule"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/track"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/serving/backend"
 	"github.com/evolm/evolm/serving/roles"
+	"github.com/evolm/evolm/serving/runplan"
 	"github.com/evolm/evolm/stages/rubrics"
 )
 
@@ -242,4 +244,10 @@ func (c *Config) TrainerFor(role string) backend.LearnerConfig {
 
 func (c *Config) String() string {
 	return fmt.Sprintf("steps=%d K=%d prompts/step=%d n=%d rubrics/pair=%d", c.Steps, c.K, c.PromptsPerStep, c.Samples, c.RubricSamples)
+}
+
+// PlanOptions are the run's settings the memory plan needs beyond the roles
+// and the learner (`evolm plan` adds its own).
+func (c *Config) PlanOptions() runplan.Options {
+	return runplan.Options{FrozenInferrer: c.InferSource == pairs.InferFrozenInitial}
 }

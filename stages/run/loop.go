@@ -39,7 +39,7 @@ func newFromConfig(cfg *pipeline.Config) (*stage, error) {
 	if c.MemoryCheck {
 		// Before any model is loaded: a configuration that cannot fit the
 		// policy's device stops here, with the plan (evolm plan).
-		if err := runplan.Refuse(cfg, c.Learner); err != nil {
+		if err := runplan.Refuse(cfg, c.Learner, c.PlanOptions()); err != nil {
 			return nil, cfg.Errorf("memory_check", "%v\n(set stages.run.memory_check: false to start anyway)", err)
 		}
 	}
