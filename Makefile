@@ -179,7 +179,7 @@ demo: build npm
 	@echo "  query it: $(PY) scripts/demo_summary.py $(DEMO_RUN)"
 	@echo "  plots:    EVOLM_RUN_DIR=$(abspath $(DEMO_RUN)) $(VENV)/bin/jupyter nbconvert --to notebook --execute notebooks/training.ipynb --output-dir $(abspath $(DEMO_RUN))/notebooks"
 
-# toyworld: co-evolution that visibly learns on a CPU in minutes
+# toyworld: a task built for co-evolution to learn on a CPU in minutes
 # (datasets/toyworld, stages/presets/toyworld.yaml): per seed, the data, the
 # warm starts (evolm model init + evolm sft), the run and the held-out
 # evaluation (scripts/toyworld.py). SEEDS=3 gives 95% intervals; ABLATIONS=1
