@@ -1,4 +1,4 @@
-// Package toyworld is a task on which EVOLM's co-evolution visibly learns on
+// Package toyworld is a task built for EVOLM's co-evolution to learn on
 // a CPU in minutes, played by tiny models trained from scratch (nanoGPT's
 // Shakespeare, for this method).
 //
