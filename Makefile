@@ -132,22 +132,25 @@ build-cuda: torch-cuda
 	GOFLAGS='$(CUDA_GOFLAGS)' go build -o $(BIN_CUDA) ./cmd/evolm
 
 # One go test run covers everything: the e2e tag adds the slow end-to-end
-# tests (crash/resume, the loop, notebooks) to the unit and interop tests.
+# tests (crash/resume, the loop, notebooks) to the unit and interop tests;
+# test-cuda then checks the CUDA build on this machine's CPU.
 test: deps
 	go vet -tags e2e$(GO_TAGS) ./...
 	CGO_ENABLED=0 go test -count=1 ./method/...   # the method room builds and passes without cgo
 	go test $(GO_TEST_FLAGS) -tags e2e$(GO_TAGS) ./...
+	$(MAKE) --no-print-directory test-cuda
 
-# The CUDA build on the CPU (no GPU needed): its own packages vetted, a
-# subset of the tests against it (the engine's HF parity, the loop end to
-# end, data parallelism on Gloo, c10d's collectives, the device checks),
-# and scripts/gpu-check.sh's steps on the CPU (--cpu, tiny shapes) with
-# bin/evolm-cuda. It reuses the CPU build's compiled gotch.
-CUDA_TEST_PKGS := ./model/torch ./model/dist ./model/llama ./stages/run ./cmd/evolm
-CUDA_TEST_RUN  := ^(TestDevice.*|TestCUDA.*|TestHFParity|TestCollectives|TestClosedAndBadArgs|TestE2ELoopAlternatesAndCheckpoints|TestE2EDataParallel|TestVersion.*)$$
+# The CUDA build on the CPU (no GPU needed): the packages with CUDA-only
+# files vetted, a subset of the tests against it (the engine's HF parity,
+# the loop end to end, data parallelism on Gloo, c10d's collectives, the
+# device checks), and scripts/gpu-check.sh's steps on the CPU (--cpu, tiny
+# shapes) with bin/evolm-cuda. It reuses the CPU build's compiled gotch.
+CUDA_TEST_PKGS := ./model ./model/torch ./model/fused ./model/dist ./model/llama ./stages/run ./cmd/evolm
+CUDA_TEST_RUN  := ^(TestDevice.*|TestCUDA.*|TestBuildRefusesAMissingDevice|TestOffCPUTakesTheOps|TestHFParity|TestCollectives|TestClosedAndBadArgs|TestE2ELoopAlternatesAndCheckpoints|TestE2EDataParallel)$$
 test-cuda: deps build-cuda
-	GOFLAGS='$(CUDA_GOFLAGS)' go vet -tags e2e,evolm_cuda ./model/... ./cmd/...
+	GOFLAGS='$(CUDA_GOFLAGS)' go vet -tags e2e,evolm_cuda ./model/torch ./model/dist ./cmd/gpucheck
 	GOFLAGS='$(CUDA_GOFLAGS)' go test $(GO_TEST_FLAGS) -tags e2e,evolm_cuda -run '$(CUDA_TEST_RUN)' $(CUDA_TEST_PKGS)
+	rm -rf build/gpu-check-cpu
 	scripts/gpu-check.sh --cpu --bin $(BIN_CUDA) --out build/gpu-check-cpu
 
 # The demo: tiny random Qwen3 checkpoints made on the spot, the bundled

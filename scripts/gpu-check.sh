@@ -33,7 +33,8 @@
 #   GRPO step          one GRPO step of 8 sequences (64 + 64 tokens) on
 #                      qwen3-0.6b shapes, bf16, full fine-tuning: PyTorch / evolm
 #                      step time (> 1: evolm is faster); the first step's loss and
-#                      grad norm must agree within 3% (bf16) or 1e-3 (fp32)
+#                      grad norm must agree within 5% + 0.01 (bf16; the loss is a
+#                      small sum of terms of both signs) or 0.1% (fp32)
 #
 # --cpu runs the same steps on the CPU with tiny shapes (make test runs it with
 # bin/evolm-cuda, so that the script cannot rot); its timings say nothing of a
@@ -108,14 +109,14 @@ if [ "$device" = cuda ]; then
 		exit 1
 	fi
 	fp32_tol=1e-3
-	grpo_tol=3e-2
+	grpo_tol=5e-2 grpo_atol=1e-2
 	parity=small perf=qwen3-0.6b perf_dtype=bfloat16
 	gen_new=32 dec=(-batch 8 -prompt 128 -new 128 -reps 3) grpo=(-prompts 2 -group 4 -prompt-len 64 -completion-len 64)
 	mem=(-preset qwen3-0.6b -seq 1024 -prompt 128 -micro 2 -lora-rank 16 -dtype bfloat16)
 	runsize=()
 else
 	fp32_tol=1e-4
-	grpo_tol=1e-3
+	grpo_tol=1e-3 grpo_atol=1e-6
 	parity=tiny perf=tiny perf_dtype=float32
 	gen_new=16 dec=(-batch 4 -prompt 16 -new 16 -reps 2) grpo=(-prompts 2 -group 4 -prompt-len 16 -completion-len 16)
 	mem=(-preset tiny -seq 128 -prompt 32 -micro 2 -lora-rank 16 -dtype float32)
@@ -252,10 +253,10 @@ fi
 if step grpo-batch "$gpucheck" batch -model "$out/models/perf" -device $device -dtype $perf_dtype "${grpo[@]}" -out "$out/grpo-batch.json" > /dev/null &&
 	step grpo-evolm "$gpucheck" grpo -model "$out/models/perf" -device $device -dtype $perf_dtype -batch "$out/grpo-batch.json" -micro 8 > /dev/null &&
 	res=$(step grpo "$py" scripts/gpu_check.py grpo --model "$out/models/perf" --device $device --dtype $perf_dtype \
-		--batch "$out/grpo-batch.json" --micro 8 --evolm "$out/logs/grpo-evolm.out" --tol $grpo_tol); then
+		--batch "$out/grpo-batch.json" --micro 8 --evolm "$out/logs/grpo-evolm.out" --tol $grpo_tol --atol $grpo_atol); then
 	record grpo "$res"
 	st=$([ "$(field "$res" 'd["pass"]')" = True ] && echo PASS || echo FAIL)
-	row "GRPO step" $st "$(field "$res" '"evolm %.3f s, PyTorch %.3f s: x%.2f; step 1 loss %.5g/%.5g, |g| %.4g/%.4g" % (d["evolm_step_s"], d["torch_step_s"], d["ratio"], d["first_step"]["evolm_loss"], d["first_step"]["torch_loss"], d["first_step"]["evolm_grad_norm"], d["first_step"]["torch_grad_norm"])')" "step 1 within $grpo_tol; ratio > 1: evolm faster"
+	row "GRPO step" $st "$(field "$res" '"evolm %.3f s, PyTorch %.3f s: x%.2f; step 1 loss %.5g/%.5g, |g| %.4g/%.4g" % (d["evolm_step_s"], d["torch_step_s"], d["ratio"], d["first_step"]["evolm_loss"], d["first_step"]["torch_loss"], d["first_step"]["evolm_grad_norm"], d["first_step"]["torch_grad_norm"])')" "step 1 within $grpo_tol rel + $grpo_atol; ratio > 1: evolm faster"
 else
 	record grpo null
 	row "GRPO step" FAIL "see logs/grpo-*.log, logs/grpo.log" ""

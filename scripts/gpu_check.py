@@ -25,8 +25,8 @@ subcommand prints one JSON object whose "pass" says whether the check held
            sequences, micro-batches accumulated, clip_grad_norm_(1.0),
            AdamW lr 1e-6) on the same batch; pass: the first step's loss and
            grad norm (which depend only on the batch and the starting
-           weights) agree within relative X; the ratio torch step time /
-           evolm step time (> 1: evolm is faster).
+           weights) agree within X relative plus --atol; the ratio torch
+           step time / evolm step time (> 1: evolm is faster).
 """
 import argparse
 import json
@@ -196,12 +196,12 @@ def cmd_grpo(a):
     e1, t1 = ev["steps"][0], steps[0]
 
     def close(x, y):
-        return abs(x - y) <= 1e-6 + a.tol * abs(y)
+        return abs(x - y) <= a.atol + a.tol * abs(y)
 
     ok = close(e1["loss"], t1["loss"]) and close(e1["grad_norm"], t1["grad_norm"])
     return {"pass": ok, "evolm_step_s": ev["step_s"], "torch_step_s": torch_s, "ratio": torch_s / ev["step_s"],
             "first_step": {"evolm_loss": e1["loss"], "torch_loss": t1["loss"], "evolm_grad_norm": e1["grad_norm"],
-                           "torch_grad_norm": t1["grad_norm"]}, "tol": a.tol, "torch_steps": steps}
+                           "torch_grad_norm": t1["grad_norm"]}, "tol": a.tol, "atol": a.atol, "torch_steps": steps}
 
 
 def main():
@@ -230,7 +230,8 @@ def main():
             p.add_argument("--micro", type=int, default=8)
             p.add_argument("--warmup", type=int, default=1)
             p.add_argument("--reps", type=int, default=3)
-            p.add_argument("--tol", type=float, required=True)
+            p.add_argument("--tol", type=float, required=True, help="relative tolerance of step 1's loss and grad norm")
+            p.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance added to it")
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
