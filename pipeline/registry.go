@@ -140,13 +140,14 @@ type SectionSpec struct {
 	// is looked up, in place of Fields: for a section whose keys come from
 	// another registry (a model role's keys from the backends registered by
 	// then). Its fields are checked by RegistryErr.
-	FieldsFunc func() []Field `json:"-"`
+	FieldsFunc func() ([]Field, error) `json:"-"`
+	fieldsErr  error
 }
 
 // resolve returns sec with Fields from FieldsFunc, when it has one.
 func (sec SectionSpec) resolve() SectionSpec {
 	if sec.FieldsFunc != nil {
-		sec.Fields = sec.FieldsFunc()
+		sec.Fields, sec.fieldsErr = sec.FieldsFunc()
 	}
 	return sec
 }
@@ -252,6 +253,10 @@ func RegistryErr() error {
 	regMu.RUnlock()
 	for _, sec := range Sections() {
 		if sec.FieldsFunc == nil {
+			continue
+		}
+		if sec.fieldsErr != nil {
+			errs = append(errs, fmt.Errorf("register section %s: %w", sec.Name, sec.fieldsErr))
 			continue
 		}
 		if err := validateFields("section "+sec.Name, sec.Fields, nil); err != nil {

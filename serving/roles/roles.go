@@ -269,7 +269,7 @@ func init() {
 		Judge:           "the frozen judge: scores answers under rubrics",
 	}
 	for _, r := range Names {
-		pipeline.RegisterSection(pipeline.SectionSpec{Name: Section(r), Summary: summary[r], Flag: Flag(r), FieldsFunc: func() []pipeline.Field { return fields(r) }})
+		pipeline.RegisterSection(pipeline.SectionSpec{Name: Section(r), Summary: summary[r], Flag: Flag(r), FieldsFunc: func() ([]pipeline.Field, error) { return fields(r), nil }})
 	}
 }
 

@@ -34,13 +34,7 @@ func MovedFormat(key string) map[string]string { return map[string]string{key: S
 func init() {
 	pipeline.RegisterSection(pipeline.SectionSpec{
 		Name: Section, Flag: "rubric",
-		Summary: "how generated rubrics and the judge's verdicts on them are read, by every stage",
-		FieldsFunc: func() []pipeline.Field {
-			fs, err := pipeline.FieldsOf(Rules{})
-			if err != nil {
-				panic(err) // the tags above are wrong: a programming error
-			}
-			return fs
-		},
+		Summary:    "how generated rubrics and the judge's verdicts on them are read, by every stage",
+		FieldsFunc: func() ([]pipeline.Field, error) { return pipeline.FieldsOf(Rules{}) },
 	})
 }

@@ -2,12 +2,12 @@
 
 package main
 
-// TestReadmeCommands runs the README's command table: README and CLI cannot
-// drift apart. The convention (stated in the README under the table): the
-// table of the section "## Subcommands" holds one example per row, in
+// TestCommandsTable runs the command table of docs/commands.md: the docs and
+// the CLI cannot drift apart. The convention (stated under the table): the
+// table of the section "## Commands" holds one example per row, in
 // backticks in its third cell, written as a user types it. The test runs
 // every example in order, as written, in a scratch directory that holds tiny
-// random checkpoints and small data sets at the paths the README names
+// random checkpoints and small data sets at the paths the docs name
 // (models/…, data/…, adapters/policy, stages/presets/paper.yaml), with
 // EVOLM_* variables that shrink the work (a few tokens, steps and items).
 // The only rewrites are of model paths and devices (readmeRewrites: the
@@ -39,14 +39,14 @@ import (
 	"github.com/evolm/evolm/model/modeltest"
 )
 
-// readmeExample is one row of the README's command table.
+// readmeExample is one row of docs/commands.md's command table.
 type readmeExample struct {
-	line    int    // 1-based line in README.md
+	line    int    // 1-based line in docs/commands.md
 	command string // the first cell, unquoted
 	example string // the third cell, unquoted
 }
 
-// readmeExamples returns the rows of the table under "## Subcommands".
+// readmeExamples returns the rows of the table under "## Commands".
 func readmeExamples(t *testing.T, readme string) []readmeExample {
 	t.Helper()
 	var out []readmeExample
@@ -54,7 +54,7 @@ func readmeExamples(t *testing.T, readme string) []readmeExample {
 	for i, line := range strings.Split(readme, "\n") {
 		switch {
 		case strings.HasPrefix(line, "## "):
-			in = line == "## Subcommands"
+			in = line == "## Commands"
 			continue
 		case !in || !strings.HasPrefix(line, "| `"):
 			continue
@@ -62,17 +62,17 @@ func readmeExamples(t *testing.T, readme string) []readmeExample {
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
 		ex := strings.TrimSpace(cells[len(cells)-1])
 		if len(cells) < 3 || !strings.HasPrefix(ex, "`") || !strings.HasSuffix(ex, "`") || strings.Count(ex, "`") != 2 {
-			t.Fatalf("README.md:%d: a row of the command table must end in one example in backticks: %s", i+1, line)
+			t.Fatalf("docs/commands.md:%d: a row of the command table must end in one example in backticks: %s", i+1, line)
 		}
 		out = append(out, readmeExample{line: i + 1, command: strings.Trim(cells[0], "`"), example: strings.Trim(ex, "`")})
 	}
 	if len(out) == 0 {
-		t.Fatal("README.md: no command table under ## Subcommands")
+		t.Fatal("docs/commands.md: no command table under ## Commands")
 	}
 	return out
 }
 
-// shellWords splits a command line as sh would for the README's examples:
+// shellWords splits a command line as sh would for the examples:
 // words separated by blanks, single and double quotes removed, leading
 // NAME=value words returned as environment.
 func shellWords(line string) (env, args []string, err error) {
@@ -144,7 +144,7 @@ func binCommands(t *testing.T, bin, path string) []string {
 	return cmds
 }
 
-// readmeFixtures lays out dir as the README's "Getting data and weights"
+// readmeFixtures lays out dir as docs/data.md's "Getting data and weights"
 // leaves a checkout: tiny random checkpoints under models/, the Tulu 3 mixture
 // (6 prompts of the sample set) as the Hub stores it under data/tulu3, a
 // RewardBench-2 download under data/reward-bench-2, a LoRA adapter of the
@@ -257,9 +257,9 @@ var readmeEnv = []string{
 	"EVOLM_STAGES_RUN_UNUSABLE_RUBRIC=zero",
 }
 
-func TestReadmeCommands(t *testing.T) {
+func TestCommandsTable(t *testing.T) {
 	root := testutil.Root(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(root, "docs", "commands.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,11 +273,11 @@ func TestReadmeCommands(t *testing.T) {
 	for i, ex := range examples {
 		env, args, err := shellWords(ex.example)
 		if err != nil || len(args) < 2 || args[0] != "evolm" {
-			t.Fatalf("README.md:%d: example %q: want `[NAME=value …] evolm …` (%v)", ex.line, ex.example, err)
+			t.Fatalf("docs/commands.md:%d: example %q: want `[NAME=value …] evolm …` (%v)", ex.line, ex.example, err)
 		}
 		cmd, _, err := cli.Find(args[1:])
 		if err != nil || cmd == cli {
-			t.Fatalf("README.md:%d: example %q names no evolm command (%v)", ex.line, ex.example, err)
+			t.Fatalf("docs/commands.md:%d: example %q names no evolm command (%v)", ex.line, ex.example, err)
 		}
 		covered[cmd.CommandPath()] = true
 		parsed[i], envs[i] = args, env
@@ -285,7 +285,7 @@ func TestReadmeCommands(t *testing.T) {
 	bin := evolmBin(t)
 	for _, c := range binCommands(t, bin, "evolm") {
 		if !covered[c] {
-			t.Errorf("README.md: `%s` (in `evolm --help`) has no example in the command table under ## Subcommands", c)
+			t.Errorf("docs/commands.md: `%s` (in `evolm --help`) has no example in the command table under ## Commands", c)
 		}
 	}
 
@@ -304,11 +304,11 @@ func TestReadmeCommands(t *testing.T) {
 		}
 		t.Logf("%s: %.1fs", what, time.Since(start).Seconds())
 	}
-	// The run the examples read: the paper preset's first step (README,
+	// The run the examples read: the paper preset's first step (docs/commands.md,
 	// "Real Qwen3 checkpoints on a GPU machine").
 	runIn("setup", nil, []string{"--config", "stages/presets/paper.yaml", "dedup", "--run", "paper"})
 	for i, ex := range examples {
-		what := fmt.Sprintf("README.md:%d", ex.line)
+		what := fmt.Sprintf("docs/commands.md:%d", ex.line)
 		if parsed[i][1] == "serve" {
 			readmeServe(t, what, bin, dir, append(slices.Clone(baseEnv), envs[i]...), parsed[i][1:])
 			continue
