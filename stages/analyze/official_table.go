@@ -15,7 +15,7 @@ import (
 )
 
 // OfficialStatsTable is the table of the official statistics per (phase, step).
-const OfficialStatsTable = "rubric_stats_official"
+var OfficialStatsTable = schemas.RubricStatsOfficial.Name
 
 // OfficialStepStats are the official statistics of one (phase, step): its
 // rubrics averaged per item (the prompt, or the pair in the rubric phase),
@@ -68,28 +68,23 @@ func appendOfficial(b *array.RecordBuilder, first int, s *OfficialSummary) {
 	}
 }
 
-// OfficialStatsSchema is the schema of rubric_stats_official: one row per
-// (phase, step); prompts counts the items (prompts or pairs), percentages
-// are in percent.
-var OfficialStatsSchema = func() *arrow.Schema {
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{OfficialStatsTable, "1"})
-	return arrow.NewSchema(append([]arrow.Field{
-		{Name: "phase", Type: arrow.BinaryTypes.String},
-		{Name: "step", Type: arrow.PrimitiveTypes.Int64},
-	}, officialFields()...), &md)
-}()
+// OfficialStatsSchema is the schema of rubric_stats_official
+// (schemas.RubricStatsOfficial): one row per (phase, step); prompts counts
+// the items (prompts or pairs), percentages are in percent.
+var OfficialStatsSchema = schemas.RubricStatsOfficial.Schema()
+
+// Row is s as a rubric_stats_official row.
+func (s *OfficialStepStats) Row() schemas.OfficialStatsRow {
+	return schemas.OfficialStatsRow{Phase: s.Phase, Step: s.Step, OfficialSummary: schemas.OfficialSummary(s.OfficialSummary)}
+}
 
 // BuildOfficialStats turns stats into one record batch (the caller releases it).
 func BuildOfficialStats(mem memory.Allocator, stats []OfficialStepStats) arrow.RecordBatch {
-	b := array.NewRecordBuilder(mem, OfficialStatsSchema)
-	defer b.Release()
+	rows := make([]schemas.OfficialStatsRow, len(stats))
 	for i := range stats {
-		s := &stats[i]
-		b.Field(0).(*array.StringBuilder).Append(s.Phase)
-		b.Field(1).(*array.Int64Builder).Append(s.Step)
-		appendOfficial(b, 2, &s.OfficialSummary)
+		rows[i] = stats[i].Row()
 	}
-	return b.NewRecordBatch()
+	return schemas.RubricStatsOfficial.Build(mem, rows)
 }
 
 const officialHeader = "rubrics\tprompts\tcriteria/rubric\tlabel_only%\tspecific%\tconstraint%\tmean_chars\t"

@@ -12,10 +12,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/analyze"
-	"github.com/evolm/evolm/internal/testutil/synthrun"
 )
 
 func TestStepStats(t *testing.T) {
@@ -117,9 +117,13 @@ func TestAnalyzeSyntheticRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < int(rec.NumRows()); i++ {
-			offRubrics += rec.Column(2).(*array.Int64).Value(i)
-			label = append(label, rec.Column(6).(*array.Float64).Value(i))
+		rows, err := schemas.RubricStatsOfficial.Read(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			offRubrics += r.Rubrics
+			label = append(label, r.LabelOnlyPct)
 		}
 	}
 	if offRubrics != counts[schemas.Rubrics.Name] || len(label) != o.Steps {
