@@ -51,3 +51,34 @@ func TestRubricStatsOfficialSchema(t *testing.T) {
 		{Phase: schemas.PhaseRubric, Step: 1, OfficialSummary: schemas.OfficialSummary{Rubrics: 1, Prompts: 1}},
 	})
 }
+
+// trend_rubrics keeps the schema stages/analyze wrote by hand.
+func TestTrendRubricsSchema(t *testing.T) {
+	want := arrow.NewSchema([]arrow.Field{
+		i64Field("ckpt_index"), strField("checkpoint"), i64Field("step"), i64Field("prompt_index"), strField("prompt_id"),
+		strField("question"), strField("raw_text"), strField("finish_reason"), i64Field("completion_tokens"),
+		{Name: "error", Type: arrow.BinaryTypes.String, Nullable: true},
+		i64Field("criteria_count"), f64Field("avg_criterion_len"), f64Field("label_only_pct"), f64Field("specific_pct"), f64Field("constraint_pct"),
+	}, tableMeta("trend_rubrics", "1"))
+	sameSchema(t, schemas.TrendRubrics.Schema(), want)
+	failed := "backend rejected: HTTP 400: prompt too long"
+	roundTrip(t, schemas.TrendRubrics, []schemas.TrendRubric{
+		{CkptIndex: 0, Checkpoint: "runs/x/checkpoints/step-000025/policy", Step: 25, PromptIndex: 0, PromptID: "p1",
+			Question: "Why is the sky blue?", RawText: "1. Mentions Rayleigh scattering", FinishReason: "stop", CompletionTokens: 9,
+			CriteriaCount: 1, AvgCriterionLen: 28, SpecificPct: 100},
+		{CkptIndex: 1, Checkpoint: "served-model", Step: -1, PromptIndex: 1, PromptID: "p2", Question: "Name a prime.",
+			FinishReason: "error", Error: &failed},
+	})
+}
+
+// rubric_trend keeps the schema stages/analyze wrote by hand.
+func TestRubricTrendSchema(t *testing.T) {
+	fields := append([]arrow.Field{i64Field("ckpt_index"), strField("checkpoint"), i64Field("step")}, officialFields()...)
+	want := arrow.NewSchema(append(fields, i64Field("failed"), i64Field("truncated")), tableMeta("rubric_trend", "1"))
+	sameSchema(t, schemas.RubricTrend.Schema(), want)
+	roundTrip(t, schemas.RubricTrend, []schemas.RubricTrendRow{
+		{CkptIndex: 0, Checkpoint: "ckpt/step-000010", Step: 10, OfficialSummary: schemas.OfficialSummary{Rubrics: 4, Prompts: 4,
+			CriteriaCount: 2.75, AvgCriterionLen: 30.5, LabelOnlyPct: 50, SpecificPct: 25, ConstraintPct: 25}, Failed: 1, Truncated: 2},
+		{CkptIndex: 1, Checkpoint: "served-model", Step: -1},
+	})
+}

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/schemas"
@@ -49,23 +48,6 @@ func (a *OfficialAccumulator) Stats() []OfficialStepStats {
 		return cmp.Or(cmp.Compare(x.Step, y.Step), cmp.Compare(x.Phase, y.Phase))
 	})
 	return out
-}
-
-// officialFields are the columns of the official statistics, named as the
-// official script's keys.
-func officialFields() []arrow.Field {
-	i64 := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64} }
-	f64 := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64} }
-	return []arrow.Field{i64("rubrics"), i64("prompts"), f64("criteria_count"), f64("avg_criterion_len"),
-		f64("label_only_pct"), f64("specific_pct"), f64("constraint_pct")}
-}
-
-func appendOfficial(b *array.RecordBuilder, first int, s *OfficialSummary) {
-	b.Field(first).(*array.Int64Builder).Append(s.Rubrics)
-	b.Field(first + 1).(*array.Int64Builder).Append(s.Prompts)
-	for j, v := range []float64{s.CriteriaCount, s.AvgCriterionLen, s.LabelOnlyPct, s.SpecificPct, s.ConstraintPct} {
-		b.Field(first + 2 + j).(*array.Float64Builder).Append(v)
-	}
 }
 
 // OfficialStatsSchema is the schema of rubric_stats_official

@@ -17,7 +17,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/internal/lmstage"
@@ -32,9 +31,9 @@ import (
 const TrendName = "analyze-trend"
 
 // Tables of the trend stage.
-const (
-	TrendRubricsTable = "trend_rubrics" // one rubric per (checkpoint, prompt)
-	TrendTable        = "rubric_trend"  // one row per checkpoint
+var (
+	TrendRubricsTable = schemas.TrendRubrics.Name // one rubric per (checkpoint, prompt)
+	TrendTable        = schemas.RubricTrend.Name  // one row per checkpoint
 )
 
 // Config keys of stages.analyze-trend.
@@ -245,34 +244,13 @@ func CheckpointStep(path string) int64 {
 	return n
 }
 
-// TrendRubricsSchema is the schema of trend_rubrics: one row per
-// (checkpoint, prompt), partitioned by ckpt_index.
-var TrendRubricsSchema = func() *arrow.Schema {
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{TrendRubricsTable, "1"})
-	i64 := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Int64} }
-	str := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.BinaryTypes.String} }
-	f64 := func(name string) arrow.Field { return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64} }
-	return arrow.NewSchema([]arrow.Field{
-		i64("ckpt_index"), str("checkpoint"), i64("step"), i64("prompt_index"), str("prompt_id"), str("question"),
-		str("raw_text"), str("finish_reason"), i64("completion_tokens"),
-		{Name: "error", Type: arrow.BinaryTypes.String, Nullable: true},
-		i64("criteria_count"), f64("avg_criterion_len"), f64("label_only_pct"), f64("specific_pct"), f64("constraint_pct"),
-	}, &md)
-}()
+// TrendRubricsSchema is the schema of trend_rubrics (schemas.TrendRubrics):
+// one row per (checkpoint, prompt), partitioned by ckpt_index.
+var TrendRubricsSchema = schemas.TrendRubrics.Schema()
 
-// TrendSchema is the schema of rubric_trend: one row per checkpoint; step
-// is -1 when the path names none.
-var TrendSchema = func() *arrow.Schema {
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{TrendTable, "1"})
-	return arrow.NewSchema(append(append([]arrow.Field{
-		{Name: "ckpt_index", Type: arrow.PrimitiveTypes.Int64},
-		{Name: "checkpoint", Type: arrow.BinaryTypes.String},
-		{Name: "step", Type: arrow.PrimitiveTypes.Int64},
-	}, officialFields()...),
-		arrow.Field{Name: "failed", Type: arrow.PrimitiveTypes.Int64},
-		arrow.Field{Name: "truncated", Type: arrow.PrimitiveTypes.Int64},
-	), &md)
-}()
+// TrendSchema is the schema of rubric_trend (schemas.RubricTrend): one row
+// per checkpoint; step is -1 when the path names none.
+var TrendSchema = schemas.RubricTrend.Schema()
 
 // TrendRow is one checkpoint's official statistics.
 type TrendRow struct {
@@ -282,6 +260,12 @@ type TrendRow struct {
 	OfficialSummary
 	Failed    int64 // rubrics whose generation failed on the backend
 	Truncated int64 // rubrics cut at max_tokens (finish_reason "length")
+}
+
+// Row is r as a rubric_trend row.
+func (r *TrendRow) Row() schemas.RubricTrendRow {
+	return schemas.RubricTrendRow{CkptIndex: r.Index, Checkpoint: r.Checkpoint, Step: r.Step,
+		OfficialSummary: schemas.OfficialSummary(r.OfficialSummary), Failed: r.Failed, Truncated: r.Truncated}
 }
 
 // Run generates the rubrics of each checkpoint (one shard each, one model
@@ -355,32 +339,17 @@ func (t *Trend) generate(ctx context.Context, env *pipeline.Env, w *pipeline.Sha
 		return err
 	}
 	lmstage.RecordFailures(&env.Failures, rolls)
-	bld := array.NewRecordBuilder(env.Mem, TrendRubricsSchema)
-	defer bld.Release()
 	step := CheckpointStep(ckpt)
+	rows := make([]schemas.TrendRubric, len(rolls))
 	for i := range rolls {
 		r, p := &rolls[i], ps[i]
 		st := OfficialRubricStats(r.Text)
-		bld.Field(0).(*array.Int64Builder).Append(int64(k))
-		bld.Field(1).(*array.StringBuilder).Append(ckpt)
-		bld.Field(2).(*array.Int64Builder).Append(step)
-		bld.Field(3).(*array.Int64Builder).Append(int64(p.Index))
-		bld.Field(4).(*array.StringBuilder).Append(p.ID)
-		bld.Field(5).(*array.StringBuilder).Append(p.Question)
-		bld.Field(6).(*array.StringBuilder).Append(r.Text)
-		bld.Field(7).(*array.StringBuilder).Append(r.FinishReason)
-		bld.Field(8).(*array.Int64Builder).Append(int64(r.CompletionTokens))
-		if r.Error != nil {
-			bld.Field(9).(*array.StringBuilder).Append(*r.Error)
-		} else {
-			bld.Field(9).AppendNull()
-		}
-		bld.Field(10).(*array.Int64Builder).Append(int64(st.Criteria))
-		for j, v := range []float64{st.AvgCriterionLen, st.LabelOnlyPct, st.SpecificPct, st.ConstraintPct} {
-			bld.Field(11 + j).(*array.Float64Builder).Append(v)
-		}
+		rows[i] = schemas.TrendRubric{CkptIndex: int64(k), Checkpoint: ckpt, Step: step, PromptIndex: int64(p.Index),
+			PromptID: p.ID, Question: p.Question, RawText: r.Text, FinishReason: r.FinishReason,
+			CompletionTokens: int64(r.CompletionTokens), Error: r.Error, CriteriaCount: int64(st.Criteria),
+			AvgCriterionLen: st.AvgCriterionLen, LabelOnlyPct: st.LabelOnlyPct, SpecificPct: st.SpecificPct, ConstraintPct: st.ConstraintPct}
 	}
-	rec := bld.NewRecordBatch()
+	rec := schemas.TrendRubrics.Build(env.Mem, rows)
 	defer rec.Release()
 	return w.Write(rec)
 }
@@ -393,29 +362,28 @@ func ReadTrend(ctx context.Context, mem memory.Allocator, shards []string) ([]Tr
 		avg PromptAverager
 	}
 	byIndex := map[int64]*acc{}
+	var rows []schemas.TrendRubric
 	for _, path := range shards {
 		for rec, err := range pipeline.ReadShard(ctx, path, pipeline.ReadOptions{Mem: mem, Schema: TrendRubricsSchema}) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
 			}
-			idx := rec.Column(0).(*array.Int64)
-			ckpt := rec.Column(1).(*array.String)
-			step := rec.Column(2).(*array.Int64)
-			pid := rec.Column(4).(*array.String)
-			raw := rec.Column(6).(*array.String)
-			finish := rec.Column(7).(*array.String)
-			errs := rec.Column(9)
-			for i := 0; i < int(rec.NumRows()); i++ {
-				a := byIndex[idx.Value(i)]
+			rows = append(rows[:0], make([]schemas.TrendRubric, rec.NumRows())...)
+			if err := schemas.TrendRubrics.ReadInto(rec, rows); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			for i := range rows {
+				r := &rows[i]
+				a := byIndex[r.CkptIndex]
 				if a == nil {
-					a = &acc{row: TrendRow{Index: idx.Value(i), Checkpoint: ckpt.Value(i), Step: step.Value(i)}}
-					byIndex[idx.Value(i)] = a
+					a = &acc{row: TrendRow{Index: r.CkptIndex, Checkpoint: r.Checkpoint, Step: r.Step}}
+					byIndex[r.CkptIndex] = a
 				}
-				a.avg.Add(pid.Value(i), OfficialRubricStats(raw.Value(i)))
-				if errs.IsValid(i) {
+				a.avg.Add(r.PromptID, OfficialRubricStats(r.RawText))
+				if r.Error != nil {
 					a.row.Failed++
 				}
-				if finish.Value(i) == string(backend.FinishLength) {
+				if r.FinishReason == string(backend.FinishLength) {
 					a.row.Truncated++
 				}
 			}
@@ -432,19 +400,11 @@ func ReadTrend(ctx context.Context, mem memory.Allocator, shards []string) ([]Tr
 
 // BuildTrend turns rows into one record batch (the caller releases it).
 func BuildTrend(mem memory.Allocator, rows []TrendRow) arrow.RecordBatch {
-	b := array.NewRecordBuilder(mem, TrendSchema)
-	defer b.Release()
+	out := make([]schemas.RubricTrendRow, len(rows))
 	for i := range rows {
-		r := &rows[i]
-		b.Field(0).(*array.Int64Builder).Append(r.Index)
-		b.Field(1).(*array.StringBuilder).Append(r.Checkpoint)
-		b.Field(2).(*array.Int64Builder).Append(r.Step)
-		appendOfficial(b, 3, &r.OfficialSummary)
-		n := len(officialFields())
-		b.Field(3 + n).(*array.Int64Builder).Append(r.Failed)
-		b.Field(4 + n).(*array.Int64Builder).Append(r.Truncated)
+		out[i] = rows[i].Row()
 	}
-	return b.NewRecordBatch()
+	return schemas.RubricTrend.Build(mem, out)
 }
 
 // WriteTrendTable prints the trend: one line per checkpoint.

@@ -9,11 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
 	_ "github.com/evolm/evolm/serving/torchbe"
 	"github.com/evolm/evolm/stages/analyze"
 )
@@ -76,21 +77,12 @@ func TestE2ETrendTinyCheckpoints(t *testing.T) {
 			t.Errorf("checkpoint %s: %d rubrics, %d prompts, %d failed; want 3, 3, 0", r.Checkpoint, r.Rubrics, r.Prompts, r.Failed)
 		}
 	}
-	var n int
-	for rec, err := range pipeline.ReadShard(context.Background(), filepath.Join(run, analyze.TrendTable, "part-00000.parquet"),
-		pipeline.ReadOptions{Schema: analyze.TrendSchema}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		steps := rec.Column(2).(*array.Int64)
-		for i := 0; i < int(rec.NumRows()); i++ {
-			if steps.Value(i) != rows[n].Step {
-				t.Errorf("rubric_trend row %d: step %d, want %d", n, steps.Value(i), rows[n].Step)
-			}
-			n++
-		}
+	var want []schemas.RubricTrendRow
+	for i := range rows {
+		want = append(want, rows[i].Row())
 	}
-	if n != 2 {
-		t.Errorf("rubric_trend: %d rows, want 2", n)
+	got := readTable(t, schemas.RubricTrend, filepath.Join(run, analyze.TrendTable, "part-00000.parquet"))
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("rubric_trend (-ReadTrend +table):\n%s", d)
 	}
 }
