@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/schemas"
@@ -131,24 +130,11 @@ func cutLast(s string) (string, string, bool) {
 }
 
 // ResultsTable is the replay's summary table.
-const ResultsTable = "replay_results"
+var ResultsTable = schemas.ReplayResults.Name
 
-// ResultsSchema: one row per group; step -1 and strategy "" mean all.
-// Version 2 added coverage (judged / (judged + missing)).
-var ResultsSchema = func() *arrow.Schema {
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{ResultsTable, "2"})
-	return arrow.NewSchema([]arrow.Field{
-		{Name: "group", Type: arrow.BinaryTypes.String}, // overall | strategy | step
-		{Name: "step", Type: arrow.PrimitiveTypes.Int64},
-		{Name: "strategy", Type: arrow.BinaryTypes.String},
-		{Name: "judged", Type: arrow.PrimitiveTypes.Int64},
-		{Name: "missing", Type: arrow.PrimitiveTypes.Int64},
-		{Name: "correct", Type: arrow.PrimitiveTypes.Int64},
-		{Name: "accuracy", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-		{Name: "mean_margin", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-		{Name: "coverage", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-	}, &md)
-}()
+// ResultsSchema is the schema of replay_results (schemas.ReplayResults):
+// one row per group; step -1 and strategy "" mean all.
+var ResultsSchema = schemas.ReplayResults.Schema()
 
 func group(a Accuracy) string {
 	switch {
@@ -160,27 +146,25 @@ func group(a Accuracy) string {
 	return "overall"
 }
 
+// Row is a as a replay_results row; a ratio that is NaN is null.
+func (a Accuracy) Row() schemas.ReplayResult {
+	opt := func(v float64) *float64 {
+		if math.IsNaN(v) {
+			return nil
+		}
+		return &v
+	}
+	return schemas.ReplayResult{Group: group(a), Step: a.Step, Strategy: a.Strategy, Judged: a.Judged, Missing: a.Missing,
+		Correct: a.Correct, Accuracy: opt(a.Value()), MeanMargin: opt(a.MeanMargin()), Coverage: opt(a.Coverage())}
+}
+
 // BuildResults turns accuracies into a batch (the caller releases it).
 func BuildResults(mem memory.Allocator, acc []Accuracy) arrow.RecordBatch {
-	b := array.NewRecordBuilder(mem, ResultsSchema)
-	defer b.Release()
-	for _, a := range acc {
-		b.Field(0).(*array.StringBuilder).Append(group(a))
-		b.Field(1).(*array.Int64Builder).Append(a.Step)
-		b.Field(2).(*array.StringBuilder).Append(a.Strategy)
-		b.Field(3).(*array.Int64Builder).Append(a.Judged)
-		b.Field(4).(*array.Int64Builder).Append(a.Missing)
-		b.Field(5).(*array.Int64Builder).Append(a.Correct)
-		for k, v := range []float64{a.Value(), a.MeanMargin(), a.Coverage()} {
-			fb := b.Field(6 + k).(*array.Float64Builder)
-			if math.IsNaN(v) {
-				fb.AppendNull()
-			} else {
-				fb.Append(v)
-			}
-		}
+	rows := make([]schemas.ReplayResult, len(acc))
+	for i, a := range acc {
+		rows[i] = a.Row()
 	}
-	return b.NewRecordBatch()
+	return schemas.ReplayResults.Build(mem, rows)
 }
 
 // WriteTable prints accuracies as an aligned table.

@@ -7,15 +7,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
 	_ "github.com/evolm/evolm/serving/torchbe"
-	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/stages/replay"
 )
 
@@ -48,10 +47,13 @@ func TestE2EReplayTinyJudge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := rec.Column(0).(*array.String)
-		for i := 0; i < int(rec.NumRows()); i++ {
-			if g.Value(i) == "overall" {
-				judged, missing = rec.Column(3).(*array.Int64).Value(i), rec.Column(4).(*array.Int64).Value(i)
+		rows, err := schemas.ReplayResults.Read(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if r.Group == "overall" {
+				judged, missing = r.Judged, r.Missing
 			}
 		}
 	}

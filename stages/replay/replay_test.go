@@ -13,9 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/stages/replay"
 )
 
@@ -51,6 +51,34 @@ func TestDiscriminate(t *testing.T) {
 	}
 	if got[0].Value() != 0.5 || math.Abs(got[0].MeanMargin()-1.25/4) > 1e-12 {
 		t.Errorf("overall %v, margin %v", got[0].Value(), got[0].MeanMargin())
+	}
+}
+
+// replay_results, read back through schemas.ReplayResults, holds each
+// group's counts and ratios; a ratio over no (pair, rubric) is null.
+func TestBuildResults(t *testing.T) {
+	acc := []replay.Accuracy{
+		{Step: -1, Judged: 4, Missing: 1, Correct: 2, Margin: 1.25},
+		{Step: -1, Strategy: "temporal", Judged: 3, Missing: 1, Correct: 2, Margin: 1.5},
+		{Step: 7, Missing: 2},
+		{Step: 8},
+	}
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	rec := replay.BuildResults(mem, acc)
+	defer rec.Release()
+	got, err := schemas.ReplayResults.Read(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []schemas.ReplayResult{
+		{Group: "overall", Step: -1, Judged: 4, Missing: 1, Correct: 2, Accuracy: f(0.5), MeanMargin: f(1.25 / 4), Coverage: f(0.8)},
+		{Group: "strategy", Step: -1, Strategy: "temporal", Judged: 3, Missing: 1, Correct: 2, Accuracy: f(2.0 / 3), MeanMargin: f(0.5), Coverage: f(0.75)},
+		{Group: "step", Step: 7, Missing: 2, Coverage: f(0)},
+		{Group: "step", Step: 8},
+	}
+	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-12)); d != "" {
+		t.Errorf("replay_results (-want +got):\n%s", d)
 	}
 }
 

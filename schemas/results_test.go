@@ -1,0 +1,29 @@
+package schemas_test
+
+import (
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/evolm/evolm/schemas"
+)
+
+func optF64Field(name string) arrow.Field {
+	return arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
+}
+
+func f64p(x float64) *float64 { return &x }
+
+// replay_results keeps the schema stages/replay wrote by hand.
+func TestReplayResultsSchema(t *testing.T) {
+	want := arrow.NewSchema([]arrow.Field{
+		strField("group"), i64Field("step"), strField("strategy"), i64Field("judged"), i64Field("missing"), i64Field("correct"),
+		optF64Field("accuracy"), optF64Field("mean_margin"), optF64Field("coverage"),
+	}, tableMeta("replay_results", "2"))
+	sameSchema(t, schemas.ReplayResults.Schema(), want)
+	roundTrip(t, schemas.ReplayResults, []schemas.ReplayResult{
+		{Group: "overall", Step: -1, Judged: 4, Missing: 1, Correct: 3, Accuracy: f64p(0.75), MeanMargin: f64p(0.2), Coverage: f64p(0.8)},
+		{Group: "strategy", Step: -1, Strategy: schemas.StrategyTemporal, Missing: 2, Coverage: f64p(0)},
+		{Group: "step", Step: 3},
+	})
+}
