@@ -31,3 +31,35 @@ var ReplayResults = newTable("replay_results", 2,
 	optF64Col("mean_margin", func(r *ReplayResult) **float64 { return &r.MeanMargin }),
 	optF64Col("coverage", func(r *ReplayResult) **float64 { return &r.Coverage }),
 )
+
+// EvalResult is a row of eval_results: the score of one (benchmark, subset)
+// or of a benchmark overall. Scores are fractions in [0, 1] (Ties can be
+// slightly outside: its margin term is in (−1, 1)); null where undefined.
+type EvalResult struct {
+	Benchmark        string
+	Subset           string
+	Metric           string
+	N                int64 // items scored (rows for Ties, pairs for JudgeBench)
+	Score            *float64
+	CILow            *float64
+	CIHigh           *float64
+	CILevel          float64 // the bootstrap interval's coverage
+	BootstrapSamples int64
+	BootstrapSeed    int64    // the PCG seed's bits
+	Coverage         *float64 // the share of the subset's items with every score
+}
+
+// EvalResults is the eval_results table. Version 2 added coverage.
+var EvalResults = newTable("eval_results", 2,
+	strCol("benchmark", func(r *EvalResult) *string { return &r.Benchmark }),
+	strCol("subset", func(r *EvalResult) *string { return &r.Subset }),
+	strCol("metric", func(r *EvalResult) *string { return &r.Metric }),
+	numCol("n", func(r *EvalResult) *int64 { return &r.N }),
+	optF64Col("score", func(r *EvalResult) **float64 { return &r.Score }),
+	optF64Col("ci_low", func(r *EvalResult) **float64 { return &r.CILow }),
+	optF64Col("ci_high", func(r *EvalResult) **float64 { return &r.CIHigh }),
+	numCol("ci_level", func(r *EvalResult) *float64 { return &r.CILevel }),
+	numCol("bootstrap_samples", func(r *EvalResult) *int64 { return &r.BootstrapSamples }),
+	numCol("bootstrap_seed", func(r *EvalResult) *int64 { return &r.BootstrapSeed }),
+	optF64Col("coverage", func(r *EvalResult) **float64 { return &r.Coverage }),
+)

@@ -27,3 +27,18 @@ func TestReplayResultsSchema(t *testing.T) {
 		{Group: "step", Step: 3},
 	})
 }
+
+// eval_results keeps the schema stages/eval wrote by hand.
+func TestEvalResultsSchema(t *testing.T) {
+	want := arrow.NewSchema([]arrow.Field{
+		strField("benchmark"), strField("subset"), strField("metric"), i64Field("n"),
+		optF64Field("score"), optF64Field("ci_low"), optF64Field("ci_high"), f64Field("ci_level"),
+		i64Field("bootstrap_samples"), i64Field("bootstrap_seed"), optF64Field("coverage"),
+	}, tableMeta("eval_results", "2"))
+	sameSchema(t, schemas.EvalResults.Schema(), want)
+	roundTrip(t, schemas.EvalResults, []schemas.EvalResult{
+		{Benchmark: "rewardbench2", Subset: "Ties", Metric: "ties_weighted", N: 10, Score: f64p(0.62), CILow: f64p(0.43),
+			CIHigh: f64p(0.8), CILevel: 0.95, BootstrapSamples: 1000, BootstrapSeed: -3, Coverage: f64p(1)},
+		{Benchmark: "pairwise", Subset: "overall", Metric: "accuracy"},
+	})
+}

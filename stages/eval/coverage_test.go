@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/evolm/evolm/schemas"
 )
 
 // Every eval score carries its coverage (the share of items with every
@@ -43,12 +45,18 @@ func TestReportCoverage(t *testing.T) {
 	defer mem.AssertSize(t, 0)
 	rec := BuildResults(mem, rep)
 	defer rec.Release()
-	idx := rec.Schema().FieldIndices("coverage")
-	if len(idx) != 1 {
-		t.Fatalf("eval_results has no coverage column: %s", rec.Schema())
+	got, err := schemas.EvalResults.Read(rec)
+	if err != nil {
+		t.Fatal(err)
 	}
-	col := rec.Column(idx[0]).(*array.Float64)
-	if col.Value(0) != 1 || col.Value(1) != 0 || col.Value(2) != 0.5 {
-		t.Errorf("coverage column %v", col)
+	f := func(x float64) *float64 { return &x }
+	var want []schemas.EvalResult
+	for i, cov := range []float64{1, 0, 0.5} {
+		s := rep.Scores[i]
+		want = append(want, schemas.EvalResult{Benchmark: BenchPairwise, Subset: s.Subset, Metric: MetricAccuracy, N: int64(s.N),
+			Score: f(s.Score), CILow: f(0), CIHigh: f(0), Coverage: f(cov)})
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("eval_results (-want +got):\n%s", d)
 	}
 }

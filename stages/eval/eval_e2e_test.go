@@ -13,12 +13,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
+	_ "github.com/evolm/evolm/serving/openai"
 	_ "github.com/evolm/evolm/serving/torchbe"
 	"github.com/evolm/evolm/stages/eval"
 )
@@ -82,10 +83,12 @@ func TestE2EEvalTinyModels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sub := rec.Column(1).(*array.String)
-			last := sub.Value(sub.Len() - 1)
-			if last != eval.Overall {
-				t.Errorf("%s: last row %q, want overall", tc.bench, last)
+			rows, err := schemas.EvalResults.Read(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last := rows[len(rows)-1]; last.Subset != eval.Overall || last.Benchmark != tc.bench {
+				t.Errorf("%s: last row %s %q, want %s overall", tc.bench, last.Benchmark, last.Subset, tc.bench)
 			}
 		}
 		t.Logf("%s:\n%s", tc.bench, stderr.String())

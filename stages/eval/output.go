@@ -13,9 +13,13 @@ import (
 )
 
 // Output tables.
+var (
+	ResultsTable = schemas.EvalResults.Name // one row per (benchmark, subset) and the overall rows
+	ItemsTable   = "eval_items"             // one row per scored item
+)
+
+// Output tables in the run's own schemas.
 const (
-	ResultsTable   = "eval_results"   // one row per (benchmark, subset) and the overall rows
-	ItemsTable     = "eval_items"     // one row per scored item
 	RubricsTable   = "eval_rubrics"   // the rubrics written (schemas.Rubrics), item_id = request id
 	JudgmentsTable = "eval_judgments" // the judgments made (schemas.Judgments)
 )
@@ -27,22 +31,8 @@ func metaVersion(name, version string) *arrow.Metadata {
 	return &md
 }
 
-// ResultsSchema is the schema of eval_results. Scores are fractions in
-// [0, 1] (Ties can be slightly outside: its margin term is in (−1, 1)); null
-// where undefined. Version 2 added coverage (Report.Coverage).
-var ResultsSchema = arrow.NewSchema([]arrow.Field{
-	{Name: "benchmark", Type: arrow.BinaryTypes.String},
-	{Name: "subset", Type: arrow.BinaryTypes.String},
-	{Name: "metric", Type: arrow.BinaryTypes.String},
-	{Name: "n", Type: arrow.PrimitiveTypes.Int64},
-	{Name: "score", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-	{Name: "ci_low", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-	{Name: "ci_high", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-	{Name: "ci_level", Type: arrow.PrimitiveTypes.Float64},
-	{Name: "bootstrap_samples", Type: arrow.PrimitiveTypes.Int64},
-	{Name: "bootstrap_seed", Type: arrow.PrimitiveTypes.Int64},
-	{Name: "coverage", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-}, metaVersion(ResultsTable, "2"))
+// ResultsSchema is the schema of eval_results (schemas.EvalResults).
+var ResultsSchema = schemas.EvalResults.Schema()
 
 // ItemsSchema is the schema of eval_items.
 var ItemsSchema = arrow.NewSchema([]arrow.Field{
@@ -64,24 +54,28 @@ func appendOpt(b *array.Float64Builder, v float64) {
 	}
 }
 
+// optFloat is v, or nil when v is NaN (a null).
+func optFloat(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// resultRows are a report's scores as eval_results rows.
+func resultRows(r Report) []schemas.EvalResult {
+	rows := make([]schemas.EvalResult, len(r.Scores))
+	for i, s := range r.Scores {
+		rows[i] = schemas.EvalResult{Benchmark: s.Benchmark, Subset: s.Subset, Metric: s.Metric, N: int64(s.N),
+			Score: optFloat(s.Score), CILow: optFloat(s.CILow), CIHigh: optFloat(s.CIHigh), CILevel: r.Bootstrap.Level,
+			BootstrapSamples: int64(r.Bootstrap.Samples), BootstrapSeed: int64(r.Bootstrap.Seed), Coverage: optFloat(r.Coverage(s.Subset))}
+	}
+	return rows
+}
+
 // BuildResults turns a report's scores into a batch (the caller releases it).
 func BuildResults(mem memory.Allocator, r Report) arrow.RecordBatch {
-	b := array.NewRecordBuilder(mem, ResultsSchema)
-	defer b.Release()
-	for _, s := range r.Scores {
-		b.Field(0).(*array.StringBuilder).Append(s.Benchmark)
-		b.Field(1).(*array.StringBuilder).Append(s.Subset)
-		b.Field(2).(*array.StringBuilder).Append(s.Metric)
-		b.Field(3).(*array.Int64Builder).Append(int64(s.N))
-		appendOpt(b.Field(4).(*array.Float64Builder), s.Score)
-		appendOpt(b.Field(5).(*array.Float64Builder), s.CILow)
-		appendOpt(b.Field(6).(*array.Float64Builder), s.CIHigh)
-		b.Field(7).(*array.Float64Builder).Append(r.Bootstrap.Level)
-		b.Field(8).(*array.Int64Builder).Append(int64(r.Bootstrap.Samples))
-		b.Field(9).(*array.Int64Builder).Append(int64(r.Bootstrap.Seed))
-		appendOpt(b.Field(10).(*array.Float64Builder), r.Coverage(s.Subset))
-	}
-	return b.NewRecordBatch()
+	return schemas.EvalResults.Build(mem, resultRows(r))
 }
 
 // BuildItems turns a report's items into a batch (the caller releases it).

@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/datasets"
 	"github.com/evolm/evolm/pipeline"
+	"github.com/evolm/evolm/schemas"
 )
 
 // scorerDouble is a test double of Scorer: it scores a completion by looking
@@ -137,11 +137,14 @@ func TestWriteReports(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := 0; i < int(rec.NumRows()); i++ {
-				sub := rec.Column(1).(*array.String).Value(i)
-				subsets = append(subsets, sub)
-				if sub == "Ties" {
-					ties = rec.Column(4).(*array.Float64).Value(i)
+			rows, err := schemas.EvalResults.Read(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				subsets = append(subsets, r.Subset)
+				if r.Subset == "Ties" {
+					ties = *r.Score
 				}
 			}
 		}
