@@ -36,7 +36,18 @@ import (
 // int, int64, float64, bool, time.Duration, []string. A named string type
 // with a method Enum() []string takes its allowed values from it, each time
 // the fields are built: an enum that a registry fills (rewards by name).
+//
+// An embedded struct (an anonymous field of struct type) without a key tag
+// contributes its own tagged fields, in place: keys that several sections
+// share (the trackers' keys, track.Keys) are declared once and embedded
+// in each section's struct.
 type enumer interface{ Enum() []string }
+
+// embedded reports whether sf is a struct embedded without a key tag, whose
+// fields are the section's own.
+func embedded(sf reflect.StructField) bool {
+	return sf.Anonymous && sf.Type.Kind() == reflect.Struct && sf.Tag.Get("key") == ""
+}
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
@@ -50,9 +61,32 @@ func FieldsOf(v any) ([]Field, error) {
 	if t.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("FieldsOf: %v is not a struct", t)
 	}
-	var out []Field
+	out, err := fieldsOf(t, nil)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, f := range out {
+		if seen[f.Key] {
+			return nil, fmt.Errorf("FieldsOf: %v declares key %q twice (an embedded struct's key and its own?)", t, f.Key)
+		}
+		seen[f.Key] = true
+	}
+	return out, nil
+}
+
+// fieldsOf appends the fields of struct type t to out, recursing into
+// embedded structs.
+func fieldsOf(t reflect.Type, out []Field) ([]Field, error) {
 	for i := range t.NumField() {
 		sf := t.Field(i)
+		if embedded(sf) {
+			var err error
+			if out, err = fieldsOf(sf.Type, out); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		key := sf.Tag.Get("key")
 		if key == "" {
 			continue
@@ -75,6 +109,10 @@ func VolatileOf(v any) []string {
 	var out []string
 	for i := range t.NumField() {
 		sf := t.Field(i)
+		if embedded(sf) {
+			out = append(out, VolatileOf(reflect.Zero(sf.Type).Interface())...)
+			continue
+		}
 		if k := sf.Tag.Get("key"); k != "" && sf.Tag.Get("volatile") == "true" {
 			out = append(out, k)
 		}
@@ -186,10 +224,21 @@ func Bind(cfg *Config, dst any) error {
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("Bind: want a pointer to a struct, got %T", dst)
 	}
-	v = v.Elem()
+	return bind(cfg, v.Elem())
+}
+
+// bind sets the tagged fields of the struct value v, recursing into
+// embedded structs.
+func bind(cfg *Config, v reflect.Value) error {
 	t := v.Type()
 	for i := range t.NumField() {
 		sf := t.Field(i)
+		if embedded(sf) {
+			if err := bind(cfg, v.Field(i)); err != nil {
+				return err
+			}
+			continue
+		}
 		key := sf.Tag.Get("key")
 		if key == "" {
 			continue
