@@ -63,3 +63,27 @@ var EvalResults = newTable("eval_results", 2,
 	numCol("bootstrap_seed", func(r *EvalResult) *int64 { return &r.BootstrapSeed }),
 	optF64Col("coverage", func(r *EvalResult) **float64 { return &r.Coverage }),
 )
+
+// EvalItem is a row of eval_items: one scored item of a benchmark.
+type EvalItem struct {
+	Benchmark        string
+	ItemID           string
+	Subset           string
+	NumCorrect       int32     // leading entries of Scores that are correct answers
+	Scores           []float64 // NaN where missing; JudgeBench: A, B (original order), B, A (swapped)
+	DecisionOriginal *string   // JudgeBench only: the verdict in the original order
+	DecisionSwapped  *string   // JudgeBench only: the verdict with the answers swapped
+	Result           *float64  // the item's score; null for Ties rows (scored as a set)
+}
+
+// EvalItems is the eval_items table.
+var EvalItems = newTable("eval_items", 1,
+	strCol("benchmark", func(r *EvalItem) *string { return &r.Benchmark }),
+	strCol("item_id", func(r *EvalItem) *string { return &r.ItemID }),
+	strCol("subset", func(r *EvalItem) *string { return &r.Subset }),
+	numCol("num_correct", func(r *EvalItem) *int32 { return &r.NumCorrect }),
+	numListCol("scores", func(r *EvalItem) *[]float64 { return &r.Scores }),
+	optStrCol("decision_original", func(r *EvalItem) **string { return &r.DecisionOriginal }),
+	optStrCol("decision_swapped", func(r *EvalItem) **string { return &r.DecisionSwapped }),
+	optF64Col("result", func(r *EvalItem) **float64 { return &r.Result }),
+)

@@ -42,3 +42,23 @@ func TestEvalResultsSchema(t *testing.T) {
 		{Benchmark: "pairwise", Subset: "overall", Metric: "accuracy"},
 	})
 }
+
+// eval_items keeps the schema stages/eval wrote by hand.
+func TestEvalItemsSchema(t *testing.T) {
+	want := arrow.NewSchema([]arrow.Field{
+		strField("benchmark"), strField("item_id"), strField("subset"),
+		{Name: "num_correct", Type: arrow.PrimitiveTypes.Int32},
+		{Name: "scores", Type: arrow.ListOf(arrow.PrimitiveTypes.Float64)},
+		{Name: "decision_original", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "decision_swapped", Type: arrow.BinaryTypes.String, Nullable: true},
+		optF64Field("result"),
+	}, tableMeta("eval_items", "1"))
+	sameSchema(t, schemas.EvalItems.Schema(), want)
+	ab, ba := "A>B", "B>A"
+	roundTrip(t, schemas.EvalItems, []schemas.EvalItem{
+		{Benchmark: "judgebench", ItemID: "p1", Subset: "livecodebench", Scores: []float64{0.9, 0.1, 0.2, 0.8},
+			DecisionOriginal: &ab, DecisionSwapped: &ba, Result: f64p(1)},
+		{Benchmark: "rewardbench2", ItemID: "t1", Subset: "Ties", NumCorrect: 2, Scores: []float64{0.5, 0.4, 0.1}},
+		{Benchmark: "pairwise", ItemID: "x", Subset: "a", Scores: []float64{}},
+	})
+}

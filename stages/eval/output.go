@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/evolm/evolm/pipeline"
@@ -15,7 +14,7 @@ import (
 // Output tables.
 var (
 	ResultsTable = schemas.EvalResults.Name // one row per (benchmark, subset) and the overall rows
-	ItemsTable   = "eval_items"             // one row per scored item
+	ItemsTable   = schemas.EvalItems.Name   // one row per scored item
 )
 
 // Output tables in the run's own schemas.
@@ -24,35 +23,11 @@ const (
 	JudgmentsTable = "eval_judgments" // the judgments made (schemas.Judgments)
 )
 
-func meta(name string) *arrow.Metadata { return metaVersion(name, "1") }
-
-func metaVersion(name, version string) *arrow.Metadata {
-	md := arrow.NewMetadata([]string{schemas.MetaTable, schemas.MetaVersion}, []string{name, version})
-	return &md
-}
-
 // ResultsSchema is the schema of eval_results (schemas.EvalResults).
 var ResultsSchema = schemas.EvalResults.Schema()
 
-// ItemsSchema is the schema of eval_items.
-var ItemsSchema = arrow.NewSchema([]arrow.Field{
-	{Name: "benchmark", Type: arrow.BinaryTypes.String},
-	{Name: "item_id", Type: arrow.BinaryTypes.String},
-	{Name: "subset", Type: arrow.BinaryTypes.String},
-	{Name: "num_correct", Type: arrow.PrimitiveTypes.Int32},
-	{Name: "scores", Type: arrow.ListOf(arrow.PrimitiveTypes.Float64)}, // NaN where missing
-	{Name: "decision_original", Type: arrow.BinaryTypes.String, Nullable: true},
-	{Name: "decision_swapped", Type: arrow.BinaryTypes.String, Nullable: true},
-	{Name: "result", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-}, meta(ItemsTable))
-
-func appendOpt(b *array.Float64Builder, v float64) {
-	if math.IsNaN(v) {
-		b.AppendNull()
-	} else {
-		b.Append(v)
-	}
-}
+// ItemsSchema is the schema of eval_items (schemas.EvalItems).
+var ItemsSchema = schemas.EvalItems.Schema()
 
 // optFloat is v, or nil when v is NaN (a null).
 func optFloat(v float64) *float64 {
@@ -80,27 +55,16 @@ func BuildResults(mem memory.Allocator, r Report) arrow.RecordBatch {
 
 // BuildItems turns a report's items into a batch (the caller releases it).
 func BuildItems(mem memory.Allocator, r Report) arrow.RecordBatch {
-	b := array.NewRecordBuilder(mem, ItemsSchema)
-	defer b.Release()
-	for _, it := range r.Items {
-		b.Field(0).(*array.StringBuilder).Append(it.Benchmark)
-		b.Field(1).(*array.StringBuilder).Append(it.ItemID)
-		b.Field(2).(*array.StringBuilder).Append(it.Subset)
-		b.Field(3).(*array.Int32Builder).Append(int32(it.NumCorrect))
-		lb := b.Field(4).(*array.ListBuilder)
-		lb.Append(true)
-		lb.ValueBuilder().(*array.Float64Builder).AppendValues(it.Scores, nil)
-		for k, d := range []Decision{it.Original, it.Swapped} {
-			sb := b.Field(5 + k).(*array.StringBuilder)
-			if it.Benchmark == BenchJudgeBench {
-				sb.Append(string(d))
-			} else {
-				sb.AppendNull()
-			}
+	rows := make([]schemas.EvalItem, len(r.Items))
+	for i, it := range r.Items {
+		rows[i] = schemas.EvalItem{Benchmark: it.Benchmark, ItemID: it.ItemID, Subset: it.Subset, NumCorrect: int32(it.NumCorrect),
+			Scores: it.Scores, Result: optFloat(it.Result)}
+		if it.Benchmark == BenchJudgeBench {
+			o, s := string(it.Original), string(it.Swapped)
+			rows[i].DecisionOriginal, rows[i].DecisionSwapped = &o, &s
 		}
-		appendOpt(b.Field(7).(*array.Float64Builder), it.Result)
 	}
-	return b.NewRecordBatch()
+	return schemas.EvalItems.Build(mem, rows)
 }
 
 // benchIndex numbers the shards of each benchmark: eval_results/part-0000i.

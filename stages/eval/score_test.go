@@ -155,8 +155,32 @@ func TestWriteReports(t *testing.T) {
 	if math.Abs(ties-tiesWant().Score) > 1e-12 {
 		t.Errorf("Ties %v, want %v", ties, tiesWant().Score)
 	}
-	n, err := pipeline.CountRows(filepath.Join(dir, ItemsTable, "part-00000.parquet"), filepath.Join(dir, ItemsTable, "part-00001.parquet"))
-	if err != nil || n != int64(len(tiesTable)+1) {
-		t.Errorf("eval_items rows %d (%v), want %d", n, err, len(tiesTable)+1)
+	var written []schemas.EvalItem
+	for _, part := range []string{"part-00000.parquet", "part-00001.parquet"} {
+		for rec, err := range pipeline.ReadShard(context.Background(), filepath.Join(dir, ItemsTable, part), pipeline.ReadOptions{Mem: mem, Schema: ItemsSchema}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := schemas.EvalItems.Read(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			written = append(written, rows...)
+		}
+	}
+	if len(written) != len(tiesTable)+1 {
+		t.Fatalf("eval_items rows %d, want %d", len(written), len(tiesTable)+1)
+	}
+	for i, r := range tiesTable {
+		it := written[i]
+		if it.ItemID != r.ID || it.Subset != "Ties" || int(it.NumCorrect) != r.NumCorrect || it.Result != nil || it.DecisionOriginal != nil ||
+			!cmp.Equal(it.Scores, r.Scores) {
+			t.Errorf("eval_items row %d: %+v, want Ties item %+v with no result and no decisions", i, it, r)
+		}
+	}
+	jb := written[len(tiesTable)]
+	if jb.Benchmark != BenchJudgeBench || jb.DecisionOriginal == nil || *jb.DecisionOriginal != "A>B" || jb.DecisionSwapped == nil ||
+		*jb.DecisionSwapped != "B>A" || jb.Result == nil {
+		t.Errorf("the JudgeBench item: %+v", jb)
 	}
 }
