@@ -55,6 +55,11 @@ func PresetNames() []string {
 // PresetConfig is the full config of a preset for an architecture and a
 // vocabulary size, checked by NewConfig.
 func PresetConfig(archName, preset string, vocab int) (*Config, error) {
+	return presetConfig(archName, preset, vocab, *QwenGenerationConfig().BOSTokenID, 151645)
+}
+
+// presetConfig is PresetConfig with the config's bos and eos token ids.
+func presetConfig(archName, preset string, vocab, bos, eos int) (*Config, error) {
 	arch, err := Lookup(archName)
 	if err != nil {
 		return nil, err
@@ -63,7 +68,6 @@ func PresetConfig(archName, preset string, vocab int) (*Config, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown preset %q (known: %s)", preset, strings.Join(PresetNames(), ", "))
 	}
-	gen := QwenGenerationConfig()
 	cfg := arch.Defaults()
 	cfg.VocabSize = vocab
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = p.HiddenSize, p.IntermediateSize, p.NumHiddenLayers
@@ -71,8 +75,8 @@ func PresetConfig(archName, preset string, vocab int) (*Config, error) {
 	cfg.MaxPositionEmbeddings = 40960
 	cfg.RopeTheta = 1e6
 	cfg.TieWordEmbeddings = p.TieWordEmbeddings
-	cfg.BOSTokenID = gen.BOSTokenID
-	cfg.EOSTokenID = TokenIDs{151645}
+	cfg.BOSTokenID = &bos
+	cfg.EOSTokenID = TokenIDs{eos}
 	cfg.PadTokenID = nil
 	if arch.ModelType == "qwen2" || arch.ModelType == "qwen3" {
 		// transformers 4.51's Qwen2/Qwen3 causal mask applies config.sliding_window
@@ -151,14 +155,15 @@ func initCheckpoint(opts InitOptions) (*Config, error) {
 		// embedding covers its ids, and its own end tokens end a turn.
 		vocab = (tk.n + 127) / 128 * 128
 	}
-	cfg, err := PresetConfig(opts.Arch, opts.Preset, vocab)
+	bos, eos := *gen.BOSTokenID, gen.EOSTokenID[0]
+	if !qwen && tk.imEnd >= 0 && tk.endOfText >= 0 {
+		bos, eos = tk.endOfText, tk.imEnd
+		pad := tk.endOfText
+		gen.BOSTokenID, gen.PadTokenID, gen.EOSTokenID = &bos, &pad, TokenIDs{tk.imEnd, tk.endOfText}
+	}
+	cfg, err := presetConfig(opts.Arch, opts.Preset, vocab, bos, eos)
 	if err != nil {
 		return nil, fmt.Errorf("model init: %w", err)
-	}
-	if !qwen && tk.imEnd >= 0 && tk.endOfText >= 0 {
-		bos, pad := tk.endOfText, tk.endOfText
-		cfg.BOSTokenID, cfg.EOSTokenID = &bos, TokenIDs{tk.imEnd}
-		gen.BOSTokenID, gen.PadTokenID, gen.EOSTokenID = &bos, &pad, TokenIDs{tk.imEnd, tk.endOfText}
 	}
 	dt := opts.DType
 	if dt == 0 {

@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -84,5 +85,27 @@ func TestInitAndLoadLeaveCallerThread(t *testing.T) {
 	m.Close() // Close frees tensors on the caller's thread, and claims it
 	if claimed {
 		t.Fatal("model.Load used libtorch on the caller's thread")
+	}
+}
+
+// TestInitSmallTokenizer: a tokenizer other than Qwen3's (a few ids, its
+// own end tokens) gets an embedding sized to it and its end tokens in
+// config.json, and the checkpoint loads.
+func TestInitSmallTokenizer(t *testing.T) {
+	tokDir, dir := t.TempDir(), t.TempDir()
+	tok := `{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2}, "merges": []},
+	  "added_tokens": [{"id": 3, "content": "<|endoftext|>", "special": true}, {"id": 4, "content": "<|im_end|>", "special": true}]}`
+	if err := os.WriteFile(filepath.Join(tokDir, "tokenizer.json"), []byte(tok), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := model.Init(model.InitOptions{Arch: "qwen3", Preset: "tiny", OutDir: dir, TokenizerDir: tokDir}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.VocabSize != 128 || cfg.BOSTokenID == nil || *cfg.BOSTokenID != 3 || len(cfg.EOSTokenID) != 1 || cfg.EOSTokenID[0] != 4 {
+		t.Errorf("vocab %d, bos %v, eos %v; want 128, 3, [4]", cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenID)
 	}
 }

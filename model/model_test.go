@@ -249,7 +249,7 @@ func TestLoadBadInput(t *testing.T) {
 func TestInitErrors(t *testing.T) {
 	for _, tc := range []struct{ arch, preset, want string }{
 		{"gpt2", "tiny", `unknown architecture "gpt2"`},
-		{"qwen3", "huge", `unknown preset "huge" (known: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, small, tiny)`},
+		{"qwen3", "huge", `unknown preset "huge" (known: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, small, tiny, toy)`},
 	} {
 		_, err := model.Init(model.InitOptions{Arch: tc.arch, Preset: tc.preset, OutDir: t.TempDir()})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
