@@ -40,6 +40,7 @@ TORCH_STAMP_NOW = build/.torch-cpu-$$(echo '$(LIBTORCH) '"$$(sed -n "s/^__versio
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/include/crt/host_defines.h),/usr/local/cuda,$(CURDIR)/build/cuda)
 BIN_CUDA  := $(CURDIR)/bin/evolm-cuda
 CUDA_STAMP := build/.torch-cuda-$(shell echo '$(LIBTORCH) $(TORCH_VERSION) $(CUDA_HOME)' | cksum | cut -d' ' -f1)
+CUDA_STAMP_NOW = build/.torch-cuda-$$(echo '$(LIBTORCH) '"$$(sed -n "s/^__version__ = '\([^']*\)'.*/\1/p" '$(LIBTORCH)/version.py' 2>/dev/null || cat '$(LIBTORCH)/build-version' 2>/dev/null)"' $(CUDA_HOME)' | cksum | cut -d' ' -f1)
 CUDA_GOFLAGS := -overlay=$(CURDIR)/build/overlay-cuda.json -tags=evolm_cuda
 
 # Every go command below builds gotch through the generated workspace + overlay
@@ -115,7 +116,7 @@ cuda-headers: $(if $(filter $(CURDIR)/build/cuda,$(CUDA_HOME)),build/cuda/.ok)
 $(CUDA_STAMP): $(TORCH_STAMP) $(if $(filter $(CURDIR)/build/cuda,$(CUDA_HOME)),build/cuda/.ok)
 	rm -f build/.torch-cuda-*
 	LIBTORCH=$(LIBTORCH) TORCH_CUDA=1 CUDA_HOME=$(CUDA_HOME) GOWORK=off GOFLAGS= scripts/gotch-overlay.sh
-	touch $@
+	touch $(CUDA_STAMP_NOW)
 torch-cuda: $(CUDA_STAMP)
 
 node_modules/.ok: package.json
