@@ -52,7 +52,7 @@ func Open(ctx context.Context, s Settings, r Run, log *slog.Logger) (*Hub, error
 			h.abort()
 			return nil, fmt.Errorf("tracker %s: %w", name, err)
 		}
-		w := &worker{name: name, sink: sink, last: last, log: log.With("tracker", name),
+		w := &worker{name: name, sink: sink, last: last, log: log.With("tracker", name), keys: s,
 			ch: make(chan Event, max(s.Queue, 1)), done: make(chan struct{}), stop: make(chan struct{})}
 		h.workers = append(h.workers, w)
 		go w.run()
@@ -143,6 +143,7 @@ type worker struct {
 	sink Sink
 	last int64 // events at or before this step are not sent (the tracker has them)
 	log  *slog.Logger
+	keys Settings // names the keys in messages
 	ch   chan Event
 	done chan struct{} // closed when run returns
 	stop chan struct{} // closed to abandon retries
@@ -176,7 +177,7 @@ func (w *worker) enqueue(ev Event) {
 		w.dropReported = now
 		w.log.Warn("tracker queue full: events dropped; the steps table keeps every row",
 			"queue", cap(w.ch), "dropped", w.dropped, "steps", stepRange(w.firstDrop, w.lastDrp),
-			"hint", "the tracker is failing or slower than the loop; raise stages.run.tracker_queue to hold more")
+			"hint", "the tracker is failing or slower than training; raise "+w.keys.key("tracker_queue")+" to hold more")
 	}
 }
 
@@ -274,7 +275,7 @@ func (w *worker) finish(deadline time.Time, status Status) {
 		}
 	}
 	if n := len(w.undelivered); n > 0 {
-		w.log.Warn("tracker did not take every event before the flush timeout (stages.run.tracker_flush_timeout); the steps table keeps every row",
+		w.log.Warn("tracker did not take every event before the flush timeout ("+w.keys.key("tracker_flush_timeout")+"); the steps table keeps every row",
 			"undelivered", n, "steps", eventSteps(w.undelivered))
 	}
 	if w.dropped > 0 {

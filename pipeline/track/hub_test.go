@@ -79,14 +79,18 @@ func (d *doubleSink) Close(_ context.Context, s track.Status) error {
 	return nil
 }
 
-// The double the next Open returns, and the last step it claims to hold.
+// The double the next Open returns, and the last step it claims to hold;
+// the settings and run the last Open passed it.
 var (
 	nextDouble *doubleSink
 	nextLast   int64 = -1
+	openedWith track.Settings
+	openedRun  track.Run
 )
 
 func init() {
-	track.Register("test-double", func(context.Context, track.Settings, track.Run) (track.Sink, int64, error) {
+	track.Register("test-double", func(_ context.Context, s track.Settings, r track.Run) (track.Sink, int64, error) {
+		openedWith, openedRun = s, r
 		if nextDouble.aborted != nil {
 			return stuckSink{nextDouble}, nextLast, nil
 		}

@@ -44,7 +44,7 @@ const tbPrefix = "events.out.tfevents."
 func openTensorBoard(_ context.Context, s Settings, r Run) (Sink, int64, error) {
 	dir := s.TensorBoardDir
 	if dir == "" {
-		dir = filepath.Join(r.Dir, "tensorboard")
+		dir = filepath.Join(r.Dir, "tensorboard", r.Sub)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, err
@@ -64,8 +64,8 @@ func openTensorBoard(_ context.Context, s Settings, r Run) (Sink, int64, error) 
 	}
 	if len(others) > 0 {
 		// TensorBoard shows a directory's files as one run.
-		return nil, 0, fmt.Errorf("%s holds event files of another run (%s): TensorBoard would show both as one run; remove them, or set stages.run.tensorboard_dir to a directory of this run's own",
-			dir, others[0])
+		return nil, 0, fmt.Errorf("%s holds event files of another run (%s): TensorBoard would show both as one run; remove them, or set %s to a directory of this run's own",
+			dir, others[0], s.key("tensorboard_dir"))
 	}
 	last, lastTS, err := tbScan(ours)
 	if err != nil {

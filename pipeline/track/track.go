@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -20,9 +21,12 @@ import (
 // Console is the tracker that is the step's log line; it has no sink.
 const Console = "console"
 
-// Settings are the trackers of a run and each one's settings (the loop's
-// tracker keys).
+// Settings are the trackers of a run and each one's settings (a stage's
+// tracker keys: Keys.Settings).
 type Settings struct {
+	// Section is the config section of the keys (stages.run), named in
+	// messages that point at a key; OpenStage sets it.
+	Section  string
 	Trackers []string          // from Names(); Console is the log line
 	RunName  string            // the run's name in every tracker
 	Tags     map[string]string // tags of the tracker run
@@ -42,11 +46,24 @@ type Settings struct {
 	WandbPython      string // the Python that runs the sidecar
 }
 
+// key names a tracker key in full in messages (section.key).
+func (s Settings) key(k string) string {
+	if s.Section == "" {
+		return k
+	}
+	return s.Section + "." + k
+}
+
 // Run is what each tracker is told of the run it reports.
 type Run struct {
-	// Dir is the run directory the loop writes to; trackers keep their
+	// Dir is the run directory the stage writes to; trackers keep their
 	// state in Dir/trackers and default outputs beside it.
-	Dir        string
+	Dir string
+	// Sub, when set, is the stage's own subdirectory of those
+	// (Dir/trackers/<Sub>, Dir/tensorboard/<Sub>), so that two stages of
+	// one run directory (evolm sft before evolm run) report two tracker
+	// runs; the loop's are Dir/trackers and Dir/tensorboard themselves.
+	Sub        string
 	Params     []Param // the effective configuration, by key
 	Version    string  // evolm's code version
 	ConfigHash string
@@ -54,7 +71,7 @@ type Run struct {
 }
 
 // StateDir is where trackers keep what a resumed run needs (their run ids).
-func (r Run) StateDir() string { return r.Dir + "/trackers" }
+func (r Run) StateDir() string { return filepath.Join(r.Dir, "trackers", r.Sub) }
 
 // Param is one configuration key with its value (string, int, int64,
 // float64, bool or []string).

@@ -131,7 +131,7 @@ func (w *wandbSink) start(ctx context.Context) error {
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("starting the W&B sidecar with %s: %w (set stages.run.wandb_python to a Python with wandb==0.31.0)", w.python, err)
+		return fmt.Errorf("starting the W&B sidecar with %s: %w (set %s to a Python with wandb==0.31.0)", w.python, err, w.s.key("wandb_python"))
 	}
 	w.cmd, w.in, w.stderr = cmd, in, logf
 	w.replies, w.exited = make(chan string, 4), make(chan struct{})
@@ -174,9 +174,9 @@ func (w *wandbSink) start(ctx context.Context) error {
 		msg := rep.Error
 		switch {
 		case strings.Contains(msg, "cannot import wandb"):
-			msg += " (install it: pip install -c scripts/constraints.txt wandb==0.31.0, or set stages.run.wandb_python)"
+			msg += " (install it: pip install -c scripts/constraints.txt wandb==0.31.0, or set " + w.s.key("wandb_python") + ")"
 		case strings.Contains(strings.ToLower(msg), "api key"):
-			msg += " (set WANDB_API_KEY or run `wandb login`; or set stages.run.wandb_mode: offline and upload later with `wandb sync " +
+			msg += " (set WANDB_API_KEY or run `wandb login`; or set " + w.s.key("wandb_mode") + ": offline and upload later with `wandb sync " +
 				filepath.Join(w.r.StateDir(), "wandb", "offline-run-*") + "`)"
 		}
 		return errors.New(msg)

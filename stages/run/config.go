@@ -184,7 +184,7 @@ func FromConfig(cfg *pipeline.Config) (*Config, error) {
 			return nil, cfg.Errorf("generation_backend", "%s with a rubric generator of its own (roles.rubric_generator.model): a fleet serves the one trained model of the shared-model design; leave roles.rubric_generator.model empty or generate in process (%s)", gb, genInProcess)
 		}
 	}
-	if c.Track, err = trackSettings(cfg, &c.Keys); err != nil {
+	if c.Track, err = c.Keys.Keys.Settings(cfg); err != nil {
 		return nil, err
 	}
 	if c.UnusableRubric == UnusableJudge && c.Judge.Mode != schemas.JudgeGenerative {

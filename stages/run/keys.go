@@ -7,6 +7,7 @@ import (
 	"github.com/evolm/evolm/method/pairs"
 	"github.com/evolm/evolm/method/rules"
 	"github.com/evolm/evolm/method/schedule"
+	"github.com/evolm/evolm/pipeline/track"
 	"github.com/evolm/evolm/serving/roles"
 )
 
@@ -98,20 +99,9 @@ type Keys struct {
 	ZeRO        int           `key:"zero_stage" default:"0" min:"0" max:"2" help:"data parallelism (evolm run --nproc N, or torchrun): 0 replicates the AdamW state on every rank, 1 shards it (and fp32 master weights) across ranks by whole tensors, 2 also shards the gradients (each reduced to its owning rank during backward and freed elsewhere)"`
 	DistTimeout time.Duration `key:"dist_timeout" default:"10m" gt:"0" volatile:"true" help:"data parallelism: timeout of the rendezvous and of every collective; a rank that died or stalled makes the others stop within it"`
 
-	// Trackers (package pipeline/track). Each may change on resume: a
-	// tracker reports the run, it does not change what a step computes.
-	Trackers         []string      `key:"trackers" default:"console" volatile:"true" example:"console,tensorboard,mlflow,wandb" help:"where each step's metrics go besides the steps table: console (the step's log line at info level; without it the line is at debug), tensorboard, mlflow, wandb"`
-	TrackerRunName   string        `key:"tracker_run_name" volatile:"true" help:"the run's name in MLflow and W&B; empty: the run directory's name"`
-	TrackerTags      []string      `key:"tracker_tags" volatile:"true" example:"team=rl,model=qwen3-8b" help:"tags of the tracker runs, key=value"`
-	TrackerQueue     int           `key:"tracker_queue" default:"10000" min:"1" max:"10000000" volatile:"true" help:"events each tracker may hold while it is slow or failing; beyond, new ones are dropped (the steps table keeps every row)"`
-	TrackerFlush     time.Duration `key:"tracker_flush_timeout" default:"2m" min:"0" volatile:"true" help:"at the end of the run, how long to wait for the trackers to take what is queued"`
-	TensorBoardDir   string        `key:"tensorboard_dir" volatile:"true" help:"tensorboard: the run's event-file directory (point tensorboard --logdir at it or its parent); empty: <run>/tensorboard"`
-	MLflowURI        string        `key:"mlflow_tracking_uri" volatile:"true" example:"http://127.0.0.1:5000" help:"mlflow: the tracking server's URL (mlflow server); empty: $MLFLOW_TRACKING_URI (MLFLOW_TRACKING_TOKEN or _USERNAME/_PASSWORD authenticate)"`
-	MLflowExperiment string        `key:"mlflow_experiment" default:"evolm" volatile:"true" help:"mlflow: the experiment the run is logged under (created when missing)"`
-	WandbProject     string        `key:"wandb_project" default:"evolm" volatile:"true" help:"wandb: the W&B project"`
-	WandbEntity      string        `key:"wandb_entity" volatile:"true" help:"wandb: the W&B entity (user or team); empty: the API key's default"`
-	WandbMode        string        `key:"wandb_mode" default:"online" enum:"online,offline" volatile:"true" help:"wandb: online, or offline (no network; upload later with wandb sync <run>/trackers/wandb/offline-run-*)"`
-	WandbPython      string        `key:"wandb_python" volatile:"true" help:"wandb: the Python with the wandb package that runs evolm's W&B sidecar; empty: $EVOLM_PYTHON, else python3"`
+	// Trackers (package pipeline/track): the keys every stage that reports
+	// to trackers declares.
+	track.Keys
 }
 
 // UnusableRule is unusable_rubric: what a rubric with no criterion the
