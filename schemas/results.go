@@ -29,7 +29,7 @@ var ReplayResults = newTable("replay_results", 2,
 	numCol("correct", func(r *ReplayResult) *int64 { return &r.Correct }),
 	optF64Col("accuracy", func(r *ReplayResult) **float64 { return &r.Accuracy }),
 	optF64Col("mean_margin", func(r *ReplayResult) **float64 { return &r.MeanMargin }),
-	optF64Col("coverage", func(r *ReplayResult) **float64 { return &r.Coverage }),
+	added(2, optF64Col("coverage", func(r *ReplayResult) **float64 { return &r.Coverage })),
 )
 
 // EvalResult is a row of eval_results: the score of one (benchmark, subset)
@@ -61,7 +61,7 @@ var EvalResults = newTable("eval_results", 2,
 	numCol("ci_level", func(r *EvalResult) *float64 { return &r.CILevel }),
 	numCol("bootstrap_samples", func(r *EvalResult) *int64 { return &r.BootstrapSamples }),
 	numCol("bootstrap_seed", func(r *EvalResult) *int64 { return &r.BootstrapSeed }),
-	optF64Col("coverage", func(r *EvalResult) **float64 { return &r.Coverage }),
+	added(2, optF64Col("coverage", func(r *EvalResult) **float64 { return &r.Coverage })),
 )
 
 // EvalItem is a row of eval_items: one scored item of a benchmark.

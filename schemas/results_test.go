@@ -1,6 +1,7 @@
 package schemas_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -18,7 +19,7 @@ func f64p(x float64) *float64 { return &x }
 func TestReplayResultsSchema(t *testing.T) {
 	want := arrow.NewSchema([]arrow.Field{
 		strField("group"), i64Field("step"), strField("strategy"), i64Field("judged"), i64Field("missing"), i64Field("correct"),
-		optF64Field("accuracy"), optF64Field("mean_margin"), optF64Field("coverage"),
+		optF64Field("accuracy"), optF64Field("mean_margin"), addedIn(optF64Field("coverage"), 2),
 	}, tableMeta("replay_results", "2"))
 	sameSchema(t, schemas.ReplayResults.Schema(), want)
 	roundTrip(t, schemas.ReplayResults, []schemas.ReplayResult{
@@ -33,7 +34,7 @@ func TestEvalResultsSchema(t *testing.T) {
 	want := arrow.NewSchema([]arrow.Field{
 		strField("benchmark"), strField("subset"), strField("metric"), i64Field("n"),
 		optF64Field("score"), optF64Field("ci_low"), optF64Field("ci_high"), f64Field("ci_level"),
-		i64Field("bootstrap_samples"), i64Field("bootstrap_seed"), optF64Field("coverage"),
+		i64Field("bootstrap_samples"), i64Field("bootstrap_seed"), addedIn(optF64Field("coverage"), 2),
 	}, tableMeta("eval_results", "2"))
 	sameSchema(t, schemas.EvalResults.Schema(), want)
 	roundTrip(t, schemas.EvalResults, []schemas.EvalResult{
@@ -61,4 +62,11 @@ func TestEvalItemsSchema(t *testing.T) {
 		{Benchmark: "rewardbench2", ItemID: "t1", Subset: "Ties", NumCorrect: 2, Scores: []float64{0.5, 0.4, 0.1}},
 		{Benchmark: "pairwise", ItemID: "x", Subset: "a", Scores: []float64{}},
 	})
+}
+
+// addedIn is f marked as added in table version v (MetaAddedIn), as the
+// tables mark a column a later version added.
+func addedIn(f arrow.Field, v int) arrow.Field {
+	f.Metadata = arrow.NewMetadata([]string{schemas.MetaAddedIn}, []string{strconv.Itoa(v)})
+	return f
 }

@@ -245,8 +245,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env) error {
 	}
 	rows, failed, first := scorer.Judge.Failures().Counts()
 	env.Failures.Add(int(rows), int(failed), first)
-	if _, err := env.Failures.Check(1); err != nil {
-		return fmt.Errorf("judge: %w (nothing was scored: check the judge's model, the server's --model-id and the endpoints)", err)
+	if rows > 0 && failed == rows {
+		return fmt.Errorf("judge: %w: %d of %d rows; the first: %s (nothing was scored: check the judge's model, the server's --model-id and the endpoints)",
+			pipeline.ErrAllRowsFailed, failed, rows, first)
 	}
 	if err := WriteTable(env.Stderr, rep); err != nil {
 		return err
