@@ -2,6 +2,7 @@ package sft
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,31 +18,36 @@ import (
 	"github.com/evolm/evolm/serving/backend"
 )
 
-// readExamples reads every example of the input files (Parquet or JSONL) in
-// file order. Errors name the file, the row and the column.
-func readExamples(ctx context.Context, paths []string, opts pipeline.ReadOptions) ([]backend.SFTExample, error) {
+// eachExample streams the examples of the input files (Parquet or JSONL)
+// in file order to fn, with where each comes from ("<file> line N", "<file>
+// row N") for its errors; it holds one Parquet batch or one JSONL line at a
+// time. Errors name the file, the row and the column. No example at all is
+// an error.
+func eachExample(ctx context.Context, paths []string, opts pipeline.ReadOptions, fn func(where string, ex backend.SFTExample) error) error {
 	files, err := datasets.ResolveInputs(paths)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []backend.SFTExample
+	n := 0
+	count := func(where string, ex backend.SFTExample) error {
+		n++
+		return fn(where, ex)
+	}
 	for _, f := range files {
-		var exs []backend.SFTExample
 		switch strings.ToLower(filepath.Ext(f)) {
 		case ".jsonl", ".json":
-			exs, err = readJSONL(f)
+			err = eachJSONL(f, count)
 		default:
-			exs, err = readParquet(ctx, f, opts)
+			err = eachParquet(ctx, f, opts, count)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, exs...)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("input %s: no examples", strings.Join(files, ", "))
+	if n == 0 {
+		return fmt.Errorf("input %s: no examples", strings.Join(files, ", "))
 	}
-	return out, nil
+	return nil
 }
 
 type jsonExample struct {
@@ -50,34 +56,36 @@ type jsonExample struct {
 	Completion *string           `json:"completion"`
 }
 
-func readJSONL(path string) ([]backend.SFTExample, error) {
+func eachJSONL(path string, fn func(where string, ex backend.SFTExample) error) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<30)
-	var out []backend.SFTExample
 	for line := 0; sc.Scan(); line++ {
 		b := sc.Bytes()
-		if len(strings.TrimSpace(string(b))) == 0 {
+		if len(bytes.TrimSpace(b)) == 0 {
 			continue
 		}
+		where := fmt.Sprintf("%s line %d", path, line+1)
 		var j jsonExample
 		if err := json.Unmarshal(b, &j); err != nil {
-			return nil, fmt.Errorf("%s line %d: %w", path, line+1, err)
+			return fmt.Errorf("%s: %w", where, err)
 		}
 		ex, err := example(j)
 		if err != nil {
-			return nil, fmt.Errorf("%s line %d: %w", path, line+1, err)
+			return fmt.Errorf("%s: %w", where, err)
 		}
-		out = append(out, ex)
+		if err := fn(where, ex); err != nil {
+			return err
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return out, nil
+	return nil
 }
 
 func example(j jsonExample) (backend.SFTExample, error) {
@@ -97,14 +105,14 @@ func example(j jsonExample) (backend.SFTExample, error) {
 	return backend.SFTExample{}, fmt.Errorf("no messages and no prompt and completion")
 }
 
-// readParquet reads a Parquet file's messages column (list<struct<role,
-// content>>) or its prompt and completion columns (strings).
-func readParquet(ctx context.Context, path string, opts pipeline.ReadOptions) ([]backend.SFTExample, error) {
-	var out []backend.SFTExample
+// eachParquet streams a Parquet file's messages column (list<struct<role,
+// content>>) or its prompt and completion columns (strings), a batch at a
+// time.
+func eachParquet(ctx context.Context, path string, opts pipeline.ReadOptions, fn func(where string, ex backend.SFTExample) error) error {
 	row := 0
 	for rec, err := range pipeline.ReadShard(ctx, path, opts) {
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return fmt.Errorf("%s: %w", path, err)
 		}
 		sc := rec.Schema()
 		col := func(name string) arrow.Array {
@@ -133,14 +141,17 @@ func readParquet(ctx context.Context, path string, opts pipeline.ReadOptions) ([
 			if err == nil {
 				ex, err = example(j)
 			}
+			where := fmt.Sprintf("%s row %d", path, row)
 			if err != nil {
-				return nil, fmt.Errorf("%s row %d: %w", path, row, err)
+				return fmt.Errorf("%s: %w", where, err)
 			}
-			out = append(out, ex)
+			if err := fn(where, ex); err != nil {
+				return err
+			}
 			row++
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func stringAt(a arrow.Array, i int, name string) (string, error) {

@@ -1,5 +1,11 @@
 package sft
 
+import (
+	"time"
+
+	"github.com/evolm/evolm/pipeline/track"
+)
+
 // Keys are stages.sft's keys, each declared once: its name, default, bounds
 // and help are the field's tags (pipeline.FieldsOf), and FromConfig reads
 // them with pipeline.Bind. The defaults are TRL SFTConfig's where TRL has
@@ -34,4 +40,12 @@ type Keys struct {
 	// Checkpoints.
 	CheckpointEvery   int `key:"checkpoint_every" default:"500" min:"1" help:"write a checkpoint every this many steps (and after the last); a rerun resumes from the newest"`
 	MaxSkippedUpdates int `key:"max_skipped_updates" default:"3" min:"1" max:"1000" help:"stop after this many updates in a row skipped for a NaN or Inf loss or gradient norm"`
+
+	// Data parallelism.
+	ZeRO        int           `key:"zero_stage" default:"0" min:"0" max:"2" help:"data parallelism (evolm sft --nproc N, or torchrun): 0 replicates the AdamW state on every rank, 1 shards it (and fp32 master weights) across ranks by whole tensors, 2 also shards the gradients (each reduced to its owning rank during backward and freed elsewhere)"`
+	DistTimeout time.Duration `key:"dist_timeout" default:"10m" gt:"0" volatile:"true" help:"data parallelism: timeout of the rendezvous and of every collective; a rank that died or stalled makes the others stop within it"`
+
+	// Trackers (package pipeline/track): the keys every stage that reports
+	// to trackers declares.
+	track.Keys
 }
