@@ -34,7 +34,8 @@ func isRank() (rank bool, follower bool) {
 // for one rank only: EVOLM_FAILPOINT_RANK1=update@2 (fault tests).
 const failpointRankEnv = "EVOLM_FAILPOINT_RANK"
 
-// launch runs `evolm run` as nproc ranks on this machine, as torchrun
+// launch runs the command (what, e.g. "evolm run", for messages) as nproc
+// ranks on this machine, as torchrun
 // --standalone --nproc-per-node nproc would: the same binary and arguments,
 // with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a free
 // MASTER_PORT. Rank 0's output passes through; the other ranks' lines are
@@ -42,7 +43,7 @@ const failpointRankEnv = "EVOLM_FAILPOINT_RANK"
 // When a rank fails, the others get grace to fail on their own (a
 // collective's timeout), then are killed; the error names the rank that
 // failed first.
-func launch(ctx context.Context, nproc int, grace time.Duration) error {
+func launch(ctx context.Context, what string, nproc int, grace time.Duration) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("--nproc: %w", err)
@@ -126,7 +127,7 @@ func launch(ctx context.Context, nproc int, grace time.Duration) error {
 		case <-deadline:
 			for r, c := range cmds {
 				if c.ProcessState == nil {
-					fmt.Fprintf(os.Stderr, "evolm run --nproc %d: rank %d still running %v after rank %d failed; killing it\n", nproc, r, grace, first)
+					fmt.Fprintf(os.Stderr, "%s --nproc %d: rank %d still running %v after rank %d failed; killing it\n", what, nproc, r, grace, first)
 					_ = c.Process.Kill()
 				}
 			}
@@ -142,7 +143,7 @@ func launch(ctx context.Context, nproc int, grace time.Duration) error {
 		return nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "evolm run --nproc %d: rank %d failed first (%v)", nproc, first, errs[first])
+	fmt.Fprintf(&b, "%s --nproc %d: rank %d failed first (%v)", what, nproc, first, errs[first])
 	for r, e := range errs {
 		if r != first && e != nil {
 			fmt.Fprintf(&b, "; rank %d: %v", r, e)

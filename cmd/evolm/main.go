@@ -1,7 +1,7 @@
 // Command evolm runs the EVOLM pipeline. Every registered stage
 // (pipeline.Specs) gets a subcommand generated from its spec; a few specs
-// have theirs adjusted (customCommands: `run` adds --resume, the two analyze
-// stages are grouped under `evolm analyze`). The other commands are written
+// have theirs adjusted (customCommands: `run` and `sft` add --nproc, `run`
+// --resume, the two analyze stages are grouped under `evolm analyze`). The other commands are written
 // here: stages, config and inspect call package pipeline; model (init, merge)
 // calls the model packages; serve calls model/serve. Commands parse flags and
 // call into those packages; they hold no pipeline logic.
