@@ -149,7 +149,7 @@ test: deps
 CUDA_TEST_PKGS := ./model ./model/torch ./model/fused ./model/dist ./model/llama ./stages/run ./cmd/evolm
 CUDA_TEST_RUN  := ^(TestDevice.*|TestCUDA.*|TestBuildRefusesAMissingDevice|TestOffCPUTakesTheOps|TestHFParity|TestCollectives|TestClosedAndBadArgs|TestE2ELoopAlternatesAndCheckpoints|TestE2EDataParallel)$$
 test-cuda: deps build-cuda
-	GOFLAGS='$(CUDA_GOFLAGS)' go vet -tags e2e,evolm_cuda ./model/torch ./model/dist ./cmd/gpucheck
+	GOFLAGS='$(CUDA_GOFLAGS)' go vet -tags evolm_cuda ./model/torch ./model/dist
 	GOFLAGS='$(CUDA_GOFLAGS)' go test $(GO_TEST_FLAGS) -tags e2e,evolm_cuda -run '$(CUDA_TEST_RUN)' $(CUDA_TEST_PKGS)
 	rm -rf build/gpu-check-cpu
 	scripts/gpu-check.sh --cpu --bin $(BIN_CUDA) --out build/gpu-check-cpu

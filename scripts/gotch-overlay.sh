@@ -231,8 +231,8 @@ package torch
 // #cgo LDFLAGS: $cuda_ld
 import "C"
 
-// cudaOverlay is what cuda.go checks for: -tags evolm_cuda builds only
-// with build/overlay-cuda.json.
+// cudaOverlay: true here, false in the committed stub this file replaces
+// (cuda.go's cudaBuilt).
 const cudaOverlay = true
 
 // cudaHeaders is where the CUDA headers came from (evolm version).
