@@ -10,13 +10,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/model"
 	_ "github.com/evolm/evolm/model/llama"
 	"github.com/evolm/evolm/model/modeltest"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/model/torch"
-	"github.com/google/go-cmp/cmp"
 )
 
 // Tiny random checkpoints made by transformers itself (scripts/hf_generate.py

@@ -39,6 +39,11 @@
 //   - Log-probs. Result.LogProbs are the log-softmax of the raw model logits
 //     (before temperature and filters), as vLLM and TRL report by default.
 //     Probs gives the processed distribution when it is wanted.
+//   - Devices. Everything runs on the logits' device; the workspace follows
+//     the device and dtype it is given (tested with bf16 logits and a
+//     workspace moved between devices on CPU tensors). The sampling ops on
+//     a CUDA device are unproven here: no GPU has run them
+//     (scripts/gpu-check.sh's generation check does).
 package sample
 
 import (

@@ -6,9 +6,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/evolm/evolm/model/torch"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/evolm/evolm/model/torch"
 )
 
 // known is the test distribution over a 5-token vocabulary.

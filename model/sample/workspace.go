@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"math"
 
+	gts "github.com/sugarme/gotch/ts"
+
 	"github.com/evolm/evolm/model/fused"
 	"github.com/evolm/evolm/model/torch"
-	gts "github.com/sugarme/gotch/ts"
 )
 
 // Workspace holds the two vocabulary-sized float32 buffers a decode loop

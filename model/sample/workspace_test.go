@@ -4,8 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/evolm/evolm/model/torch"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/evolm/evolm/model/torch"
 )
 
 // mixedRows are greedy and temperature-only rows (sampleSimple's batches)
