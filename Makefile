@@ -83,14 +83,25 @@ lmeval: $(LMEVAL_VENV)/.ok
 # ProcessGroupGloo.hpp includes Gloo's headers; the wheel ships c10d's headers
 # but not Gloo's. Debian's libgloo-dev provides them (only the headers are
 # used: libtorch_cpu holds the compiled Gloo, and linking Debian's libgloo.so
-# too would load two Gloos). Installing needs root (apt-get).
+# too would load two Gloos). As root, make installs it with apt-get when
+# /usr/include/gloo is missing; otherwise (or with GLOO_LOCAL=1) it unpacks
+# the package into build/gloo with apt-get download and dpkg -x, which need
+# no root (apt's lists refreshed into build/gloo/apt when needed), and the
+# overlay points model/dist at those headers.
+GLOO_LOCAL ?=
+GLOO_APT   := -o Dir::State::Lists=$(CURDIR)/build/gloo/apt/lists -o Dir::Cache=$(CURDIR)/build/gloo/apt/cache -o Debug::NoLocking=1
 build/.gloo:
 	@mkdir -p build
-	if [ ! -d /usr/include/gloo ]; then \
+	if [ -n "$(GLOO_LOCAL)" ] || { [ ! -d /usr/include/gloo ] && [ "$$(id -u)" != 0 ]; }; then \
+		rm -rf build/gloo && mkdir -p build/gloo/apt/lists/partial build/gloo/apt/cache/archives/partial && cd build/gloo && \
+		{ apt-get download libgloo-dev 2>/dev/null || { apt-get $(GLOO_APT) update && apt-get $(GLOO_APT) download libgloo-dev; }; } && \
+		dpkg -x libgloo-dev_*.deb root && rm -rf libgloo-dev_*.deb apt && \
+		test -f root/usr/include/gloo/rendezvous/store.h; \
+	elif [ ! -d /usr/include/gloo ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get install -y --no-install-recommends libgloo-dev || { apt-get update && apt-get install -y --no-install-recommends libgloo-dev; }; \
+		test -f /usr/include/gloo/rendezvous/store.h; \
 	fi
-	test -f /usr/include/gloo/rendezvous/store.h
 	touch $@
 gloo: build/.gloo
 
