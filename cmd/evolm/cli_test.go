@@ -176,9 +176,9 @@ func TestRunStageAndInspect(t *testing.T) {
 // TestConfigPrintValidatesLikeTheStages: config print takes the stages'
 // flags and rejects what the stage would reject when it runs.
 func TestConfigPrintValidatesLikeTheStages(t *testing.T) {
-	out, err := run(t, "config", "print", "--lr", "2e-6", "--section", "stages.run")
-	if err != nil || !strings.Contains(out, "lr: 2e-06\n") {
-		t.Errorf("config print --lr 2e-6: %v\n%s", err, out)
+	out, err := run(t, "config", "print", "--run.lr", "2e-6", "--rubric-samples", "3", "--section", "stages.run")
+	if err != nil || !strings.Contains(out, "lr: 2e-06\n") || !strings.Contains(out, "rubric_samples: 3\n") {
+		t.Errorf("config print --run.lr 2e-6 --rubric-samples 3: %v\n%s", err, out)
 	}
 	// A model role's keys are its section's, set by --<role>-<key>.
 	out, err = run(t, "config", "print", "--judge-temperature", "0.2", "--judge-mode", "yesno", "--section", "roles.judge")

@@ -60,11 +60,11 @@ func newConfigCmd(a *app) *cobra.Command {
 		Long: `Prints the merged config (defaults, --config FILE, EVOLM_* env vars, flags) as
 YAML, after checking every value as the stages check theirs when they run: a
 value out of range is an error here too (exit status 1). It takes every
-stage's flags: a flag only one stage has keeps its name (--lr 2e-6); one that
-several stages share is prefixed with the stage (--rollout.n, --rubrics.n); the
+stage's flags: a flag only one stage has keeps its name (--rubric-samples 4); one
+that several stages share is prefixed with the stage (--run.lr, --rollout.n); the
 model roles' flags are --policy-<key>, --rubric-generator-<key>, --judge-<key>.
 Values a stage needs only to run (a model path) may stay unset.`,
-		Example: `  evolm --config stages/presets/paper.yaml config print --lr 2e-6
+		Example: `  evolm --config stages/presets/paper.yaml config print --run.lr 2e-6
   evolm config print --section roles.judge --judge-temperature 0.2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -53,8 +53,8 @@ func readmeExamples(t *testing.T, readme string) []readmeExample {
 	in := false
 	for i, line := range strings.Split(readme, "\n") {
 		switch {
-		case strings.HasPrefix(line, "## "):
-			in = line == "## Commands"
+		case strings.HasPrefix(line, "#"):
+			in = line == "# Commands"
 			continue
 		case !in || !strings.HasPrefix(line, "| `"):
 			continue
@@ -67,7 +67,7 @@ func readmeExamples(t *testing.T, readme string) []readmeExample {
 		out = append(out, readmeExample{line: i + 1, command: strings.Trim(cells[0], "`"), example: strings.Trim(ex, "`")})
 	}
 	if len(out) == 0 {
-		t.Fatal("docs/commands.md: no command table under ## Commands")
+		t.Fatal("docs/commands.md: no command table under # Commands")
 	}
 	return out
 }
@@ -170,6 +170,12 @@ func readmeFixtures(t *testing.T, dir, root string) {
 	writeTo(t, filepath.Join(dir, "data", "reward-bench-2", "data", "test-00000-of-00001.jsonl"), func(w io.Writer) error {
 		_, err := io.WriteString(w, `{"id": "0", "prompt": "What is 2+2?", "chosen": ["4"], "rejected": ["5", "3", "22"], "num_correct": 1, "subset": "Math"}
 {"id": "1", "prompt": "Why is the sky blue?", "chosen": ["Rayleigh scattering."], "rejected": ["Cats.", "Because.", "Pizza."], "num_correct": 1, "subset": "Focus"}
+`)
+		return err
+	})
+	writeTo(t, filepath.Join(dir, "data", "sft.jsonl"), func(w io.Writer) error {
+		_, err := io.WriteString(w, `{"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]}
+{"messages": [{"role": "user", "content": "Why is the sky blue?"}, {"role": "assistant", "content": "Rayleigh scattering."}]}
 `)
 		return err
 	})

@@ -155,7 +155,8 @@ stages:
   rollout: {input: [%s], n: 2}
   rubrics: {input: [%s], n: 2}
   judge: {prompts: [%s], rubrics: [%s]}
-  eval: {benchmark: pairwise, input: [%s], bootstrap_samples: 10}
+  eval: {benchmark: pairwise, input: [%s], bootstrap_samples: 10, min_coverage: 0}
+  replay: {min_coverage: 0}
   run: {input: [%s], steps: 2, k: 1, prompts_per_step: 2, samples: 2, rubric_samples: 2, temporal_min_age: 1, temporal_max_age: 1, checkpoint_every: 2}
 pipeline: {progress: "off"}
 log: {level: warn}
