@@ -59,6 +59,8 @@ dedup_report table. Memory does not grow with the input: signatures and
 hashes spill to disk-backed buckets under the run's _work/dedup.`,
 		Inputs:  []string{"external"},
 		Outputs: []string{schemas.Prompts.Name, schemas.DedupReport.Name},
+		// Memory and speed knobs: the output is the same for any value.
+		Volatile: []string{KeyPartitions, KeyWorkers},
 		Fields: []pipeline.Field{
 			{Key: KeyInput, Type: pipeline.TypeStrings, Default: []string{}, Required: true,
 				Description: "input files or directories (Tulu 3 layout, .parquet or .jsonl), read in order",
