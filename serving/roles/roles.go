@@ -226,7 +226,7 @@ func fields(role string) []pipeline.Field {
 			Description: "structured output by constrained decoding: empty (none, as the paper), json_object, or the path of a JSON schema file. " +
 				"For the rubric generator a schema makes every rubric parse, so R_format stops varying within a group and no longer shapes the reward: " +
 				"it changes the method, and thinking (before the JSON) is not possible under it",
-			Example: "schemas/rubric.schema.json"},
+			Example: "rubric.schema.json"},
 		{Key: KeyPromptFiles, Type: pipeline.TypeStrings, Default: []string{},
 			Description: "overrides of this role's prompts as name=path (names: " + strings.Join(names, ", ") + "); an override wins over prompt_variant",
 			Example:     []string{names[0] + "=prompts/" + names[0] + ".tmpl"}},
