@@ -35,14 +35,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 
 # Warm starts: model sizes (evolm model init presets) and steps of evolm sft (batch 64).
-# The policy is left only partly right: after 500 steps (seed 1) it answers 44% of the
-# held-out questions right sampled at temperature 1 and 58% greedily, and writes rubrics
-# that pass R_format 99.7% of the time. The judge's settings are not yet ones under which
-# it was seen to tell "the answer is 42." from 41: after 600 steps of the tiny preset or
-# 200 of toy it was right on 56-60% of such criteria (its format criterion: 95-100%).
+# The policy (tiny: 2 layers, hidden 64) is left only partly right, so RL has room. The judge
+# (toy: 4 layers, hidden 128) must tell "The answer is 42." from a response of 41: its loss
+# stays at chance for about 400 steps, then falls to near zero by about 1,000 (seed 1).
 POLICY_PRESET, JUDGE_PRESET = "tiny", "toy"
 POLICY_SFT = {"steps": 500, "batch_size": 64, "micro_batch": 64, "lr": 3e-3, "lr_scheduler": "constant"}
-JUDGE_SFT = {"steps": 600, "batch_size": 64, "micro_batch": 64, "lr": 1e-3, "lr_scheduler": "constant"}
+JUDGE_SFT = {"steps": 1200, "batch_size": 64, "micro_batch": 64, "lr": 1e-3, "lr_scheduler": "cosine"}
 RUN_OVERRIDES = {}  # stages.run keys over the preset's (--quick)
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -102,11 +100,23 @@ def warm_starts(a, d, seed):
     for role, init_seed, tokdir, size in (("policy", seed, "tokenizer", POLICY_PRESET), ("judge", seed + 1000, "tokenizer_judge", JUDGE_PRESET)):
         sh([a.evolm, "model", "init", "--arch", "qwen3", "--preset", size, "--seed", str(init_seed),
             "--tokenizer", f"{d}/data/{tokdir}", "--out", f"{d}/init/{role}"])
+    # The two warm starts are independent: they run side by side, the threads split between them.
+    procs = []
     for role, data, keys in (("policy", "policy_sft.jsonl", POLICY_SFT), ("judge", "judge_sft.jsonl", JUDGE_SFT)):
-        cfg = {"roles": {role: {"model": os.path.abspath(f"{d}/init/{role}"), "threads": a.threads}},
+        cfg = {"roles": {role: {"model": os.path.abspath(f"{d}/init/{role}"), "threads": max(1, a.threads // 2)}},
                "stages": {"sft": dict(keys, role=role, input=[os.path.abspath(f"{d}/data/{data}")], seed=seed,
                                       output=os.path.abspath(f"{d}/models/{role}"), checkpoint_every=1000)}}
-        evolm(a, cfg, f"{d}/sft-{role}.yaml", f"{d}/sft-{role}", "sft")
+        path = f"{d}/sft-{role}.yaml"
+        with open(path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        cmd = [a.evolm, "--config", path, "--run-dir", os.path.abspath(f"{d}/sft-{role}"), "--progress", "off", "sft"]
+        log("+ " + " ".join(cmd))
+        procs.append((cmd, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    for cmd, p in procs:
+        out = p.communicate()[0]
+        if p.returncode != 0:
+            sys.stderr.write(out[-8000:])
+            raise SystemExit(f"toyworld: {' '.join(cmd[-1:])} of {cmd[2]} failed ({p.returncode})")
 
 
 def one_seed(a, seed):

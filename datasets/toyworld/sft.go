@@ -129,7 +129,7 @@ func judgeResponse(r *rand.Rand, q Question) (resp, num string, bare bool) {
 	case x < 0.8:
 		n = q.Distractors[r.IntN(len(q.Distractors))]
 	default:
-		n = strconv.Itoa(r.IntN(1000))
+		n = strconv.Itoa(r.IntN(MaxNumber + 1))
 	}
 	if r.Float64() < 0.85 {
 		return n, n, true
@@ -141,15 +141,15 @@ func judgeResponse(r *rand.Rand, q Question) (resp, num string, bare bool) {
 // nearMiss returns a number other than n, usually close to it.
 func nearMiss(r *rand.Rand, q Question, n string) string {
 	v, _ := strconv.Atoi(n)
-	cands := []int{v + 1, v - 1, v + 10, v - 10, v + 2, r.IntN(1000)}
+	cands := []int{v + 1, v - 1, v + 10, v - 10, v + 2, r.IntN(MaxNumber + 1)}
 	if a, _ := strconv.Atoi(q.Answer); a != v {
 		cands = append(cands, a, a)
 	}
 	for {
 		c := cands[r.IntN(len(cands))]
-		if c >= 0 && c != v {
+		if c >= 0 && c <= MaxNumber && c != v {
 			return strconv.Itoa(c)
 		}
-		cands = append(cands, r.IntN(1000))
+		cands = append(cands, r.IntN(MaxNumber+1))
 	}
 }

@@ -2,12 +2,18 @@
 // a CPU in minutes, played by tiny models trained from scratch (nanoGPT's
 // Shakespeare, for this method).
 //
-// The task is short questions about numbers with one right answer: "What
-// number comes after 41?", "What number comes before 41?" (0…999), "What is
-// the largest of 17, 42 and 8?" and "What is the smallest of …" (three
-// distinct numbers below 100). Every question has distractors: wrong answers
-// next to the right one (the other numbers of the question, ±1, ±2, ±10).
-// The 7,998 questions are split, seeded, into a held-out set (evaluation),
+// The task is short questions about the numbers 0…MaxNumber (99) with one
+// right answer: "What number comes after 41?", "What number comes before
+// 41?", "What is the largest of 17, 42 and 8?" and "What is the smallest of
+// …" (three distinct numbers). Every question has distractors: wrong
+// answers next to the right one (the other numbers of the question, ±1,
+// ±2, ±10), all in 0…MaxNumber. The numbers stop at 99 so that the judge,
+// a model trained from scratch, sees each number often enough to learn
+// when a response's number is the criterion's: with a hundred numbers
+// the toy preset learns it in about a thousand SFT steps; with a thousand
+// it stays at chance for as long (measured with scripts/toyworld.py's
+// settings before this choice).
+// The 6,198 questions are split, seeded, into a held-out set (evaluation),
 // an RL set (the prompts of `evolm run`) and an SFT set (the warm starts);
 // the three are disjoint.
 //
@@ -30,11 +36,12 @@
 //     (the held-out questions as a prompts table) and heldout_pairs.jsonl
 //     (prompt, chosen = the answer, rejected = a distractor) for the
 //     held-out evaluation;
-//   - tokenizer/: a byte-level BPE tokenizer for the tiny policy, Qwen3's
-//     truncated to its first 10,240 tokens and merges (the yes/no judge's
-//     answer tokens are among them), with the chat special tokens after
-//     them (Tokenizer); tokenizer_judge/: the same with the numbers 10…999
-//     as single tokens, for the judge (JudgeTokenizer).
+//   - tokenizer/: a byte-level BPE tokenizer for the tiny policy: Qwen3's
+//     cut to the merges the data's texts use (a few hundred tokens, each
+//     text encoded exactly as Qwen3 encodes it), with the chat special
+//     tokens after them (Tokenizer); tokenizer_judge/: the same for the
+//     judge's texts and answer tokens, with the numbers 10…99 as single
+//     tokens (JudgeTokenizer).
 //
 // Every file is a function of the seed. The prompts are rendered with the
 // same templates (prompts/, through method/prompts) that the toyworld
@@ -48,6 +55,9 @@ import (
 	"sort"
 	"strconv"
 )
+
+// MaxNumber is the largest number a question, answer or distractor has.
+const MaxNumber = 99
 
 // Question is one arithmetic question.
 type Question struct {
@@ -69,21 +79,21 @@ const (
 )
 
 // universe lists every question in a fixed order: what comes after n and
-// before n (n in 0…999), and the largest and the smallest of three distinct
-// numbers below 100 (3,000 triples each, drawn with a fixed seed).
+// before n, and the largest and the smallest of three distinct numbers
+// (3,000 triples each, drawn with a fixed seed), all in 0…MaxNumber.
 func universe() []Question {
 	var qs []Question
-	for n := 0; n < 999; n++ {
+	for n := 0; n < MaxNumber; n++ {
 		qs = append(qs, question(fmt.Sprintf("next-%d", n), fmt.Sprintf("What number comes after %d?", n), n+1, n, n+2, n+10, n-1))
 	}
-	for n := 1; n <= 999; n++ {
+	for n := 1; n <= MaxNumber; n++ {
 		qs = append(qs, question(fmt.Sprintf("prev-%d", n), fmt.Sprintf("What number comes before %d?", n), n-1, n, n-2, n-10, n+1))
 	}
 	r := rand.New(rand.NewPCG(0, 0x746f79))
 	seen := map[string]bool{}
 	for _, op := range []string{"max", "min"} {
 		for k := 0; k < 3000; {
-			a, b, c := r.IntN(100), r.IntN(100), r.IntN(100)
+			a, b, c := r.IntN(MaxNumber+1), r.IntN(MaxNumber+1), r.IntN(MaxNumber+1)
 			id := fmt.Sprintf("%s-%d-%d-%d", op, a, b, c)
 			if a == b || b == c || a == c || seen[id] {
 				continue
@@ -102,12 +112,12 @@ func universe() []Question {
 }
 
 // question makes a question whose answer is right; the distractors are the
-// wrong answers among wrong that are in 0…999 (duplicates dropped).
+// wrong answers among wrong that are in 0…MaxNumber (duplicates dropped).
 func question(id, text string, right int, wrong ...int) Question {
 	q := Question{ID: id, Text: text, Answer: strconv.Itoa(right)}
 	seen := map[int]bool{right: true}
 	for _, d := range wrong {
-		if d >= 0 && d <= 999 && !seen[d] {
+		if d >= 0 && d <= MaxNumber && !seen[d] {
 			seen[d] = true
 			q.Distractors = append(q.Distractors, strconv.Itoa(d))
 		}

@@ -6,36 +6,84 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
-
-// TokenizerSize is the number of Qwen3 BPE tokens the toyworld tokenizer
-// keeps: ids 0…255 are the byte alphabet and id 256+i is merge i, so the
-// first TokenizerSize ids and TokenizerSize−256 merges are a complete
-// byte-level BPE. 10,240 keeps every answer token of the yes/no judge
-// (" yes" is 9834).
-const TokenizerSize = 10240
 
 // NumberTokens is the largest number the judge's tokenizer writes as one
 // token (JudgeTokenizer).
-const NumberTokens = 999
+const NumberTokens = MaxNumber
+
+// chatWords are texts a chat template adds around the messages (the role
+// names), kept in the vocabulary with the data's own texts.
+var chatWords = []string{"system", "user", "assistant", "\n"}
 
 // Tokenizer writes to out a tokenizer.json and tokenizer_config.json made
-// from Qwen3's in qwenDir: its first TokenizerSize tokens and merges, and
-// its added tokens (<|endoftext|>, <|im_start|>, <|im_end|>, <think> …)
-// renumbered from TokenizerSize on, so a model's vocabulary is about 10k
-// rows instead of 152k. Both files load in HF tokenizers/transformers and
-// in evolm.
-func Tokenizer(qwenDir, out string) error { return writeTokenizer(qwenDir, out, false) }
+// from Qwen3's in qwenDir, cut down to the texts of toyworld: the 256 byte
+// tokens, then, in Qwen3's rank order, only the merges whose token occurs
+// in one of corpus's texts (or a chat template's role names), renumbered
+// from 256, and Qwen3's added tokens (<|endoftext|>, <|im_start|>,
+// <|im_end|>, <think> …) after them. A merge fires on a text only if its
+// token is a substring of that text, so every corpus text encodes to the
+// same tokens as under Qwen3's full tokenizer; anything else still
+// encodes, in shorter pieces. The vocabulary is a few hundred rows instead
+// of 151,669, so the tiny models spend their time on their layers rather
+// than on the output projection. Both files load in HF
+// tokenizers/transformers and in evolm.
+func Tokenizer(qwenDir, out string, corpus []string) error {
+	return writeTokenizer(qwenDir, out, corpus, false)
+}
 
 // JudgeTokenizer is Tokenizer with every number from 10 to NumberTokens
-// one (non-special) added token, as GPT-4's tokenizer chunks digits in
-// threes: the judge then compares the answer a criterion states with the
-// response's token to token, which a tiny model learns in minutes, while
-// the policy's tokenizer (Tokenizer) keeps Qwen3's digit-by-digit
-// arithmetic.
-func JudgeTokenizer(qwenDir, out string) error { return writeTokenizer(qwenDir, out, true) }
+// one (non-special) added token: the judge then compares the answer a
+// criterion states with the response's token to token, which a tiny model
+// learns, while the policy's tokenizer (Tokenizer) keeps Qwen3's
+// digit-by-digit numbers.
+func JudgeTokenizer(qwenDir, out string, corpus []string) error {
+	return writeTokenizer(qwenDir, out, corpus, true)
+}
 
-func writeTokenizer(qwenDir, out string, numbers bool) error {
+// byteLevel maps text to the byte-level alphabet of GPT-2-style BPE
+// vocabularies (bytes_to_unicode: printable bytes stand for themselves,
+// the others for 256+n in byte order, so a space is Ġ and a newline Ċ).
+func byteLevel(text string) string {
+	var b strings.Builder
+	for _, c := range []byte(text) {
+		b.WriteRune(byteRune[c])
+	}
+	return b.String()
+}
+
+var byteRune = func() [256]rune {
+	var m [256]rune
+	n := 0
+	for c := 0; c < 256; c++ {
+		if (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF) {
+			m[c] = rune(c)
+		} else {
+			m[c] = rune(256 + n)
+			n++
+		}
+	}
+	return m
+}()
+
+// mergePair reads one merge of a tokenizer.json: ["a", "b"] (tokenizers
+// ≥ 0.20) or "a b".
+func mergePair(m json.RawMessage) (a, b string, err error) {
+	var pair []string
+	if json.Unmarshal(m, &pair) == nil && len(pair) == 2 {
+		return pair[0], pair[1], nil
+	}
+	var s string
+	if json.Unmarshal(m, &s) == nil {
+		if a, b, ok := strings.Cut(s, " "); ok {
+			return a, b, nil
+		}
+	}
+	return "", "", fmt.Errorf("merge %s is not two tokens", m)
+}
+
+func writeTokenizer(qwenDir, out string, corpus []string, numbers bool) error {
 	var tok map[string]json.RawMessage
 	if err := readJSON(filepath.Join(qwenDir, "tokenizer.json"), &tok); err != nil {
 		return err
@@ -52,17 +100,30 @@ func writeTokenizer(qwenDir, out string, numbers bool) error {
 	if err := json.Unmarshal(mdl["merges"], &merges); err != nil {
 		return fmt.Errorf("tokenizer.json model.merges: %w", err)
 	}
+	text := byteLevel(strings.Join(append(append([]string{}, corpus...), chatWords...), "\x00"))
 	kept := map[string]int{}
 	for t, id := range vocab {
-		if id < TokenizerSize {
+		if id < 256 {
 			kept[t] = id
 		}
 	}
-	if len(kept) != TokenizerSize || len(merges) < TokenizerSize-256 {
-		return fmt.Errorf("%s: not Qwen3's byte-level BPE (ids 0…%d not all present)", qwenDir, TokenizerSize-1)
+	if len(kept) != 256 || len(merges) == 0 {
+		return fmt.Errorf("%s: not Qwen3's byte-level BPE (ids 0…255 are not the byte alphabet)", qwenDir)
 	}
+	var keptMerges []json.RawMessage
+	for _, m := range merges {
+		a, b, err := mergePair(m)
+		if err != nil {
+			return fmt.Errorf("%s: %w", qwenDir, err)
+		}
+		if t := a + b; strings.Contains(text, t) {
+			kept[t] = 256 + len(keptMerges)
+			keptMerges = append(keptMerges, m)
+		}
+	}
+	size := len(kept)
 	mdl["vocab"], _ = json.Marshal(kept)
-	mdl["merges"], _ = json.Marshal(merges[:TokenizerSize-256])
+	mdl["merges"], _ = json.Marshal(keptMerges)
 	tok["model"], _ = json.Marshal(mdl)
 
 	var added []map[string]any
@@ -72,14 +133,14 @@ func writeTokenizer(qwenDir, out string, numbers bool) error {
 	newID := map[string]int{}
 	for i, a := range added {
 		old := strconv.Itoa(int(a["id"].(float64)))
-		a["id"] = TokenizerSize + i
-		newID[old] = TokenizerSize + i
+		a["id"] = size + i
+		newID[old] = size + i
 	}
 	var numDecoder map[string]any
 	if numbers {
 		numDecoder = map[string]any{}
 		for n := 10; n <= NumberTokens; n++ {
-			id := TokenizerSize + len(added)
+			id := size + len(added)
 			added = append(added, map[string]any{"id": id, "content": strconv.Itoa(n), "single_word": false,
 				"lstrip": false, "rstrip": false, "normalized": false, "special": false})
 			numDecoder[strconv.Itoa(id)] = map[string]any{"content": strconv.Itoa(n), "single_word": false,

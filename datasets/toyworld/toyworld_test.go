@@ -36,7 +36,7 @@ func TestSplitsAreDisjointAndSeeded(t *testing.T) {
 			}
 		}
 	}
-	if len(a.HeldOut) != HeldOutSize || len(a.RL) != RLSize || len(seen) != 7998 {
+	if len(a.HeldOut) != HeldOutSize || len(a.RL) != RLSize || len(seen) != 6198 {
 		t.Fatalf("sizes: held-out %d, rl %d, all %d", len(a.HeldOut), len(a.RL), len(seen))
 	}
 	for _, q := range universe() {

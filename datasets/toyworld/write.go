@@ -93,13 +93,29 @@ func Write(dir string, o Options) error {
 	}); err != nil {
 		return err
 	}
-	if o.QwenTokenizer != "" {
-		if err := Tokenizer(o.QwenTokenizer, filepath.Join(dir, TokenizerDir)); err != nil {
-			return err
-		}
-		return JudgeTokenizer(o.QwenTokenizer, filepath.Join(dir, JudgeTokenizerDir))
+	if o.QwenTokenizer == "" {
+		return nil
 	}
-	return nil
+	// The vocabularies keep what the models read and write: the SFT texts
+	// (every prompt template's wording included) and every question.
+	var policyText, judgeText []string
+	for _, c := range chats {
+		for _, m := range c.Messages {
+			policyText = append(policyText, m.Content)
+		}
+	}
+	for _, q := range all {
+		policyText = append(policyText, q.Text)
+	}
+	for _, j := range judge {
+		judgeText = append(judgeText, j.Prompt, j.Completion)
+	}
+	// The yes/no scorer asks for each answer variant as one token.
+	judgeText = append(judgeText, prompts.DefaultYesNo.Candidates()...)
+	if err := Tokenizer(o.QwenTokenizer, filepath.Join(dir, TokenizerDir), policyText); err != nil {
+		return err
+	}
+	return JudgeTokenizer(o.QwenTokenizer, filepath.Join(dir, JudgeTokenizerDir), judgeText)
 }
 
 func writeLines(path string, n int, row func(i int) any) error {

@@ -16,7 +16,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed of the split and of every draw")
 	tok := flag.String("tokenizer", "", "directory of Qwen3's tokenizer.json (the toyworld tokenizer is cut from it); empty: none")
 	promptDir := flag.String("prompts", "datasets/toyworld/prompts", "directory of the toyworld prompt templates")
-	judgePer := flag.Int("judge-per-question", 2, "judge examples per SFT question")
+	judgePer := flag.Int("judge-per-question", 8, "judge examples per SFT question")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "toyworld: -out is required")
