@@ -67,6 +67,35 @@ var byteRune = func() [256]rune {
 	return m
 }()
 
+// substrings returns every substring of the texts' words in the
+// byte-level alphabet, a word being a space and what follows it up to the
+// next space (Qwen3's pre-tokenizer never puts a space after a token's
+// first character, runs of spaces aside, which the toyworld texts do not
+// have). Words repeat across texts, so each is expanded once.
+func substrings(texts []string) map[string]bool {
+	words := map[string]bool{}
+	for _, t := range texts {
+		rs := []rune(byteLevel(t))
+		start := 0
+		for i := 1; i <= len(rs); i++ {
+			if i == len(rs) || rs[i] == byteRune[' '] {
+				words[string(rs[start:i])] = true
+				start = i
+			}
+		}
+	}
+	out := map[string]bool{}
+	for w := range words {
+		rs := []rune(w)
+		for i := range rs {
+			for j := i + 1; j <= len(rs); j++ {
+				out[string(rs[i:j])] = true
+			}
+		}
+	}
+	return out
+}
+
 // mergePair reads one merge of a tokenizer.json: ["a", "b"] (tokenizers
 // ≥ 0.20) or "a b".
 func mergePair(m json.RawMessage) (a, b string, err error) {
@@ -100,7 +129,7 @@ func writeTokenizer(qwenDir, out string, corpus []string, numbers bool) error {
 	if err := json.Unmarshal(mdl["merges"], &merges); err != nil {
 		return fmt.Errorf("tokenizer.json model.merges: %w", err)
 	}
-	text := byteLevel(strings.Join(append(append([]string{}, corpus...), chatWords...), "\x00"))
+	pieces := substrings(append(append([]string{}, corpus...), chatWords...))
 	kept := map[string]int{}
 	for t, id := range vocab {
 		if id < 256 {
@@ -116,7 +145,7 @@ func writeTokenizer(qwenDir, out string, corpus []string, numbers bool) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", qwenDir, err)
 		}
-		if t := a + b; strings.Contains(text, t) {
+		if t := a + b; pieces[t] {
 			kept[t] = 256 + len(keptMerges)
 			keptMerges = append(keptMerges, m)
 		}
