@@ -59,7 +59,7 @@ enabled, and read only from directories under --load-root:
 Requests in flight finish on the weights they started with.`
 
 // newServeCmd is `evolm serve`: the torch engine behind an OpenAI-compatible
-// HTTP server (package model/serve), loaded like the stages load it
+// HTTP server (package serving/server), loaded like the stages load it
 // (model/torchbe).
 func newServeCmd() *cobra.Command {
 	var (
