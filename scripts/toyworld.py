@@ -21,6 +21,7 @@ minutes (and, with 2 or more seeds, a 95% t-interval of each mean, and the ablat
 """
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import time
 
+import pyarrow.parquet as pq
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,10 +39,11 @@ PY = sys.executable
 # Warm starts: model sizes (evolm model init presets) and steps of evolm sft (batch 64).
 # The policy (tiny: 2 layers, hidden 64) is left only partly right, so RL has room. The judge
 # (toy: 4 layers, hidden 128) must tell "The answer is 42." from a response of 41: its loss
-# stays at chance for about 400 steps, then falls to near zero by about 1,000 (seed 1).
+# stays at chance for a while, then falls to near zero (warm_starts).
 POLICY_PRESET, JUDGE_PRESET = "tiny", "toy"
 POLICY_SFT = {"steps": 500, "batch_size": 64, "micro_batch": 64, "lr": 3e-3, "lr_scheduler": "constant"}
-JUDGE_SFT = {"steps": 1200, "batch_size": 64, "micro_batch": 64, "lr": 1e-3, "lr_scheduler": "cosine"}
+JUDGE_SFT = {"batch_size": 64, "micro_batch": 64, "lr": 1e-3, "lr_scheduler": "constant"}
+JUDGE_ROUND, JUDGE_MAX_STEPS, JUDGE_LEARNED = 600, 3000, 0.05
 RUN_OVERRIDES = {}  # stages.run keys over the preset's (--quick)
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -100,23 +103,49 @@ def warm_starts(a, d, seed):
     for role, init_seed, tokdir, size in (("policy", seed, "tokenizer", POLICY_PRESET), ("judge", seed + 1000, "tokenizer_judge", JUDGE_PRESET)):
         sh([a.evolm, "model", "init", "--arch", "qwen3", "--preset", size, "--seed", str(init_seed),
             "--tokenizer", f"{d}/data/{tokdir}", "--out", f"{d}/init/{role}"])
-    # The two warm starts are independent: they run side by side, the threads split between them.
-    procs = []
-    for role, data, keys in (("policy", "policy_sft.jsonl", POLICY_SFT), ("judge", "judge_sft.jsonl", JUDGE_SFT)):
-        cfg = {"roles": {role: {"model": os.path.abspath(f"{d}/init/{role}"), "threads": max(1, a.threads // 2)}},
+    # The judge learns equality after a plateau at chance whose length varies from run to run
+    # (400 to 800 steps in three runs with 2 threads; with 1 thread each, side by side with the
+    # policy, two runs were still at chance after 1,200 and 1,600 steps): it trains in rounds of
+    # JUDGE_ROUND steps, at a constant learning rate so that a longer run continues the same
+    # schedule, until its loss over the last 100 steps is under JUDGE_LEARNED, for at most
+    # JUDGE_MAX_STEPS. The two warm starts run one after the other, each on every thread.
+    def start(role, data, keys):
+        cfg = {"roles": {role: {"model": os.path.abspath(f"{d}/init/{role}"), "threads": a.threads}},
                "stages": {"sft": dict(keys, role=role, input=[os.path.abspath(f"{d}/data/{data}")], seed=seed,
-                                      output=os.path.abspath(f"{d}/models/{role}"), checkpoint_every=1000)}}
+                                      output=os.path.abspath(f"{d}/models/{role}"))}}
         path = f"{d}/sft-{role}.yaml"
         with open(path, "w") as f:
             yaml.safe_dump(cfg, f)
         cmd = [a.evolm, "--config", path, "--run-dir", os.path.abspath(f"{d}/sft-{role}"), "--progress", "off", "sft"]
         log("+ " + " ".join(cmd))
-        procs.append((cmd, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
-    for cmd, p in procs:
+        return cmd, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait(cmd, p):
         out = p.communicate()[0]
         if p.returncode != 0:
             sys.stderr.write(out[-8000:])
-            raise SystemExit(f"toyworld: {' '.join(cmd[-1:])} of {cmd[2]} failed ({p.returncode})")
+            raise SystemExit(f"toyworld: {' '.join(cmd[2:3])} sft failed ({p.returncode})")
+
+    wait(*start("policy", "policy_sft.jsonl", POLICY_SFT))
+    steps = JUDGE_ROUND
+    while True:
+        wait(*start("judge", "judge_sft.jsonl", dict(JUDGE_SFT, steps=steps, checkpoint_every=JUDGE_ROUND)))
+        loss = sft_loss(f"{d}/sft-judge", 100)
+        log(f"judge: loss {loss:.4f} over the last 100 of {steps} steps")
+        if loss < JUDGE_LEARNED or steps >= JUDGE_MAX_STEPS:
+            break
+        steps += JUDGE_ROUND
+    return {"judge_sft_steps": steps, "judge_sft_loss": round(loss, 4)}
+
+
+def sft_loss(run_dir, last):
+    """The mean loss of the last `last` steps of an evolm sft run's steps table."""
+    rows = []
+    for f in glob.glob(os.path.join(run_dir, "steps", "**", "*.parquet"), recursive=True):
+        rows.extend(pq.read_table(f, columns=["step", "loss"]).to_pylist())
+    rows.sort(key=lambda r: r["step"])
+    tail = [r["loss"] for r in rows[-last:]]
+    return sum(tail) / max(1, len(tail))
 
 
 def one_seed(a, seed):
@@ -125,8 +154,8 @@ def one_seed(a, seed):
         shutil.rmtree(d)
     os.makedirs(d)
     t0 = time.time()
-    warm_starts(a, d, seed)
-    r = {"seed": seed, "before": evaluate(a, d, f"{d}/models/policy", f"{d}/eval-before", seed)}
+    warm = warm_starts(a, d, seed)
+    r = {"seed": seed, **warm, "before": evaluate(a, d, f"{d}/models/policy", f"{d}/eval-before", seed)}
     log(f"seed {seed} before: {json.dumps(r['before'])}")
     evolm(a, run_config(d, seed, a.threads), f"{d}/run.yaml", f"{d}/run", "run")
     r["after"] = evaluate(a, d, last_policy(f"{d}/run"), f"{d}/eval-after", seed)
@@ -166,7 +195,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a smoke run of the machinery: a few SFT and loop steps (learns nothing)")
     a = ap.parse_args()
     if a.quick:
-        POLICY_SFT["steps"] = JUDGE_SFT["steps"] = 3
+        global JUDGE_ROUND, JUDGE_MAX_STEPS
+        POLICY_SFT["steps"] = JUDGE_ROUND = JUDGE_MAX_STEPS = 3
         RUN_OVERRIDES.update(steps=4, k=2, prompts_per_step=2, samples=2, rubric_samples=2, temporal_min_age=1,
                              temporal_max_age=2, checkpoint_every=2)
     a.evolm, a.toyworld = os.path.abspath(a.evolm), os.path.abspath(a.toyworld)

@@ -132,8 +132,18 @@ func TestReadmeBlocks(t *testing.T) {
 		case "python":
 			cmd := exec.Command(python, "-c", strings.Join(b.body, "\n"))
 			cmd.Dir, cmd.Env = dir, env
-			if out, err := cmd.CombinedOutput(); err != nil {
+			out, err := cmd.CombinedOutput()
+			if err != nil {
 				t.Fatalf("%s: the python block failed: %v\n%s", what, err, out)
+			}
+			// The DuckDB example prints the steps rows of both phases and
+			// the pairs per strategy, not an empty result.
+			if code := strings.Join(b.body, "\n"); strings.Contains(code, "duckdb") {
+				for _, want := range []string{"policy", "rubric", "temporal"} {
+					if !strings.Contains(string(out), want) {
+						t.Errorf("%s: the DuckDB example printed no %q rows:\n%s", what, want, out)
+					}
+				}
 			}
 		case "sh":
 			for k, line := range b.body {
