@@ -26,10 +26,10 @@ import (
 	"github.com/evolm/evolm/datasets"
 	"github.com/evolm/evolm/internal/testutil"
 	"github.com/evolm/evolm/internal/testutil/sttest"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/model/safetensors"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/schemas"
-	"github.com/evolm/evolm/internal/testutil/synthrun"
 )
 
 var (

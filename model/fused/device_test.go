@@ -123,7 +123,9 @@ func TestOffCPUTakesTheOps(t *testing.T) {
 	}
 	for name, f := range map[string]func(*torch.Scope){
 		"PackedLinear": func(c *torch.Scope) { fused.PackedLinear(c, s.ToMeta(x), s.ToMeta(rnd(151, C)), nil) },
-		"AttnBias":     func(c *torch.Scope) { fused.AttnBias(c, B, T, 0, s.ToMeta(s.Ones([]int64{B, T}, torch.Int64, torch.CPU)), nil) },
+		"AttnBias": func(c *torch.Scope) {
+			fused.AttnBias(c, B, T, 0, s.ToMeta(s.Ones([]int64{B, T}, torch.Int64, torch.CPU)), nil)
+		},
 	} {
 		c := s.Child()
 		f(c)

@@ -13,11 +13,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/evolm/evolm/internal/testutil"
+	"github.com/evolm/evolm/internal/testutil/synthrun"
 	"github.com/evolm/evolm/pipeline"
 	"github.com/evolm/evolm/pipeline/pipelinetest"
 	"github.com/evolm/evolm/schemas"
 	"github.com/evolm/evolm/stages/export"
-	"github.com/evolm/evolm/internal/testutil/synthrun"
 )
 
 // runExport runs the registered export stage over runDir, as `evolm export`
